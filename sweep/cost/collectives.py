@@ -1,0 +1,68 @@
+"""Collective communication time, vectorised over candidates.
+
+A collective is described by its kind, its volume in bytes (for all-gather, reduce-scatter
+and all-reduce: the full, un-sharded buffer), the number of GPUs in the communicator and how
+many of them share one NVLink domain (``per_domain``). Pure numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware import Hardware
+
+__all__ = ["Collective", "KINDS", "nersc_collective_s"]
+
+KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "p2p")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of one op, for every candidate of a block (arrays of shape (n,))."""
+
+    kind: str
+    volume_bytes: np.ndarray
+    group: np.ndarray  # GPUs in the communicator
+    per_domain: np.ndarray  # of those, GPUs inside one NVLink domain
+    bucket: str = "tp"  # breakdown column: tp | cp | dp | pp
+
+
+def nersc_collective_s(c: Collective, hw: Hardware,
+                       scale: float | np.ndarray = 1.0) -> np.ndarray:
+    """Time of a collective in the NERSC two-tier ring model (nersc2024_model.md section 2).
+
+    bs = scale-out bandwidth x efficiency, bf = NVLink bandwidth x efficiency (per GPU),
+    ls / lf their latencies, t = per_domain, nodes = group // t, c = (n - 1) / n for
+    all-gather / reduce-scatter / all-reduce and 1 for broadcast / reduce:
+
+    * p2p: t == 1 -> ls + V / bs, else lf + V / bf;
+    * t == 1 (every member in its own domain): ls (n - 1) + c V / bs;
+    * nodes == 1 (one domain): lf (n - 1) + c V / bf;
+    * otherwise (one ring per NIC): max(c V / (nic t bs), c V / bf), x2 for all-reduce,
+      plus ls (nodes - 1) + lf (n - nodes).
+
+    A zero volume or a group of one costs nothing. ``scale`` divides the volume (SUMMA panels).
+    """
+    vol = np.asarray(c.volume_bytes, dtype=np.float64) / scale
+    n = np.asarray(c.group, dtype=np.int64)
+    t = np.asarray(c.per_domain, dtype=np.int64)
+    bs = hw.scaleout_bytes_per_s * hw.scaleout_efficiency
+    bf = hw.nvlink_bytes_per_s * hw.nvlink_efficiency
+    ls, lf = hw.scaleout_latency_s, hw.nvlink_latency_s
+    if c.kind == "p2p":
+        time = np.where(t == 1, ls + vol / bs, lf + vol / bf)
+    else:
+        nf = n.astype(np.float64)
+        ring = (nf - 1.0) / nf if c.kind in ("allgather", "reducescatter", "allreduce") else 1.0
+        cv = ring * vol
+        nodes = n // np.maximum(t, 1)
+        all_ib = ls * (nf - 1.0) + cv / bs
+        one_domain = lf * (nf - 1.0) + cv / bf
+        hier = np.maximum(cv / (hw.nics_per_gpu * t * bs), cv / bf)
+        if c.kind == "allreduce":
+            hier = 2.0 * hier  # BUG? kept: only the multi-domain branch doubles all-reduce
+        hier = hier + ls * (nodes - 1) + lf * (n - nodes)
+        time = np.where(t == 1, all_ib, np.where(nodes == 1, one_domain, hier))
+    return np.where((vol == 0) | (n <= 1), 0.0, time)

@@ -1,0 +1,35 @@
+"""Exceptions of the sweep package.
+
+Every error caused by user input derives from :class:`SweepError`; the command line turns
+any of them into one line on stderr and exit code 2. Bad *candidates* are never exceptions:
+they are rows with ``feasible = False`` and a reason code (``schema.Reason``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["SweepError", "SpecError", "StoreError", "WorldError"]
+
+
+class SweepError(Exception):
+    """Base class of every error the user can fix by changing the input."""
+
+
+class SpecError(SweepError):
+    """A spec, hardware or job file is malformed, or refers to something unknown.
+
+    The message reads ``<file>: <key path>: <what is wrong>``.
+    """
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source = source
+        self.key = key
+        where = f"{source}: {key}: " if key else f"{source}: "
+        super().__init__(where + message)
+
+
+class StoreError(SweepError):
+    """A result folder or HDF5 file is missing, corrupt or does not match the run."""
+
+
+class WorldError(SweepError):
+    """The MPI world does not match how the job was launched (e.g. srun without PMI)."""

@@ -1,0 +1,179 @@
+"""Training workloads: ``jobs/*.yaml`` -> :class:`Job`.
+
+A job is a dense transformer and how it is trained: its dimensions, the sequence length,
+the global batch (in sequences) and the precision. Example::
+
+    name: llama3_8b
+    source: Meta Llama 3 model card / config.json
+    n_layers: 32
+    hidden: 4096
+    ffn_hidden: 14336
+    n_heads: 32
+    n_kv_heads: 8
+    vocab: 128256
+    seq_len: 8192
+    global_batch: 512
+    mlp: swiglu
+    norm: rmsnorm
+    dtype: bf16
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SpecError
+
+__all__ = ["Job", "parse_job", "override_job"]
+
+_INT_FIELDS = {
+    "n_layers": "transformer blocks",
+    "hidden": "model (embedding) width e",
+    "ffn_hidden": "MLP inner width f",
+    "n_heads": "attention (query) heads",
+    "n_kv_heads": "key/value heads (GQA/MQA); default n_heads",
+    "head_dim": "width of one head; default hidden / n_heads",
+    "vocab": "vocabulary size; 0 = no embedding / LM head modelled",
+    "seq_len": "tokens per sequence",
+    "global_batch": "sequences per iteration",
+}
+_CHOICES = {
+    "mlp": ("gelu", "swiglu"),
+    "norm": ("layernorm", "rmsnorm"),
+    "dtype": ("bf16", "fp16", "fp8", "fp32"),
+    "position": ("learned", "rope", "none"),
+}
+_BOOL_FIELDS = {
+    "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
+    "dropout": "dropout layers present",
+    "bias": "linear layers carry biases",
+    "tied_embeddings": "LM head shares the embedding matrix",
+}
+_TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
+                "notes": "free text"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training workload (integer sizes are counts, not bytes)."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    ffn_hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab: int
+    seq_len: int
+    global_batch: int
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    dtype: str = "bf16"
+    position: str = "learned"
+    causal: bool = True
+    dropout: bool = False
+    bias: bool = False
+    tied_embeddings: bool = False
+    source: str = ""
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the concatenated query heads (n_heads * head_dim)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the concatenated key (or value) heads."""
+        return self.n_kv_heads * self.head_dim
+
+    def params_per_layer(self) -> int:
+        """Weights of one block: attention projections + MLP + norms (+ biases)."""
+        e, f = self.hidden, self.ffn_hidden
+        attn = e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
+        mlp = (3 if self.mlp == "swiglu" else 2) * e * f
+        norms = (4 if self.norm == "layernorm" else 2) * e
+        biases = (self.attention_width + 2 * self.kv_width + e
+                  + (2 if self.mlp == "swiglu" else 1) * f + e) if self.bias else 0
+        return attn + mlp + norms + biases
+
+    def params_total(self) -> int:
+        """All weights: blocks, embedding (and LM head unless tied) and the final norm."""
+        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        pos = self.seq_len * self.hidden if self.position == "learned" and self.vocab else 0
+        return self.n_layers * self.params_per_layer() + emb + pos + 2 * self.hidden
+
+    def record(self) -> dict[str, Any]:
+        """Flat record of every field, for the ``/cases`` table."""
+        return {f"job_{k}" if k != "name" else "job": v
+                for k, v in dataclasses.asdict(self).items() if k != "source"}
+
+
+def _fail(source: str, key: str, msg: str) -> SpecError:
+    return SpecError(source, key, msg)
+
+
+def _valid() -> str:
+    return ", ".join(list(_TEXT_FIELDS) + list(_INT_FIELDS) + list(_CHOICES) + list(_BOOL_FIELDS))
+
+
+def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Job:
+    """Validate a job mapping (one YAML file).
+
+    Raises:
+        SpecError: unknown or missing key, bad value, or inconsistent dimensions.
+    """
+    if not isinstance(raw, Mapping):
+        raise _fail(source, "", f"expected a mapping of job parameters, got {type(raw).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        key = str(key)
+        if key in _INT_FIELDS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if not ok or value < (0 if key == "vocab" else 1):
+                want = "a non-negative integer" if key == "vocab" else "a positive integer"
+                raise _fail(source, key, f"expected {want}, got {value!r}")
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise _fail(source, key, f"expected one of {', '.join(_CHOICES[key])}, "
+                                         f"got {value!r}")
+        elif key in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise _fail(source, key, f"expected true or false, got {value!r}")
+        elif key in _TEXT_FIELDS:
+            value = str(value)
+        else:
+            raise _fail(source, key, f"unknown key; valid keys: {_valid()}")
+        values[key] = value
+    for req in ("n_layers", "hidden", "ffn_hidden", "n_heads", "seq_len", "global_batch"):
+        if req not in values:
+            raise _fail(source, req, "missing")
+    values.setdefault("n_kv_heads", values["n_heads"])
+    if "head_dim" not in values:
+        if values["hidden"] % values["n_heads"]:
+            raise _fail(source, "head_dim", "missing, and hidden is not a multiple of n_heads")
+        values["head_dim"] = values["hidden"] // values["n_heads"]
+    if values["n_heads"] % values["n_kv_heads"]:
+        raise _fail(source, "n_kv_heads", f"{values['n_kv_heads']} does not divide "
+                                          f"n_heads = {values['n_heads']}")
+    values.setdefault("vocab", 0)
+    values["name"] = str(values.get("name", default_name) or default_name)
+    values.pop("notes", None)
+    return Job(**values)
+
+
+def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str = "") -> Job:
+    """Return ``job`` with spec overrides (e.g. ``global_batch``, ``seq_len``) applied."""
+    raw = {k: v for k, v in dataclasses.asdict(job).items()}
+    for key in overrides:
+        if key in ("name", "source"):
+            raise _fail(source, f"{where}.{key}" if where else key, "cannot be overridden")
+    raw.update(overrides)
+    try:
+        return parse_job(raw, source, job.name)
+    except SpecError as exc:
+        key = f"{where}.{exc.key}" if where else exc.key
+        raise _fail(source, key, str(exc).split(": ", 2)[-1]) from None
