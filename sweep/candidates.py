@@ -20,7 +20,7 @@ import numpy as np
 from .job import Job
 from .schema import CANDIDATE_DTYPE, empty_candidates
 
-__all__ = ["CandidateSpace", "InnerAxis", "divisors", "ordered_factorizations", "enumerate_nersc",
+__all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors", "ordered_factorizations", "enumerate_nersc",
            "summa_nb_options", "NERSC_STRATEGIES"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
@@ -77,15 +77,26 @@ class InnerAxis:
 
 
 class CandidateSpace:
-    """Base rows x inner axes; rows are materialised on demand by :meth:`block`."""
+    """Base rows x inner axes; rows are materialised on demand by :meth:`columns`.
+
+    The hot path works on *column blocks* (``dict`` of contiguous int64 arrays, one per
+    CANDIDATE field): a record array's columns are strided, which costs several times more
+    in the vectorised cost core. :meth:`block` packs the same rows as ``CANDIDATE_DTYPE``.
+    """
 
     def __init__(self, base: np.ndarray, axes: list[InnerAxis] | tuple = ()) -> None:
         if base.dtype != CANDIDATE_DTYPE:
             raise TypeError("base rows must have CANDIDATE_DTYPE")
         self.base = base
+        self._base_cols = {n: base[n].astype(np.int64) for n in CANDIDATE_DTYPE.names}
+        self._constant = {n: int(col[0]) for n, col in self._base_cols.items()
+                          if len(col) and (col == col[0]).all()}
         self.axes = list(axes)
         self._counts = [a.counts for a in self.axes]
-        self._orders = [a.order for a in self.axes]
+        self._orders = [a.order.astype(np.int64).ravel() for a in self.axes]
+        self._widths = [a.valid.shape[1] for a in self.axes]
+        self._options = [{n: a.options[n].astype(np.int64) for n in a.options.dtype.names}
+                         for a in self.axes]
         sizes = np.ones(len(base), dtype=np.int64)
         for c in self._counts:
             sizes *= c
@@ -100,23 +111,31 @@ class CandidateSpace:
     def __len__(self) -> int:
         return self.size
 
-    def block(self, start: int, stop: int) -> np.ndarray:
-        """Candidates ``[start, stop)`` as ``(stop - start,) CANDIDATE_DTYPE``."""
+    def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Candidates ``[start, stop)`` as a column block (CANDIDATE field -> int64 array)."""
         start, stop = max(0, int(start)), min(self.size, int(stop))
         if stop <= start:
-            return empty_candidates(0)
+            return {n: np.zeros(0, np.int64) for n in CANDIDATE_DTYPE.names}
         g = np.arange(start, stop, dtype=np.int64)
-        row = np.searchsorted(self.offsets, g, side="right") - 1
+        r0 = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
+        first = self.offsets[r0:r1 + 1].copy()
+        last = self.offsets[r0 + 1:r1 + 2].copy()
+        first[0], last[-1] = start, stop
+        row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), last - first)
         local = g - self.offsets[row]
-        out = self.base[row]
+        n = len(g)
+        out = {name: (np.full(n, self._constant[name], np.int64) if name in self._constant
+                      else col[row]) for name, col in self._base_cols.items()}
         # innermost axis varies fastest
-        for axis, counts, order in zip(self.axes[::-1], self._counts[::-1], self._orders[::-1]):
+        for counts, order, width, options in zip(self._counts[::-1], self._orders[::-1],
+                                                 self._widths[::-1], self._options[::-1]):
             c = counts[row]
             j = local % c
             local //= c
-            opt = order[row, j]
-            for name in axis.options.dtype.names:
-                out[name] = axis.options[name][opt]
+            opt = order[row * width + j]
+            for name, values in options.items():
+                out[name] = values[opt]
         for nv, degree in _NV_DEGREE.items():
             col = out[nv]
             zero = col == 0
@@ -125,10 +144,19 @@ class CandidateSpace:
         out["index"] = g
         return out
 
-    def blocks(self, block_size: int):
-        """Iterate over the whole space in blocks of at most ``block_size`` rows."""
-        for s in range(0, self.size, block_size):
-            yield self.block(s, s + block_size)
+    def block(self, start: int, stop: int) -> np.ndarray:
+        """Candidates ``[start, stop)`` as ``(stop - start,) CANDIDATE_DTYPE``."""
+        return to_records(self.columns(start, stop))
+
+
+def to_records(cols: dict[str, np.ndarray], positions: np.ndarray | None = None) -> np.ndarray:
+    """Pack a column block (optionally only ``positions``) into ``CANDIDATE_DTYPE``."""
+    n = len(cols["index"]) if positions is None else len(positions)
+    out = np.empty(n, CANDIDATE_DTYPE)
+    for name in CANDIDATE_DTYPE.names:
+        col = cols[name]
+        out[name] = col if positions is None else col[positions]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,31 +231,48 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
             if l // tp2 < 128:
                 continue
             pairs.append((tp1, tp2))
-    rows: list[tuple[int, ...]] = []
-    for tp1, tp2 in pairs:
+    # (pair, pp) combinations: pp | min(n / tp, L), n % (tp pp) == 0, L % pp == 0, dp | gbs
+    combos = []
+    for i, (tp1, tp2) in enumerate(pairs):
         tp = tp1 * tp2
-        shard = {"1d": tp1, "2d": tp2, "2d-seqp": tp}[strategy]  # what (mbs * l) must divide
-        nbs = summa_nb_options(tp1, tp2, e) if strategy == "2d" else [1]
         for pp in _divisors_tuple(min(n // tp, L)):
-            if n % (tp * pp) or L % pp:
-                continue
             dp = n // (tp * pp)
-            if dp > gbs or gbs % dp:
-                continue
-            for mbs in _divisors_tuple(gbs // dp):
-                if (mbs * l) % shard:
-                    continue
-                for nb in nbs:
-                    rows.append((tp1, tp2, pp, dp, mbs, nb))
-    base = empty_candidates(len(rows))
-    if rows:
-        arr = np.array(rows, dtype=np.int64)
-        base["tp"], base["pp"], base["dp"], base["mbs"], base["nb"] = (
-            arr[:, 0], arr[:, 2], arr[:, 3], arr[:, 4], arr[:, 5])
-        if strategy == "2d":
-            base["tp2"] = arr[:, 1]
-        elif strategy == "2d-seqp":
-            base["cp"] = arr[:, 1]
+            if n % (tp * pp) == 0 and L % pp == 0 and dp <= gbs and gbs % dp == 0:
+                combos.append((i, tp1, tp2, pp, dp))
+    cmb = np.array(combos, dtype=np.int64).reshape(-1, 5)
+    tp1, tp2, pp, dp = cmb[:, 1], cmb[:, 2], cmb[:, 3], cmb[:, 4]
+    # micro-batch: mbs | gbs / dp and (mbs * l) % shard == 0, where shard is what the
+    # sequence is split over (1d: tp, 2d: tp2, 2d-seqp: tp1 * tp2)
+    shard = {"1d": tp1, "2d": tp2, "2d-seqp": tp1 * tp2}[strategy]
+    mbs_all = divisors(gbs)
+    ok = ((gbs // dp)[:, None] % mbs_all[None, :] == 0) & (
+        (mbs_all[None, :] * l) % shard[:, None] == 0)
+    ci, mi = np.nonzero(ok)
+    # SUMMA panel counts per (tp1, tp2) pair (2d only)
+    nb_lists = [summa_nb_options(a, b, e) if strategy == "2d" else [1] for a, b in pairs]
+    width = max((len(x) for x in nb_lists), default=1)
+    nb_table = np.zeros((len(pairs), width), dtype=np.int64)
+    for i, x in enumerate(nb_lists):
+        nb_table[i, :len(x)] = x
+    pair_of_row = cmb[ci, 0]
+    ri, ni = np.nonzero(nb_table[pair_of_row] > 0)
+    base = empty_candidates(len(ri))
+    rows_c = ci[ri]
+    base["tp"], base["pp"], base["dp"] = tp1[rows_c], pp[rows_c], dp[rows_c]
+    base["mbs"] = mbs_all[mi[ri]]
+    base["nb"] = nb_table[pair_of_row[ri], ni]
+    if strategy == "2d":
+        base["tp2"] = tp2[rows_c]
+    elif strategy == "2d-seqp":
+        base["cp"] = tp2[rows_c]
     groups = {"1d": ("tp", "dp", "pp"), "2d": ("tp", "tp2", "dp", "pp"),
               "2d-seqp": ("tp", "cp", "dp", "pp")}[strategy]
     return CandidateSpace(base, [_nv_axis(base, nvlink_domain, groups)])
+
+
+def enumerate_space(profile: str, job: Job, n_gpus: int, strategy: str,
+                    nvlink_domain: int) -> CandidateSpace:
+    """The candidate space of one case under a cost profile's search rules."""
+    if profile == "nersc2024":
+        return enumerate_nersc(job, n_gpus, strategy, nvlink_domain)
+    raise KeyError(f"unknown cost profile {profile!r}")

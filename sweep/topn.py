@@ -14,24 +14,32 @@ import numpy as np
 
 from .schema import RESULT_DTYPE
 
-__all__ = ["select_top_n", "merge_top_n", "rank_order"]
+__all__ = ["best_positions", "select_top_n", "merge_top_n"]
 
 
-def rank_order(rows: np.ndarray) -> np.ndarray:
-    """Indices that sort ``rows`` best first: samples_per_s desc, then index asc."""
-    return np.lexsort((rows["index"], -rows["samples_per_s"]))
+def best_positions(samples_per_s: np.ndarray, feasible: np.ndarray, index: np.ndarray,
+                   n: int) -> np.ndarray:
+    """Positions of the best ``n`` feasible rows, best first.
+
+    Order: ``samples_per_s`` descending, then ``index`` ascending.
+    """
+    pos = np.flatnonzero(feasible)
+    if n <= 0 or len(pos) == 0:
+        return pos[:0]
+    score = samples_per_s[pos]
+    if len(pos) > 4 * n + 64:
+        # keep everything at least as good as the n-th best throughput, then sort exactly
+        kth = np.partition(score, len(score) - n)[len(score) - n]
+        keep = score >= kth
+        pos, score = pos[keep], score[keep]
+    order = np.lexsort((index[pos], -score))
+    return pos[order[:n]]
 
 
 def select_top_n(rows: np.ndarray, n: int) -> np.ndarray:
-    """The best ``n`` feasible rows of a block, best first (a copy)."""
-    feasible = rows[rows["feasible"]]
-    if n <= 0:
-        return feasible[:0].copy()
-    if len(feasible) > 4 * n + 64:
-        # keep everything at least as good as the n-th best throughput, then sort exactly
-        kth = np.partition(-feasible["samples_per_s"], n - 1)[n - 1]
-        feasible = feasible[-feasible["samples_per_s"] <= kth]
-    return feasible[rank_order(feasible)[:n]].copy()
+    """The best ``n`` feasible rows of a ``RESULT_DTYPE`` table, best first (a copy)."""
+    pos = best_positions(rows["samples_per_s"], rows["feasible"], rows["index"], n)
+    return rows[pos].copy()
 
 
 def merge_top_n(tables: Iterable[np.ndarray], n: int) -> np.ndarray:

@@ -2,8 +2,10 @@
 
 ``evaluate(profile, job, hw, strategy, n_gpus, candidates)`` returns a ``RESULT_DTYPE``
 array: the candidates with their iteration time and its breakdown, throughput, MFU/HFU,
-memory per GPU and its breakdown, and a feasibility flag with a reason code. Everything in
-this package is pure numpy, vectorised over candidates: no MPI, files, logging or printing.
+memory per GPU and its breakdown, and a feasibility flag with a reason code.
+``evaluate_columns`` returns the same as a dict of columns, which the search uses so that
+only the top-N rows are ever packed into records. Everything in this package is pure
+numpy, vectorised over candidates: no MPI, files, logging or printing.
 
 Profiles:
 
@@ -12,15 +14,18 @@ Profiles:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..hardware import Hardware
 from ..job import Job
-from ..schema import RESULT_DTYPE, Reason
+from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
 from . import nersc2024
 from .flops import model_flops_per_iteration
 
-__all__ = ["evaluate", "PROFILES", "strategies", "model_flops_per_iteration"]
+__all__ = ["evaluate", "evaluate_columns", "pack_results", "PROFILES", "strategies",
+           "model_flops_per_iteration"]
 
 #: profile -> strategies it can evaluate
 PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES}
@@ -31,9 +36,9 @@ def strategies(profile: str) -> tuple[str, ...]:
     return PROFILES[profile]
 
 
-def evaluate(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
-             candidates: np.ndarray) -> np.ndarray:
-    """Evaluate a block of candidates of one case.
+def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
+                     candidates: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Evaluate a block of candidates of one case; every METRIC column as an array.
 
     Args:
         profile: cost-model profile name (a key of :data:`PROFILES`).
@@ -41,29 +46,51 @@ def evaluate(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         hw: the hardware variant.
         strategy: a strategy of the profile.
         n_gpus: GPU count of the case (= dp * tp * tp2 * cp * pp of every candidate).
-        candidates: ``(n,) CANDIDATE_DTYPE``.
-
-    Returns:
-        ``(n,) RESULT_DTYPE``; infeasible rows have ``feasible = False`` and a reason.
+        candidates: a column block (CANDIDATE field -> (n,) array) or ``CANDIDATE_DTYPE``.
     """
+    n = len(candidates["index"])
     if profile == "nersc2024":
         cols = nersc2024.evaluate(job, hw, strategy, candidates)
         capacity = hw.hbm_capacity_bytes
         peak = hw.matrix_peak("fp16")
     else:
         raise KeyError(f"unknown cost profile {profile!r}")
-    out = np.zeros(len(candidates), RESULT_DTYPE)
-    for name in candidates.dtype.names:
-        out[name] = candidates[name]
-    for name, values in cols.items():
-        out[name] = values
-    step = out["step_time_s"]
-    out["samples_per_s"] = job.global_batch / step
-    out["tokens_per_s"] = job.global_batch * job.seq_len / step
-    out["model_flops"] = model_flops_per_iteration(job) / n_gpus
-    out["mfu"] = out["model_flops"] / (step * peak)
-    out["hfu"] = out["hardware_flops"] / (step * peak)
-    oom = out["mem_bytes"] > capacity
-    out["reason"] = np.where(oom, Reason.OUT_OF_MEMORY, out["reason"])
-    out["feasible"] = out["reason"] == Reason.OK
+    for name, _, _, _ in METRIC_FIELDS:
+        if name not in cols:
+            cols[name] = np.zeros(n, dtype=RESULT_DTYPE[name])
+        else:
+            cols[name] = np.broadcast_to(cols[name], (n,))
+    step = cols["step_time_s"]
+    cols["samples_per_s"] = job.global_batch / step
+    cols["tokens_per_s"] = job.global_batch * job.seq_len / step
+    cols["model_flops"] = np.full(n, model_flops_per_iteration(job) / n_gpus)
+    cols["mfu"] = cols["model_flops"] / (step * peak)
+    cols["hfu"] = cols["hardware_flops"] / (step * peak)
+    oom = cols["mem_bytes"] > capacity
+    cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY), cols["reason"]).astype(np.int8)
+    cols["feasible"] = cols["reason"] == Reason.OK
+    return cols
+
+
+def pack_results(candidates: Mapping[str, np.ndarray], metrics: Mapping[str, np.ndarray],
+                 positions: np.ndarray | None = None) -> np.ndarray:
+    """``RESULT_DTYPE`` rows from candidate and metric columns (optionally only ``positions``)."""
+    n = len(candidates["index"]) if positions is None else len(positions)
+    out = np.empty(n, RESULT_DTYPE)
+    for name in CANDIDATE_DTYPE.names:
+        col = np.asarray(candidates[name])
+        out[name] = col if positions is None else col[positions]
+    for name, _, _, _ in METRIC_FIELDS:
+        col = np.asarray(metrics[name])
+        out[name] = col if positions is None else col[positions]
     return out
+
+
+def evaluate(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
+             candidates: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Evaluate a block of candidates of one case; ``(n,) RESULT_DTYPE``.
+
+    Infeasible rows have ``feasible = False`` and a :class:`~sweep.schema.Reason`.
+    """
+    return pack_results(candidates,
+                        evaluate_columns(profile, job, hw, strategy, n_gpus, candidates))

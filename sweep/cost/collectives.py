@@ -48,21 +48,30 @@ def nersc_collective_s(c: Collective, hw: Hardware,
     vol = np.asarray(c.volume_bytes, dtype=np.float64) / scale
     n = np.asarray(c.group, dtype=np.int64)
     t = np.asarray(c.per_domain, dtype=np.int64)
+    active = (vol != 0) & (n > 1)
+    if not active.any():  # nothing to send anywhere in this block
+        return np.zeros(np.broadcast_shapes(vol.shape, n.shape, t.shape))
     bs = hw.scaleout_bytes_per_s * hw.scaleout_efficiency
     bf = hw.nvlink_bytes_per_s * hw.nvlink_efficiency
     ls, lf = hw.scaleout_latency_s, hw.nvlink_latency_s
     if c.kind == "p2p":
         time = np.where(t == 1, ls + vol / bs, lf + vol / bf)
-    else:
-        nf = n.astype(np.float64)
-        ring = (nf - 1.0) / nf if c.kind in ("allgather", "reducescatter", "allreduce") else 1.0
-        cv = ring * vol
-        nodes = n // np.maximum(t, 1)
-        all_ib = ls * (nf - 1.0) + cv / bs
-        one_domain = lf * (nf - 1.0) + cv / bf
-        hier = np.maximum(cv / (hw.nics_per_gpu * t * bs), cv / bf)
+        return np.where(active, time, 0.0)
+    nf = n.astype(np.float64)
+    ring = (nf - 1.0) / nf if c.kind in ("allgather", "reducescatter", "allreduce") else 1.0
+    cv = ring * vol
+    nodes = n // np.maximum(t, 1)
+    all_ib = t == 1
+    one_domain = (nodes == 1) & ~all_ib
+    hier = ~(all_ib | one_domain)
+    time = np.zeros(np.broadcast_shapes(cv.shape, t.shape))
+    if all_ib.any():
+        time = np.where(all_ib, ls * (nf - 1.0) + cv / bs, time)
+    if one_domain.any():
+        time = np.where(one_domain, lf * (nf - 1.0) + cv / bf, time)
+    if hier.any():
+        multi = np.maximum(cv / (hw.nics_per_gpu * t * bs), cv / bf)
         if c.kind == "allreduce":
-            hier = 2.0 * hier  # BUG? kept: only the multi-domain branch doubles all-reduce
-        hier = hier + ls * (nodes - 1) + lf * (n - nodes)
-        time = np.where(t == 1, all_ib, np.where(nodes == 1, one_domain, hier))
-    return np.where((vol == 0) | (n <= 1), 0.0, time)
+            multi = 2.0 * multi  # BUG? kept: only the multi-domain branch doubles all-reduce
+        time = np.where(hier, multi + ls * (nodes - 1) + lf * (n - nodes), time)
+    return np.where(active, time, 0.0)

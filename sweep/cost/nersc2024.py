@@ -17,11 +17,12 @@ import numpy as np
 from ..hardware import Hardware
 from ..job import Job
 from .collectives import Collective, nersc_collective_s
+from .dedup import unique_rows
 from .ops import (OpCost, activation, bias, dropout, fused_attention, layernorm, layernorm_2d,
                   linear, linear_summa)
 
-__all__ = ["NerscDefects", "DEFECTS", "OpTime", "layer_ops", "time_ops", "evaluate",
-           "STRATEGIES"]
+__all__ = ["NerscDefects", "DEFECTS", "OpTime", "layer_ops", "time_ops", "summarize_layer",
+           "evaluate", "totals", "STRATEGIES", "LAYER_KEY"]
 
 STRATEGIES = ("1d", "2d", "2d-seqp")
 
@@ -75,12 +76,12 @@ class OpTime:
 def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
               defects: NerscDefects = DEFECTS) -> list[OpCost]:
     """The ops of one transformer layer (MLP block then attention block), sections 3-5."""
-    b, l, e, f, h = c["mbs"].astype(np.int64), job.seq_len, job.hidden, job.ffn_hidden, job.n_heads
+    b, l, e, f, h = np.asarray(c["mbs"], dtype=np.int64), job.seq_len, job.hidden, job.ffn_hidden, job.n_heads
     q = e // h
     eb, mb = ELEM_BYTES, MASK_BYTES
     kappa = hw.matrix_peak("fp16") / hw.vector_peak("fp16")
     one = np.ones_like(b)
-    tp, t_tp = c["tp"].astype(np.int64), c["nv_tp"].astype(np.int64)
+    tp, t_tp = np.asarray(c["tp"], np.int64), np.asarray(c["nv_tp"], np.int64)
     if strategy == "1d":
         m, t = tp, t_tp  # modules.mlp_1d / sa_1d(flash_attention=True)
         return [
@@ -101,8 +102,8 @@ def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
         ]
     if strategy == "2d":
         m1, t1 = tp, t_tp  # modules.mlp_2d + sa_2d_seqp: SUMMA linears, CP flash attention
-        m2, t2 = c["tp2"].astype(np.int64), c["nv_tp2"].astype(np.int64)
-        nb = c["nb"].astype(np.int64)
+        m2, t2 = np.asarray(c["tp2"], np.int64), np.asarray(c["nv_tp2"], np.int64)
+        nb = np.asarray(c["nb"], np.int64)
         ln_defect = defects.layernorm2d_seq_width
         return [
             linear_summa("fc1", b, l, e, f, m1, m2, t1, t2, nb, eb),
@@ -122,7 +123,7 @@ def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
         ]
     if strategy == "2d-seqp":
         m1, t1 = tp, t_tp  # modules.mlp_seqp / sa_seqp: 1D TP over m1, sequence over m2
-        m2, t2 = c["cp"].astype(np.int64), c["nv_cp"].astype(np.int64)
+        m2, t2 = np.asarray(c["cp"], np.int64), np.asarray(c["nv_cp"], np.int64)
         ls = l // m2
         return [
             linear("fc1", b, ls, e, f, one, m1, one, t1, eb),
@@ -190,20 +191,49 @@ def _sum(arrs):
     return total
 
 
+#: the columns the per-layer model depends on (evaluated once per distinct key)
+LAYER_KEY = ("mbs", "tp", "tp2", "cp", "nb", "nv_tp", "nv_tp2", "nv_cp")
+
+
+def summarize_layer(timed: list[OpTime]) -> dict[str, np.ndarray]:
+    """Per-layer, per-micro-batch sums over the ops of one layer."""
+    comm = {"tp": 0.0, "cp": 0.0}
+    for o in timed:
+        for k, v in o.comm_s.items():
+            comm[k] = comm[k] + v
+    shape = np.shape(timed[0].t_fwd_s)
+    layer = {
+        "t_fwd_s": _sum(o.t_fwd_s for o in timed),
+        "t_bwd_s": _sum(o.t_bwd_s for o in timed),
+        "compute_s": _sum(o.compute_s for o in timed),
+        "memory_s": _sum(o.memory_s for o in timed),
+        "tp_comm_s": comm["tp"],
+        "cp_comm_s": comm["cp"],
+        "flops": _sum(o.flops for o in timed),
+        "weight_bytes": _sum(o.weight_bytes for o in timed),
+        "act_bytes": _sum(o.act_bytes for o in timed),
+        # section 6: the p2p volume is the activation buffer of ln1 (first op of a layer)
+        "p2p_bytes": next(o.act_bytes for o in timed if o.name == "ln1"),
+    }
+    return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for k, v in layer.items()}
+
+
 def data_parallel_s(layer_weight_bytes, t_fwd_layer, t_bwd_layer, c, layers_per_stage, hw,
                     strategy):
     """Section 6: per-layer all-gather (fwd) and reduce-scatter (bwd) of one layer's weights;
     the first is exposed, each later one only by its excess over one layer's compute of one
     micro-batch. In 2d-seqp the group is dp x cp (weights replicated over the sequence)."""
-    group = c["dp"].astype(np.int64)
-    per_domain = c["nv_dp"].astype(np.int64)
+    group = c["dp"]
+    per_domain = c["nv_dp"]
     if strategy == "2d-seqp":
         group = group * c["cp"]
         per_domain = per_domain * c["nv_cp"]
     ag = nersc_collective_s(Collective("allgather", layer_weight_bytes, group, per_domain), hw)
-    rs = nersc_collective_s(Collective("reducescatter", layer_weight_bytes, group, per_domain), hw)
+    rs = nersc_collective_s(Collective("reducescatter", layer_weight_bytes, group, per_domain),
+                            hw)
     rest = layers_per_stage - 1
-    return (ag + rest * np.maximum(ag - t_fwd_layer, 0.0)) + (rs + rest * np.maximum(rs - t_bwd_layer, 0.0))
+    return ((ag + rest * np.maximum(ag - t_fwd_layer, 0.0))
+            + (rs + rest * np.maximum(rs - t_bwd_layer, 0.0)))
 
 
 def pipeline_p2p_s(volume_bytes, c, n_microbatches, hw, defects: NerscDefects = DEFECTS):
@@ -211,9 +241,9 @@ def pipeline_p2p_s(volume_bytes, c, n_microbatches, hw, defects: NerscDefects = 
 
     With nv_pp > 1, (pp - 1) links of which int(pp / nv_pp - 1) leave the domain; the time is
     the link-count-weighted average (slow hops free under ``pp_slow_links_free``)."""
-    pp = c["pp"].astype(np.int64)
-    t = c["nv_pp"].astype(np.int64)
-    two = np.full_like(pp, 2)
+    pp = c["pp"]
+    t = c["nv_pp"]
+    two = np.full(np.shape(pp), 2)
     fast = nersc_collective_s(Collective("p2p", volume_bytes, two, t), hw)
     links = np.maximum(pp - 1, 1).astype(np.float64)
     slow_links = np.floor(pp / t - 1.0)
@@ -227,53 +257,49 @@ def pipeline_p2p_s(volume_bytes, c, n_microbatches, hw, defects: NerscDefects = 
     return np.where(pp == 1, 0.0, 2.0 * n_microbatches * per_p2p)
 
 
-def evaluate(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
+def evaluate(job: Job, hw: Hardware, strategy: str, c,
              defects: NerscDefects = DEFECTS) -> dict[str, np.ndarray]:
     """Iteration time, its breakdown and memory of every candidate (section 7).
 
-    Returns a dict of RESULT columns (seconds, bytes, FLOPs) for the block ``c``.
+    Args:
+        c: a column block (or record array) of candidates.
+
+    Returns:
+        a dict of RESULT columns (seconds, bytes, FLOPs).
     """
-    timed = time_ops(layer_ops(job, hw, strategy, c, defects), hw)
-    return totals(job, hw, strategy, c, timed, defects)
+    uniq, inverse = unique_rows(c, LAYER_KEY)
+    layer = summarize_layer(time_ops(layer_ops(job, hw, strategy, uniq, defects), hw))
+    return totals(job, strategy, c, {k: v[inverse] for k, v in layer.items()}, hw, defects)
 
 
-def totals(job, hw, strategy, c, timed: list[OpTime], defects: NerscDefects = DEFECTS):
-    """Compose per-op times into per-iteration totals (section 7, execution.totals)."""
-    pp = c["pp"].astype(np.int64)
-    dp = c["dp"].astype(np.int64)
+def totals(job: Job, strategy: str, c, layer: dict[str, np.ndarray], hw: Hardware,
+           defects: NerscDefects = DEFECTS) -> dict[str, np.ndarray]:
+    """Compose per-layer costs into per-iteration totals (section 7, execution.totals)."""
+    pp = c["pp"]
+    dp = c["dp"]
     layers_per_stage = job.n_layers // pp
     n_mb = (job.global_batch // dp) // c["mbs"]
-    t_fwd_layer = _sum(o.t_fwd_s for o in timed)
-    t_bwd_layer = _sum(o.t_bwd_s for o in timed)
     reps = (n_mb * layers_per_stage).astype(np.float64)
-    t_stage = (t_fwd_layer + t_bwd_layer) * reps
-    layer_weight_bytes = _sum(o.weight_bytes for o in timed)
-    t_dp = data_parallel_s(layer_weight_bytes, t_fwd_layer, t_bwd_layer, c, layers_per_stage,
-                           hw, strategy)
-    ln1 = next(o for o in timed if o.name == "ln1")
-    t_pp = pipeline_p2p_s(ln1.act_bytes, c, n_mb, hw, defects)
-    t_stage = t_stage + t_pp
+    t_dp = data_parallel_s(layer["weight_bytes"], layer["t_fwd_s"], layer["t_bwd_s"], c,
+                           layers_per_stage, hw, strategy)
+    t_pp = pipeline_p2p_s(layer["p2p_bytes"], c, n_mb, hw, defects)
+    t_stage = (layer["t_fwd_s"] + layer["t_bwd_s"]) * reps + t_pp
     t_bubble = (pp - 1) * t_stage / n_mb  # 1F1B bubble, includes p2p time
-    step = t_stage + t_bubble + t_dp
-    weights = layer_weight_bytes * layers_per_stage
+    weights = layer["weight_bytes"] * layers_per_stage
     seq_shards = c["cp"] if strategy == "2d-seqp" else 1
     optimizer = OPTIMIZER_BYTES_PER_WEIGHT_BYTE * weights / (dp * seq_shards)
     in_flight = np.minimum(pp, n_mb)  # 1F1B keeps at most pp micro-batches
-    acts = _sum(o.act_bytes for o in timed) * layers_per_stage * in_flight
-    buckets = {"tp": 0.0, "cp": 0.0}
-    for o in timed:
-        for k, v in o.comm_s.items():
-            buckets[k] = buckets[k] + v
+    acts = layer["act_bytes"] * layers_per_stage * in_flight
     return {
-        "step_time_s": step,
-        "t_compute_s": _sum(o.compute_s for o in timed) * reps,
-        "t_memory_s": _sum(o.memory_s for o in timed) * reps,
-        "t_tp_comm_s": buckets["tp"] * reps,
-        "t_cp_comm_s": buckets["cp"] * reps,
+        "step_time_s": t_stage + t_bubble + t_dp,
+        "t_compute_s": layer["compute_s"] * reps,
+        "t_memory_s": layer["memory_s"] * reps,
+        "t_tp_comm_s": layer["tp_comm_s"] * reps,
+        "t_cp_comm_s": layer["cp_comm_s"] * reps,
         "t_dp_comm_s": t_dp,
         "t_pp_comm_s": t_pp,
         "t_bubble_s": t_bubble,
-        "hardware_flops": _sum(o.flops for o in timed) * reps,
+        "hardware_flops": layer["flops"] * reps,
         "mem_weights_bytes": weights,
         "mem_grads_bytes": weights,  # bf16 grads, not sharded (section 7)
         "mem_optimizer_bytes": optimizer,

@@ -1,0 +1,43 @@
+"""Evaluate a sub-model once per distinct key instead of once per candidate.
+
+The per-layer model of a candidate depends only on a few columns (micro-batch, tensor
+degrees, their NVLink placement); a block of 60 000 candidates typically has a few hundred
+distinct layer keys. ``unique_rows`` finds them and the inverse map that gathers the
+results back. Pure numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["unique_rows"]
+
+
+def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str]
+                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Distinct rows of ``cols`` restricted to ``keys``.
+
+    Returns:
+        ``(unique, inverse)``: ``unique`` maps each key to a (U,) int64 array and
+        ``cols[k] == unique[k][inverse]`` for every key.
+    """
+    arrays = [np.asarray(cols[k], dtype=np.int64) for k in keys]
+    n = len(arrays[0]) if arrays else 0
+    if n == 0:
+        return {k: np.zeros(0, np.int64) for k in keys}, np.zeros(0, np.int64)
+    # mixed-radix packing into one int64 when the value ranges allow it (they almost always do)
+    lows = [int(a.min()) for a in arrays]
+    spans = [int(a.max()) - lo + 1 for a, lo in zip(arrays, lows)]
+    bits = sum(max(s - 1, 1).bit_length() for s in spans)
+    if bits <= 62:
+        packed = np.zeros(n, dtype=np.int64)
+        for a, lo, span in zip(arrays, lows, spans):
+            packed *= span
+            packed += a - lo
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return {k: a[first] for k, a in zip(keys, arrays)}, inverse.ravel()
+    stacked = np.stack(arrays, axis=1)
+    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    return {k: uniq[:, i] for i, k in enumerate(keys)}, inverse.ravel()
