@@ -179,6 +179,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
     if not isinstance(raw, Mapping):
         raise _fail(source, "", f"expected a mapping of hardware parameters, got {type(raw).__name__}")
     values: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for key, value in raw.items():
         key = str(key)
         if key in _PLAIN:
@@ -189,7 +190,8 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
             raise _fail(source, key, f"unknown key; valid keys: {_valid_keys()}")
         name, factor = canon
         if name in values:
-            raise _fail(source, key, f"{name} is given twice")
+            raise _fail(source, key, f"{name} is given twice ({given_as[name]} and {key})")
+        given_as[name] = key
         if name.endswith("_peaks"):
             values[name] = _parse_peaks(value, factor, source, key)
         elif factor is None:

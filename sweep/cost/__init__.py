@@ -24,8 +24,8 @@ from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
 from . import nersc2024
 from .flops import model_flops_per_iteration
 
-__all__ = ["evaluate", "evaluate_columns", "pack_results", "PROFILES", "strategies",
-           "model_flops_per_iteration"]
+__all__ = ["evaluate", "evaluate_columns", "pack_results", "op_table", "PROFILES",
+           "strategies", "model_flops_per_iteration"]
 
 #: profile -> strategies it can evaluate
 PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES}
@@ -94,3 +94,11 @@ def evaluate(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     """
     return pack_results(candidates,
                         evaluate_columns(profile, job, hw, strategy, n_gpus, candidates))
+
+
+def op_table(profile: str, job: Job, hw: Hardware, strategy: str,
+             candidates: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Per-op rows of the iteration time (rows sum to ``step_time_s``); see the profile."""
+    if profile == "nersc2024":
+        return nersc2024.op_table(job, hw, strategy, candidates)
+    raise KeyError(f"unknown cost profile {profile!r}")

@@ -1,0 +1,84 @@
+"""``sweep bench``: candidates evaluated per core-second on fixed workloads.
+
+Each workload is one whole case, searched exactly as a rank searches it (enumeration, cost
+evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
+search is single-threaded), best of ``repeat`` runs, so a loaded machine reads slower, not
+faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
+NVLink domain of 8 at 4096 GPUs; ``full`` adds the whole NERSC reproduction (3 systems x 3
+NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__
+from .candidates import enumerate_space
+from .catalog import load_hardware, load_job
+from .search import search_range
+
+__all__ = ["Workload", "STANDARD", "nersc_reproduction", "run_bench"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A set of cases timed together."""
+
+    name: str
+    profile: str
+    cases: tuple[tuple[str, str, int, str, int], ...]  # (job, hardware, nvlink, strategy, gpus)
+
+
+STANDARD = tuple(
+    Workload(f"gpt3_1T {s} B200 nvs8 4096", "nersc2024",
+             (("gpt3_1T", "nersc-B200", 8, s, 4096),))
+    for s in ("1d", "2d", "2d-seqp"))
+
+
+def nersc_reproduction() -> Workload:
+    """Every space of the NERSC study (what its outputs/*.npy were computed from)."""
+    cases = tuple((m, f"nersc-{g}", nvs, s, 2**k)
+                  for g in ("A100", "H200", "B200") for nvs in (4, 8, 64)
+                  for m in ("gpt3_1T", "vit_era5") for s in ("1d", "2d", "2d-seqp")
+                  for k in range(2, 15))
+    return Workload("NERSC study, all 702 cases", "nersc2024", cases)
+
+
+def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
+    loaded = []
+    for job_name, hw_name, nvs, strategy, n in w.cases:
+        hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs)
+        loaded.append((load_job(job_name), hw, strategy, n))
+    best = float("inf")
+    count = 0
+    for _ in range(repeat):
+        start = time.process_time()
+        count = 0
+        for job, hw, strategy, n in loaded:
+            space = enumerate_space(w.profile, job, n, strategy, hw.nvlink_domain)
+            search_range(w.profile, job, hw, strategy, n, space, 0, space.size, 10)
+            count += space.size
+        best = min(best, time.process_time() - start)
+    return count, best
+
+
+def run_bench(repeat: int = 5, full: bool = False) -> dict:
+    """Time the workloads; returns a JSON-ready report."""
+    workloads = list(STANDARD) + ([nersc_reproduction()] if full else [])
+    rows = []
+    for w in workloads:
+        count, seconds = _time_workload(w, 1 if len(w.cases) > 10 else repeat)
+        rows.append({"workload": w.name, "profile": w.profile, "cases": len(w.cases),
+                     "candidates": count, "cpu_seconds": seconds,
+                     "candidates_per_core_second": count / seconds if seconds > 0 else 0.0})
+    std = [r for r in rows if r["cases"] == 1]
+    total = sum(r["candidates"] for r in std) / sum(r["cpu_seconds"] for r in std)
+    return {"sweep_version": __version__, "python": platform.python_version(),
+            "numpy": np.__version__, "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(), "repeat": repeat,
+            "workloads": rows, "standard_candidates_per_core_second": total}

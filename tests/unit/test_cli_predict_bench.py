@@ -1,0 +1,69 @@
+"""`sweep predict` and `sweep bench` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sweep.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_predict_table_rows_sum_to_the_step_time(capsys):
+    code, out, _ = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "nersc-B200",
+                       "--nvlink-domain", "8", "--gpus", "4096", "--strategy", "2d",
+                       "--config", "tp=4,tp2=1,pp=128,mbs=1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    step = report["result"]["step_time_s"]
+    assert sum(op["time_s"] for op in report["ops"]) == pytest.approx(step, rel=1e-12)
+    assert report["result"]["samples_per_s"] == pytest.approx(479.376, abs=5e-4)  # published
+    names = [op["name"] for op in report["ops"]]
+    assert names[:3] == ["fc1", "fc1-bias", "act1"] and names[-1] == "data-parallel comm"
+    code, text, _ = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "nersc-B200",
+                        "--nvlink-domain", "8", "--gpus", "4096", "--strategy", "2d",
+                        "--config", "tp=4,tp2=1,pp=128,mbs=1")
+    assert code == 0 and "fusedla" in text and "total" in text and "100.0%" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "tp=3"], "tp x pp = 3 does not divide 4096 GPUs"),
+    (["--config", "tp=7,pp=1,dp=1"], "dp x tp x pp = 7, not 4096 GPUs"),
+    (["--config", "tq=3"], "--config: unknown key 'tq'; valid: dp, tp"),
+    (["--config", "tp=x"], "--config: tp: expected an integer, got 'x'"),
+    (["--strategy", "3d"], "--strategy: '3d' is not a strategy of nersc2024"),
+    (["--profile", "magic"], "--profile: unknown profile 'magic'"),
+])
+def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "nersc-B200",
+                         "--gpus", "4096", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err
+
+
+def test_unknown_hardware_lists_known(capsys):
+    code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "B300",
+                       "--gpus", "8")
+    assert code == 2 and "unknown hardware 'B300'" in err and "H100-SXM" in err
+
+
+def test_bench_reports_rates(capsys):
+    code, out, _ = run(capsys, "bench", "--repeat", "1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert [w["candidates"] for w in report["workloads"]] == [2544, 59390, 22712]
+    assert all(w["candidates_per_core_second"] > 0 for w in report["workloads"])
+
+
+def test_console_script_and_module_entry_points():
+    for cmd in (["sweep", "--version"], [sys.executable, "-m", "sweep", "--version"]):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.startswith("sweep ")
