@@ -116,6 +116,211 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- plan
+
+def _estimate_rate(plan) -> float:
+    """Candidates per core-second on this machine, measured on a sample of the plan."""
+    import time
+
+    from .plan import SpaceCache
+    from .search import search_range
+
+    if not plan.cases or plan.total_candidates == 0:
+        return 0.0
+    case = max(plan.cases, key=lambda c: c.candidates)
+    space = SpaceCache(plan.spec.cost_model).of(case)
+    n = min(space.size, 32768)
+    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                 case.n_gpus, space, 0, min(n, 1024), plan.spec.top_n)  # warm up
+    t0 = time.process_time()
+    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                 case.n_gpus, space, 0, n, plan.spec.top_n)
+    return n / max(time.process_time() - t0, 1e-6)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .partition import UNIT_OVERHEAD
+    from .plan import make_plan
+    from .spec import load_spec
+
+    spec = load_spec(args.spec)
+    plan = make_plan(spec)
+    cases = plan.cases
+    rate = _estimate_rate(plan)
+    core_s = (plan.total_candidates + UNIT_OVERHEAD * len(plan.units)) / rate if rate else 0.0
+    if args.json:
+        print(json.dumps({
+            "name": spec.name, "cost_model": spec.cost_model, "jobs": [j.name for j in spec.jobs],
+            "variants": [{"variant_id": v.variant_id, "label": v.label, "swept": dict(v.swept)}
+                         for v in plan.variants],
+            "strategies": list(spec.strategies), "gpus": list(spec.gpus),
+            "cases": [{"case_id": c.case_id, "job": c.job.name, "hardware": c.variant.label,
+                       "strategy": c.strategy, "n_gpus": c.n_gpus, "candidates": c.candidates}
+                      for c in cases],
+            "work_units": len(plan.units), "candidates": plan.total_candidates,
+            "candidates_per_core_second": rate, "estimated_core_seconds": core_s}, indent=1))
+        return 0
+    print(f"sweep {spec.name}: cost model {spec.cost_model}, top {spec.top_n} per case")
+    print(f"  {len(spec.jobs)} job(s) x {len(plan.variants)} hardware variant(s) x "
+          f"{len(spec.strategies)} strateg{'y' if len(spec.strategies) == 1 else 'ies'} x "
+          f"{len(spec.gpus)} GPU count(s) = {len(cases)} cases, {len(plan.units)} work units")
+    print(f"  {plan.total_candidates:,} candidates; measured here at {rate:,.0f} per "
+          f"core-second: about {core_s:.3g} core-seconds "
+          f"({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64)")
+    empty = sum(1 for c in cases if c.candidates == 0)
+    if empty:
+        print(f"  {empty} case(s) have no candidate (nothing divides evenly); they are skipped")
+    shown = cases if args.all else cases[:args.limit]
+    rows = [[c.case_id, c.job.name, c.variant.label, c.strategy, c.n_gpus, f"{c.candidates:,}"]
+            for c in shown]
+    print(fmt.table(["case", "job", "hardware", "strategy", "GPUs", "candidates"], rows,
+                    align="rlllrr"))
+    if len(shown) < len(cases):
+        print(f"... {len(cases) - len(shown)} more cases (--all lists every case)")
+    return 0
+
+
+# --------------------------------------------------------------------------- run / reduce / show
+
+class _Progress:
+    """Rank 0 progress lines on stderr, at most every ``every_s`` seconds."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self.last = 0.0
+
+    def __call__(self, p: dict) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self.last < self.every_s and p["units_done"] < p["units"]:
+            return
+        self.last = now
+        frac = p["candidates_done"] / p["candidates"] if p["candidates"] else 1.0
+        eta = p["elapsed_s"] * (1 - frac) / frac if frac > 0 else float("nan")
+        print(f"[{p['elapsed_s']:7.1f} s] rank 0: {p['units_done']}/{p['units']} units, "
+              f"{100 * frac:5.1f}% of its candidates, ETA {eta:.0f} s", file=sys.stderr,
+              flush=True)
+
+
+def _print_run_summary(s) -> None:
+    busy = s.busy_s or [0.0]
+    print(f"sweep {s.plan.spec.name}: {s.evaluated:,} candidates evaluated on {s.ranks} "
+          f"rank(s) in {s.wall_s:.2f} s wall "
+          f"({s.evaluated / max(sum(busy), 1e-9):,.0f} per busy core-second)")
+    if s.resumed_units:
+        print(f"  resumed: {s.resumed_units} work unit(s) were done by an earlier attempt")
+    print(f"  load imbalance (max/mean - 1): {100 * s.imbalance_time:.1f}% by busy time, "
+          f"{100 * s.imbalance_candidates:.1f}% by candidates")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .parallel import get_comm
+    from .runner import RunOptions, run_sweep
+    from .show import format_rows, load_rows
+
+    comm = get_comm(use_mpi=not args.serial)
+    options = RunOptions(out_dir=Path(args.out) if args.out else None, resume=args.resume,
+                         force=args.force, checkpoint_s=args.checkpoint,
+                         reduce=not args.no_reduce,
+                         progress=_Progress() if not args.quiet else None)
+    args._rank = comm.rank
+    try:
+        summary = run_sweep(args.spec, comm, options)
+    except SweepError:
+        raise
+    except BaseException as exc:  # one rank failed: abort all ranks instead of hanging
+        if comm.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            import traceback
+
+            traceback.print_exc()
+            print(f"sweep run: rank {comm.rank} failed; aborting all ranks", file=sys.stderr,
+                  flush=True)
+            comm.abort(1)
+        raise
+    if comm.rank != 0:
+        return 0
+    if not args.quiet:
+        _print_run_summary(summary)
+    if summary.reduced is not None:
+        attrs, rows = load_rows(summary.reduced.path, top=1)
+        if not args.quiet:
+            print(format_rows(attrs, rows[:args.limit]))
+            if len(rows) > args.limit:
+                print(f"... {len(rows) - args.limit} more cases: sweep show "
+                      f"{summary.reduced.path}")
+        print(f"results: {summary.reduced.path}")
+    return 0
+
+
+def _cmd_reduce(args: argparse.Namespace) -> int:
+    from .reduce import reduce_run
+
+    s = reduce_run(args.dir, partial=args.partial)
+    state = "complete" if s.complete else f"PARTIAL ({s.units - s.units_done} units missing)"
+    print(f"{s.path}: {s.cases} cases, {s.evaluated:,} of {s.candidates:,} candidates from "
+          f"{s.parts} part file(s), {state}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from .show import format_rows, load_rows
+
+    attrs, rows = load_rows(args.results, top=args.top, case=args.case)
+    print(format_rows(attrs, rows, args.format))
+    return 0
+
+
+# --------------------------------------------------------------------------- slurm
+
+def _cmd_slurm(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from .plan import make_plan
+    from .slurm import TEMPLATE, SbatchOptions, render_sbatch, submit, wait_for_job
+    from .spec import load_spec
+
+    spec = load_spec(args.spec)
+    make_plan(spec)  # refuse a spec that cannot run before writing or submitting anything
+    out = Path(args.out or Path("results") / spec.name).resolve()
+    extra = []
+    for item in args.sbatch:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SweepError(f"--sbatch: {item!r} is not key=value (e.g. qos=debug)")
+        extra.append((key.strip().lstrip("-"), value.strip()))
+    options = SbatchOptions(
+        spec=str(Path(args.spec).resolve()), out=str(out), job_name=args.job_name or spec.name,
+        python=args.python or sys.executable, workdir=os.getcwd(), version=__version__,
+        nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
+        launcher=args.launcher, partition=args.partition, account=args.account,
+        setup=tuple(args.setup), extra=tuple(extra))
+    text = render_sbatch(TEMPLATE.read_text(), options)
+    if not args.submit:
+        if args.script:
+            Path(args.script).write_text(text)
+            print(f"wrote {args.script}")
+        else:
+            print(text, end="")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    script = Path(args.script) if args.script else out / "sweep.sbatch"
+    script.write_text(text)
+    job_id = submit(script)
+    print(f"submitted {script} as job {job_id}; log {out}/slurm-{job_id}.out")
+    if not args.wait:
+        return 0
+    state = wait_for_job(job_id, timeout_s=args.wait_timeout)
+    print(f"job {job_id}: {state}")
+    if state == "COMPLETED":
+        print(f"results: {out / 'sweep.h5'}")
+        return 0
+    return 1
+
+
 # --------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +329,61 @@ def build_parser() -> argparse.ArgumentParser:
                                   "transformer training.")
     parser.add_argument("--version", action="version", version=f"sweep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    pl = sub.add_parser("plan", help="expand a spec and count its cases and candidates")
+    pl.add_argument("spec", help="sweep spec (YAML)")
+    pl.add_argument("--limit", type=_positive_int, default=30, help="cases to list (default 30)")
+    pl.add_argument("--all", action="store_true", help="list every case")
+    pl.add_argument("--json", action="store_true", help="print JSON")
+    pl.set_defaults(func=_cmd_plan)
+
+    r = sub.add_parser("run", help="run a sweep (serially, or under mpiexec / srun)")
+    r.add_argument("spec", help="sweep spec (YAML)")
+    r.add_argument("--out", help="run folder (default results/<spec name>)")
+    r.add_argument("--resume", action="store_true", help="continue an earlier run in the folder")
+    r.add_argument("--force", action="store_true", help="discard an earlier run in the folder")
+    r.add_argument("--checkpoint", type=float, default=60.0, metavar="SECONDS",
+                   help="rewrite part files at least this often (default 60)")
+    r.add_argument("--no-reduce", action="store_true", help="leave the merge to sweep reduce")
+    r.add_argument("--serial", action="store_true", help="do not load MPI")
+    r.add_argument("--limit", type=_positive_int, default=20, help="cases to print (default 20)")
+    r.add_argument("--quiet", action="store_true", help="print only the results path")
+    r.set_defaults(func=_cmd_run)
+
+    rd = sub.add_parser("reduce", help="merge a run folder's part files into sweep.h5")
+    rd.add_argument("dir", help="run folder")
+    rd.add_argument("--partial", action="store_true", help="reduce an unfinished run")
+    rd.set_defaults(func=_cmd_reduce)
+
+    sh = sub.add_parser("show", help="best configurations per case of a sweep.h5")
+    sh.add_argument("results", help="sweep.h5")
+    sh.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sh.add_argument("--top", type=_positive_int, default=1, help="configs per case (default 1)")
+    sh.add_argument("--case", type=int, help="only this case id")
+    sh.set_defaults(func=_cmd_show)
+
+    sl = sub.add_parser("slurm", help="render (and submit) an sbatch script for a sweep")
+    sl.add_argument("spec", help="sweep spec (YAML)")
+    sl.add_argument("--nodes", type=_positive_int, default=1)
+    sl.add_argument("--ntasks-per-node", type=_positive_int, default=1, help="ranks per node")
+    sl.add_argument("--time", default="01:00:00", help="time limit (default 01:00:00)")
+    sl.add_argument("--partition")
+    sl.add_argument("--account")
+    sl.add_argument("--job-name", help="default: the spec name")
+    sl.add_argument("--out", help="run folder (default results/<spec name>)")
+    sl.add_argument("--python", help="interpreter with sweep installed (default: this one)")
+    sl.add_argument("--launcher", default="srun", choices=("srun", "mpiexec"),
+                    help="srun --mpi=pmi2 (default) or mpiexec inside the allocation")
+    sl.add_argument("--setup", action="append", default=[], metavar="LINE",
+                    help="shell line run first, e.g. 'module load cray-mpich' (repeatable)")
+    sl.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra #SBATCH option, e.g. qos=debug (repeatable)")
+    sl.add_argument("--script", help="write the script here (default: print it, or "
+                    "<out>/sweep.sbatch with --submit)")
+    sl.add_argument("--submit", action="store_true", help="submit it with sbatch")
+    sl.add_argument("--wait", action="store_true", help="with --submit: wait for the job")
+    sl.add_argument("--wait-timeout", type=float, default=3600.0, metavar="SECONDS")
+    sl.set_defaults(func=_cmd_slurm)
 
     p = sub.add_parser("predict", help="one configuration: time, throughput, memory, per-op table")
     p.add_argument("--job", required=True, help="job name (jobs/<name>.yaml) or YAML path")
@@ -153,7 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SweepError as exc:
-        print(f"sweep {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        from .runner import Interrupted
+
+        if getattr(args, "_rank", 0) == 0 or isinstance(exc, Interrupted):
+            print(f"sweep {args.command}: {'stopped' if isinstance(exc, Interrupted) else 'error'}"
+                  f": {exc}", file=sys.stderr, flush=True)
+        return 143 if isinstance(exc, Interrupted) else 2
     except BrokenPipeError:  # e.g. `sweep show ... | head`
         return 0

@@ -1,0 +1,271 @@
+"""``sweep run``: spec -> plan -> this rank's work units -> search -> part file -> reduce.
+
+The same code runs serially (``SerialComm``) and on any number of MPI ranks:
+
+1. rank 0 validates the spec, prepares the run folder (refusing to mix runs) and reads what
+   earlier attempts finished; the outcome, or the error, is broadcast so all ranks agree;
+2. every rank builds the same plan and takes its share of the pending work units
+   (``partition.assign_units``), continuing from its own earlier part file on ``--resume``;
+3. each rank searches its units, keeps a top-N per case and rewrites ``part-<rank>.h5``
+   atomically every ``checkpoint_s`` seconds and at the end;
+4. SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) makes every rank finish its current unit,
+   write its part file and stop: the run can be resumed, with any number of ranks;
+5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import __version__
+from .errors import StoreError, SweepError
+from .partition import assign_units, imbalance
+from .plan import Plan, SpaceCache, make_plan
+from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, reduce_run
+from .schema import RESULT_DTYPE, Reason
+from .search import DEFAULT_BLOCK, search_range
+from .spec import load_spec, parse_spec, resolved_yaml
+from .store import DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, write_part
+from .topn import merge_top_n
+
+__all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
+
+
+class Interrupted(SweepError):
+    """The run stopped on a signal after saving its progress (exit code 143)."""
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path | None = None  # default results/<spec name>
+    resume: bool = False  # continue an earlier run in out_dir
+    force: bool = False  # discard an earlier run in out_dir
+    checkpoint_s: float = 60.0  # rewrite the part file at least this often
+    reduce: bool = True  # rank 0 writes sweep.h5 when the run is complete
+    block_size: int = DEFAULT_BLOCK
+    progress: Callable[[dict], None] | None = None  # rank 0: called with progress records
+
+
+@dataclass
+class RunSummary:
+    out_dir: Path
+    plan: Plan
+    ranks: int
+    units_mine: int
+    evaluated: int  # this run, all ranks (rank 0 only; others: their own)
+    wall_s: float
+    busy_s: list[float] = field(default_factory=list)  # per rank
+    candidates_per_rank: list[int] = field(default_factory=list)
+    reduced: ReduceSummary | None = None
+    resumed_units: int = 0
+
+    @property
+    def imbalance_time(self) -> float:
+        return imbalance(np.array(self.busy_s))
+
+    @property
+    def imbalance_candidates(self) -> float:
+        return imbalance(np.array(self.candidates_per_rank))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _prepare(spec_path: str, options: RunOptions) -> tuple[str, str, np.ndarray, int]:
+    """Rank 0: validate, set up the folder. Returns (spec text, out dir, done unit ids,
+    number of earlier part files)."""
+    spec = load_spec(spec_path)
+    text = resolved_yaml(spec)
+    make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
+    out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
+    out = out.resolve()
+    stored = out / SPEC_NAME
+    parts = list_parts(out)
+    if options.force and out.exists():
+        for p in parts + [out / RESULTS_NAME, stored]:
+            p.unlink(missing_ok=True)
+        parts = []
+    if stored.exists() or parts:
+        if not options.resume:
+            raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
+                             f"start over with --force")
+        if stored.exists() and stored.read_text() != text:
+            raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
+                             f"this run started; use another --out, or --force to start over")
+    out.mkdir(parents=True, exist_ok=True)
+    if not stored.exists():
+        tmp = stored.with_name(f".{SPEC_NAME}.tmp-{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, stored)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    done = []
+    for p in parts:
+        attrs, units, _ = read_part(p)
+        if attrs.get("spec_sha256") != sha:
+            raise StoreError(f"{p}: written for another spec; remove it or use another --out")
+        done.append(units["unit_id"])
+    ids = np.unique(np.concatenate(done)) if done else np.zeros(0, np.int64)
+    return text, str(out), ids, len(parts)
+
+
+class _State:
+    """One rank's finished units and per-case top-N."""
+
+    def __init__(self, top_n: int) -> None:
+        self.top_n = top_n
+        self.done: list[tuple] = []
+        self.tops: dict[int, np.ndarray] = {}
+
+    def load(self, done: np.ndarray, top: np.ndarray) -> None:
+        self.done = [tuple(r) for r in done]
+        for cid in np.unique(top["case_id"]):
+            rows = top[top["case_id"] == cid]
+            res = np.zeros(len(rows), RESULT_DTYPE)
+            for name in RESULT_DTYPE.names:
+                res[name] = rows[name]
+            self.tops[int(cid)] = res
+
+    def add(self, unit: np.void, result, seconds: float, rank: int) -> None:
+        oom = result.reasons.get(int(Reason.OUT_OF_MEMORY), 0)
+        other = sum(v for k, v in result.reasons.items() if k != Reason.OUT_OF_MEMORY)
+        self.done.append((int(unit["unit_id"]), int(unit["case_id"]), int(unit["start"]),
+                          int(unit["stop"]), result.evaluated, result.feasible, oom, other,
+                          seconds, rank))
+        cid = int(unit["case_id"])
+        prev = self.tops.get(cid)
+        self.tops[cid] = merge_top_n([prev, result.top] if prev is not None else [result.top],
+                                     self.top_n)
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
+        pieces = []
+        for cid in sorted(self.tops):
+            rows = self.tops[cid]
+            t = np.zeros(len(rows), TOP_DTYPE)
+            for name in RESULT_DTYPE.names:
+                t[name] = rows[name]
+            t["case_id"] = cid
+            t["place"] = np.arange(len(rows))
+            pieces.append(t)
+        top = np.concatenate(pieces) if pieces else np.zeros(0, TOP_DTYPE)
+        return done, top
+
+
+class _StopFlag:
+    """Set by SIGTERM / SIGINT; handlers restored on exit."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> _StopFlag:
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: no signal handling
+            pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSummary:
+    """Run (or resume) a sweep on ``comm``; see the module docstring.
+
+    Raises:
+        SweepError: on every rank alike for bad input; Interrupted after a signal.
+    """
+    options = options or RunOptions()
+    start_wall = time.monotonic()
+    setup = None
+    if comm.rank == 0:
+        try:
+            setup = ("ok", _prepare(spec_path, options))
+        except SweepError as exc:
+            setup = ("error", (type(exc).__name__, str(exc)))
+    setup = comm.bcast(setup, root=0)
+    if setup[0] == "error":  # every rank raises the same error: no rank is left waiting
+        raise SweepError(setup[1][1])
+    text, out_str, done_ids, _ = setup[1]
+    out = Path(out_str)
+    spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME))
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    cache = SpaceCache(spec.cost_model)
+    plan = make_plan(spec, cache)
+    pending = plan.units[~np.isin(plan.units["unit_id"], done_ids)]
+    owner = assign_units(pending["stop"] - pending["start"], comm.size)
+    mine = pending[owner == comm.rank]
+    state = _State(spec.top_n)
+    my_part = part_path(out, comm.rank)
+    if options.resume and my_part.exists():
+        _, old_done, old_top = read_part(my_part)
+        state.load(old_done, old_top)
+    attrs = {"name": spec.name, "spec_sha256": sha, "rank": comm.rank, "size": comm.size,
+             "sweep_version": __version__}
+
+    def flush(complete: bool) -> None:
+        done, top = state.tables()
+        write_part(my_part, {**attrs, "written_utc": _now(), "complete": complete}, done, top)
+
+    evaluated = 0
+    busy = 0.0
+    last_flush = time.monotonic()
+    total_mine = int((mine["stop"] - mine["start"]).sum())
+    stopped = None
+    with _StopFlag() as stop:
+        for i, unit in enumerate(mine):
+            if stop.signal is not None:
+                stopped = stop.signal
+                break
+            case = plan.cases[int(unit["case_id"])]
+            t0 = time.perf_counter()
+            result = search_range(spec.cost_model, case.job, case.variant.hardware,
+                                  case.strategy, case.n_gpus, cache.of(case),
+                                  int(unit["start"]), int(unit["stop"]), spec.top_n,
+                                  options.block_size)
+            dt = time.perf_counter() - t0
+            busy += dt
+            evaluated += result.evaluated
+            state.add(unit, result, dt, comm.rank)
+            if options.progress is not None and comm.rank == 0:
+                options.progress({"units_done": i + 1, "units": len(mine),
+                                  "candidates_done": evaluated, "candidates": total_mine,
+                                  "elapsed_s": time.monotonic() - start_wall,
+                                  "ranks": comm.size})
+            if time.monotonic() - last_flush >= options.checkpoint_s:
+                flush(False)
+                last_flush = time.monotonic()
+        if stopped is None and stop.signal is not None:
+            stopped = stop.signal
+    flush(stopped is None)
+    if stopped is not None:
+        comm.barrier(timeout_s=20.0)  # give the other ranks time to save too, never hang
+        raise Interrupted(f"stopped by signal {stopped} after saving progress to {my_part}; "
+                          f"continue with 'sweep run {spec_path} --resume'")
+    stats = comm.gather((evaluated, busy, total_mine), root=0)
+    summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
+                         time.monotonic() - start_wall, resumed_units=len(done_ids))
+    if comm.rank == 0:
+        summary.evaluated = sum(s[0] for s in stats)
+        summary.busy_s = [s[1] for s in stats]
+        summary.candidates_per_rank = [s[2] for s in stats]
+        if options.reduce:
+            summary.reduced = reduce_run(out)
+        summary.wall_s = time.monotonic() - start_wall
+    return summary

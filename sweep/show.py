@@ -1,0 +1,90 @@
+"""``sweep show``: the best configurations per case of a ``sweep.h5``, as a table, CSV or JSON.
+
+Rows join ``/top`` with ``/cases``; numbers keep SI units in CSV/JSON (seconds, bytes) and
+are rounded for the table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from . import fmt
+from .store import read_results
+
+__all__ = ["load_rows", "format_rows", "FORMATS"]
+
+FORMATS = ("table", "csv", "json")
+_CASE_COLS = ("case_id", "job", "hardware", "strategy", "n_gpus")
+_DEGREES = ("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "vpp")
+_PLACEMENT = ("nv_tp", "nv_tp2", "nv_cp", "nv_dp", "nv_pp")
+
+
+def _py(v):
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def load_rows(path: Path, top: int = 1, case: int | None = None) -> tuple[dict, list[dict]]:
+    """(root attributes, rows) with the ``top`` best configs of each case (or of ``case``).
+
+    Cases without any feasible configuration appear once with ``place = None``.
+    """
+    attrs, data = read_results(Path(path))
+    cases, rows = data["cases"], data["top"]
+    out = []
+    for c in cases:
+        cid = int(c["case_id"])
+        if case is not None and cid != case:
+            continue
+        base = {k: _py(c[k]) for k in cases.dtype.names}
+        mine = rows[(rows["case_id"] == cid) & (rows["place"] < top)]
+        if len(mine) == 0:
+            out.append({**base, "place": None})
+        for r in mine:
+            out.append({**base, **{k: _py(r[k]) for k in rows.dtype.names}})
+    return attrs, out
+
+
+def _config(r: dict) -> str:
+    parts = [f"{k}={r[k]}" for k in _DEGREES if k in ("dp", "tp", "pp", "mbs") or r[k] != 1]
+    return " ".join(parts)
+
+
+def _placement(r: dict) -> str:
+    return " ".join(f"{k[3:]}{r[k]}" for k in _PLACEMENT if r[k] != 1) or "-"
+
+
+def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:
+    """Render rows as ``table``, ``csv`` or ``json``."""
+    if kind == "json":
+        return json.dumps({"name": attrs.get("name"), "cost_model": attrs.get("cost_model"),
+                           "complete": bool(attrs.get("complete")), "rows": rows}, indent=1)
+    if kind == "csv":
+        buf = io.StringIO()
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+        return buf.getvalue().rstrip("\n")
+    table = []
+    for r in rows:
+        head = [r["case_id"], r["job"], r["hardware"], r["strategy"], r["n_gpus"]]
+        if r.get("place") is None:
+            table.append(head + ["-", "no feasible configuration", "", "", "", "", ""])
+            continue
+        table.append(head + [r["place"] + 1, _config(r), _placement(r),
+                             fmt.seconds(r["step_time_s"]), f"{r['samples_per_s']:.5g}",
+                             fmt.percent(r["mfu"]), f"{r['mem_bytes'] / 1e9:.1f}"])
+    note = "" if attrs.get("complete") else "\n(partial results: the run is not complete)"
+    return fmt.table(["case", "job", "hardware", "strategy", "GPUs", "#", "config",
+                      "NVLink per domain", "step", "samples/s", "MFU", "mem GB"], table,
+                     align="rlllrrllrrrr") + note

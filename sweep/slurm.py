@@ -1,0 +1,126 @@
+"""``sweep slurm``: render (and submit) an sbatch script that runs a sweep and its reduction.
+
+:func:`render_sbatch` is a pure function of a template (``slurm/sweep.sbatch``) and
+:class:`SbatchOptions`; it is checked against a golden file. Values are shell-quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .catalog import REPO_ROOT
+from .errors import SweepError
+
+__all__ = ["SbatchOptions", "render_sbatch", "TEMPLATE", "submit", "wait_for_job",
+           "LAUNCHERS"]
+
+TEMPLATE = REPO_ROOT / "slurm" / "sweep.sbatch"
+#: how the ranks are started inside the allocation
+LAUNCHERS = {
+    "srun": "srun --mpi=pmi2 --kill-on-bad-exit=1",
+    "mpiexec": 'mpiexec -n "$SLURM_NTASKS"',
+}
+_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    """Everything the script needs (paths absolute, so it runs from any directory)."""
+
+    spec: str  # spec file
+    out: str  # run folder
+    job_name: str
+    python: str  # interpreter with sweep installed (e.g. a venv on a shared file system)
+    workdir: str  # directory the job starts in
+    version: str  # sweep version, recorded in the script
+    nodes: int = 1
+    ntasks_per_node: int = 1
+    time: str = "01:00:00"  # Slurm time: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS
+    launcher: str = "srun"  # srun | mpiexec
+    partition: str | None = None
+    account: str | None = None
+    setup: tuple[str, ...] = ()  # shell lines before the run (module load ..., source ...)
+    extra: tuple[tuple[str, str], ...] = ()  # more #SBATCH --key=value lines
+
+
+def _check(o: SbatchOptions) -> None:
+    if o.nodes < 1 or o.ntasks_per_node < 1:
+        raise SweepError("--nodes and --ntasks-per-node must be positive")
+    if not _TIME.match(o.time):
+        raise SweepError(f"--time: {o.time!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS)")
+    if o.launcher not in LAUNCHERS:
+        raise SweepError(f"--launcher: {o.launcher!r}; valid: {', '.join(LAUNCHERS)}")
+    for key, _ in o.extra:
+        if not _FLAG.match(key):
+            raise SweepError(f"--sbatch: {key!r} is not an sbatch option name (e.g. qos=debug)")
+
+
+def render_sbatch(template: str, o: SbatchOptions) -> str:
+    """The sbatch script text for ``o`` (pure).
+
+    Raises:
+        SweepError: an option is invalid.
+    """
+    _check(o)
+    extra = list(o.extra)
+    if o.partition:
+        extra.insert(0, ("partition", o.partition))
+    if o.account:
+        extra.insert(0, ("account", o.account))
+    lines = [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in extra]
+    q = shlex.quote
+    text = string.Template(template).substitute(
+        job_name=q(o.job_name), nodes=o.nodes, ntasks_per_node=o.ntasks_per_node,
+        time=o.time, log=q(str(Path(o.out) / "slurm-%j.out")),
+        sbatch_extra="".join("\n" + x for x in lines), version=o.version, out=q(o.out),
+        setup="".join("\n" + x for x in o.setup), workdir=q(o.workdir),
+        launcher=LAUNCHERS[o.launcher], python=q(o.python), spec=q(o.spec))
+    return text
+
+
+def submit(script: Path, args: Sequence[str] = ()) -> str:
+    """``sbatch --parsable script``; returns the job id.
+
+    Raises:
+        SweepError: sbatch is missing or refused the script.
+    """
+    try:
+        out = subprocess.run(["sbatch", "--parsable", *args, str(script)], capture_output=True,
+                             text=True, timeout=60)
+    except FileNotFoundError:
+        raise SweepError("sbatch not found: is this a Slurm login node?") from None
+    if out.returncode != 0:
+        raise SweepError(f"sbatch refused {script}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip().split(";")[0]
+
+
+_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def wait_for_job(job_id: str, timeout_s: float = 3600.0, poll_s: float = 0.5) -> str:
+    """Poll ``scontrol show job`` until the job ends; returns its final state.
+
+    Raises:
+        SweepError: the job did not end within ``timeout_s``.
+    """
+    start = time.monotonic()
+    state = "UNKNOWN"
+    while time.monotonic() - start < timeout_s:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                             text=True, timeout=60)
+        m = re.search(r"JobState=(\S+)", out.stdout)
+        if m:
+            state = m.group(1)
+            if state in _DONE:
+                return state
+        time.sleep(poll_s)
+    raise SweepError(f"job {job_id} still {state} after {timeout_s:.0f} s")
