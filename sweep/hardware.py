@@ -280,18 +280,21 @@ def _scaled_peaks(peaks: Mapping[str, float], new16: float) -> dict[str, float]:
 
 
 def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
-                    where: str = "") -> Hardware:
+                    paths: Mapping[str, str] | None = None) -> Hardware:
     """Return a copy of ``hw`` with spec-grid overrides applied (values in the key's unit).
 
     A scalar ``matrix_tflops`` / ``vector_tflops`` sets the 16-bit peak; the other
     precisions keep their ratio to it (fp8 stays 2x bf16).
 
+    Args:
+        paths: key -> the key path to name in error messages (default: the key).
+
     Raises:
-        SpecError: unknown key or invalid value (the message names ``source`` and ``where``).
+        SpecError: unknown key or invalid value (the message names ``source`` and the path).
     """
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
-        path = f"{where}.{key}" if where else key
+        path = (paths or {}).get(key, key)
         if key in ("nvlink_domain",):
             changes["nvlink_domain"] = int(_positive(value, source, path, integer=True))
         elif key in ("nics_per_gpu",):
@@ -304,8 +307,10 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
         else:
             canon = _canonical(key)
             if canon is None:
-                valid = ", ".join(OVERRIDABLE)
-                raise _fail(source, path, f"unknown hardware parameter; valid: {valid}")
+                valid = ", ".join(k for k in OVERRIDABLE if not k.startswith("<"))
+                raise _fail(source, path, f"unknown hardware parameter; valid: {valid}, "
+                                          f"{OVERRIDABLE['<quantity>_<unit>']} (or another "
+                                          f"unit suffix)")
             name, factor = canon
             if name.endswith("_peaks"):
                 attr = "matrix_flops_per_s" if name.startswith("matrix") else "vector_flops_per_s"

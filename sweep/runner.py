@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from . import __version__
-from .errors import StoreError, SweepError
+from .errors import StoreError, SweepError, WorldError
 from .partition import assign_units, imbalance
 from .plan import Plan, SpaceCache, make_plan
 from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, reduce_run
@@ -201,7 +201,8 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
             setup = ("error", (type(exc).__name__, str(exc)))
     setup = comm.bcast(setup, root=0)
     if setup[0] == "error":  # every rank raises the same error: no rank is left waiting
-        raise SweepError(setup[1][1])
+        kind, message = setup[1]
+        raise {"StoreError": StoreError, "WorldError": WorldError}.get(kind, SweepError)(message)
     text, out_str, done_ids, _ = setup[1]
     out = Path(out_str)
     spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME))
@@ -228,8 +229,12 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     last_flush = time.monotonic()
     total_mine = int((mine["stop"] - mine["start"]).sum())
     stopped = None
+    # fault injection for the test of the abort path: the named rank fails on its first unit
+    fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
     with _StopFlag() as stop:
         for i, unit in enumerate(mine):
+            if fail_rank == str(comm.rank):
+                raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
             if stop.signal is not None:
                 stopped = stop.signal
                 break

@@ -83,6 +83,7 @@ class GridAxis:
     name: str
     points: tuple[Mapping[str, Any], ...]
     labels: tuple[float, ...]
+    paths: tuple[Mapping[str, str], ...] = ()  # per point: override key -> spec key path
 
 
 @dataclass(frozen=True)
@@ -275,11 +276,14 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
             raise _fail(source, f"{key}.zip", "every zipped list must have the same length")
         n = lengths.pop()
         points = tuple({k: cols[k][i] for k in cols} for i in range(n))
-        return GridAxis(name, points, tuple(float(i) for i in range(n)))
+        paths = tuple({k: f"{key}.zip.{k}[{i}]" for k in cols} for i in range(n))
+        return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
     values = _values(raw, source, key, integer=(name == "nvlink_domain"))
     labels = tuple(float(v) if isinstance(v, (int, float)) else float(i)
                    for i, v in enumerate(values))
-    return GridAxis(name, tuple({name: v} for v in values), labels)
+    listed = isinstance(raw, (list, Mapping))
+    paths = tuple({name: f"{key}[{i}]" if listed else key} for i in range(len(values)))
+    return GridAxis(name, tuple({name: v} for v in values), labels, paths)
 
 
 def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
@@ -319,8 +323,7 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
                 for pi, point in enumerate(ax.points):
                     user = {k: v for k, v in point.items() if not k.startswith("=")}
                     if user:
-                        apply_overrides(bases[n], user, source, f"{gkey}.grid.{ax.name}[{pi}]"
-                                        if len(ax.points) > 1 else f"{gkey}.grid.{ax.name}")
+                        apply_overrides(bases[n], user, source, ax.paths[pi])
         groups.append(group_obj)
     return tuple(groups), bases
 

@@ -39,6 +39,8 @@ def _table() -> dict[str, dict[str, float]]:
 #: dimension -> {unit spelling -> SI factor}; SI units: bytes, bytes/s, flop/s, seconds.
 DIMENSIONS: dict[str, dict[str, float]] = _table()
 
+_EXAMPLES = {"bytes": "GB, GiB, TB", "bytes_per_s": "GB/s, TB/s, GiB/s, Gb/s for bits",
+             "flops_per_s": "TFLOPS, PFLOPS", "s": "s, ms, us, ns"}
 _NUMBER_UNIT = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
 
 
@@ -78,6 +80,6 @@ def parse_quantity(value: object, dimension: str) -> float:
         raise ValueError(f"expected '<number> <unit>' in {dimension}, got {value!r}")
     found = unit_scale(m.group(2))
     if found is None or found[0] != dimension:
-        valid = ", ".join(sorted(DIMENSIONS[dimension]))
-        raise ValueError(f"unit {m.group(2)!r} is not a unit of {dimension} (use one of {valid})")
+        raise ValueError(f"unit {m.group(2)!r} is not a unit of {dimension} "
+                         f"(e.g. {_EXAMPLES[dimension]})")
     return float(m.group(1)) * found[1]

@@ -52,7 +52,7 @@ def expand_variants(spec: SweepSpec) -> list[Variant]:
                     point = ax.points[i]
                     user = {k: v for k, v in point.items() if not k.startswith("=")}
                     if user:
-                        hw = apply_overrides(hw, user, spec.source, f"hardware.grid.{ax.name}")
+                        hw = apply_overrides(hw, user, spec.source, ax.paths[i])
                     direct = {k[1:]: v for k, v in point.items() if k.startswith("=")}
                     if direct:
                         hw = dataclasses.replace(hw, **direct)

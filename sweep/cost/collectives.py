@@ -60,7 +60,7 @@ def nersc_collective_s(c: Collective, hw: Hardware,
     nf = n.astype(np.float64)
     ring = (nf - 1.0) / nf if c.kind in ("allgather", "reducescatter", "allreduce") else 1.0
     cv = ring * vol
-    nodes = n // np.maximum(t, 1)
+    nodes = nf / t  # exact: the per-domain count divides the group size
     all_ib = t == 1
     one_domain = (nodes == 1) & ~all_ib
     hier = ~(all_ib | one_domain)
@@ -73,5 +73,5 @@ def nersc_collective_s(c: Collective, hw: Hardware,
         multi = np.maximum(cv / (hw.nics_per_gpu * t * bs), cv / bf)
         if c.kind == "allreduce":
             multi = 2.0 * multi  # BUG? kept: only the multi-domain branch doubles all-reduce
-        time = np.where(hier, multi + ls * (nodes - 1) + lf * (n - nodes), time)
+        time = np.where(hier, multi + ls * (nodes - 1.0) + lf * (nf - nodes), time)
     return np.where(active, time, 0.0)

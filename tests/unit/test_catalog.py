@@ -63,11 +63,11 @@ def test_overrides_and_interpolation():
     a = load_hardware("nersc-A100")
     b = load_hardware("nersc-H200")
     hw = apply_overrides(a, {"nvlink_domain": 64, "hbm_GBps": 3000, "matrix_tflops": 624},
-                         "s.yaml", "grid")
+                         "s.yaml")
     assert hw.nvlink_domain == 64 and hw.hbm_bytes_per_s == 3e12
     assert hw.matrix_peak("fp16") == pytest.approx(624e12)
     with pytest.raises(SpecError, match="s.yaml: grid.hbm_speed: unknown hardware parameter"):
-        apply_overrides(a, {"hbm_speed": 1}, "s.yaml", "grid")
+        apply_overrides(a, {"hbm_speed": 1}, "s.yaml", {"hbm_speed": "grid.hbm_speed"})
     mid = interpolate(a, b, 0.5, "mid")
     assert mid.hbm_bytes_per_s == pytest.approx((a.hbm_bytes_per_s + b.hbm_bytes_per_s) / 2)
     assert interpolate(a, b, 0.0, "a").hbm_capacity_bytes == a.hbm_capacity_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,7 @@ def test_bench_reports_rates(capsys):
 
 
 def test_console_script_and_module_entry_points():
-    for cmd in (["sweep", "--version"], [sys.executable, "-m", "sweep", "--version"]):
+    script = Path(sys.executable).parent / "sweep"
+    for cmd in ([str(script), "--version"], [sys.executable, "-m", "sweep", "--version"]):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and out.stdout.startswith("sweep ")

@@ -1,0 +1,76 @@
+"""The engine under a real mpiexec: rank-count independence, interrupt and resume with
+another rank count, and no hang when one rank fails."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import h5py
+
+from tests.conftest import DATA
+from tests.mpi.conftest import mpiexec
+
+SMALL = str(DATA / "specs" / "small.yaml")
+LONG = str(DATA / "specs" / "long.yaml")
+
+
+def tables(path):
+    with h5py.File(path, "r") as f:
+        return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
+
+
+def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path):
+    results = {}
+    for n in (1, 2, 3):
+        out = tmp_path / f"n{n}"
+        proc = mpiexec(n, "run", SMALL, "--out", str(out), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert len(list(out.glob("part-*.h5"))) == n
+        results[n] = tables(out / "sweep.h5")
+        assert results[n][2]["complete"]
+    assert results[1][0] == results[2][0] == results[3][0]
+    assert results[1][1] == results[2][1] == results[3][1]
+
+
+def test_sigterm_midway_then_resume_on_three_ranks(tmp_path):
+    killed = tmp_path / "killed"
+    proc = mpiexec(2, "run", LONG, "--out", str(killed), "--quiet", "--checkpoint", "0.2",
+                   popen=True)
+    deadline = time.monotonic() + 120
+    while len(list(killed.glob("part-*.h5"))) < 2 and proc.poll() is None:
+        assert time.monotonic() < deadline, "no part files appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # what Slurm's time limit does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the run finished before it could be interrupted"
+    assert "stopped by signal 15 after saving progress" in err
+    for part in killed.glob("part-*.h5"):
+        with h5py.File(part, "r") as f:
+            assert not f.attrs["complete"]
+    assert not (killed / "sweep.h5").exists()
+    resumed = mpiexec(3, "run", LONG, "--out", str(killed), "--resume", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    full = mpiexec(2, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
+    assert full.returncode == 0, full.stderr
+    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
+    assert a[2]["candidates_evaluated"] == b[2]["candidates_evaluated"] == 8552160
+
+
+def test_failure_on_one_rank_aborts_all_ranks(tmp_path):
+    start = time.monotonic()
+    proc = mpiexec(3, "run", SMALL, "--out", str(tmp_path / "f"), "--quiet",
+                   env={"SWEEP_TEST_FAIL_RANK": "1"}, timeout=120)
+    assert proc.returncode != 0
+    assert "injected failure on rank 1" in proc.stderr
+    assert "rank 1 failed; aborting all ranks" in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_bad_spec_exits_2_on_every_rank(tmp_path):
+    proc = mpiexec(2, "run", str(DATA / "bad_specs" / "08-zero-gpus.yaml"), "--out",
+                   str(tmp_path / "b"), timeout=120)
+    assert proc.returncode == 2
+    assert "gpus[1]: expected a positive integer, got 0" in proc.stderr
+    assert not (tmp_path / "b").exists()

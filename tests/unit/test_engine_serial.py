@@ -1,0 +1,163 @@
+"""The engine run serially, in process: results file, resume after a real SIGTERM, reduce
+failure modes, and `sweep show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import h5py
+import numpy as np
+import pytest
+
+from sweep.cli import main
+from sweep.errors import StoreError, SweepError
+from sweep.parallel import SerialComm
+from sweep.reduce import reduce_run
+from sweep.runner import Interrupted, RunOptions, run_sweep
+from sweep.search import search_case
+from tests.conftest import DATA
+
+SMALL = str(DATA / "specs" / "small.yaml")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "small"
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=out))
+    return out, summary
+
+
+def test_results_file_contract(finished):
+    out, summary = finished
+    with h5py.File(out / "sweep.h5", "r") as f:
+        a = dict(f.attrs)
+        assert a["complete"] and a["cost_model"] == "nersc2024" and a["sweep_version"]
+        assert a["spec"] == (out / "spec.yaml").read_text()
+        assert len(a["spec_sha256"]) == 64 and json.loads(a["ranks"]) == [1]
+        cases, top = f["cases"][:], f["top"][:]
+        columns = json.loads(f["top"].attrs["columns"])
+        assert columns["step_time_s"]["unit"] == "s" and columns["mem_bytes"]["unit"] == "B"
+        assert json.loads(f["cases"].attrs["columns"])["hbm_bytes_per_s"]["unit"] == "B/s"
+    assert len(cases) == 16 and (cases["evaluated"] == cases["candidates"]).all()
+    assert summary.evaluated == cases["candidates"].sum() == a["candidates_evaluated"]
+    for name in ("job", "strategy", "n_gpus", "hardware", "nvlink_domain", "hbm_capacity_bytes",
+                 "matrix_fp16_flops_per_s", "feasible", "out_of_memory", "complete"):
+        assert name in cases.dtype.names
+    # /top: best first per case, at most top_n, and all feasible
+    for cid in np.unique(top["case_id"]):
+        rows = top[top["case_id"] == cid]
+        assert list(rows["place"]) == list(range(len(rows))) and len(rows) <= 5
+        assert (np.diff(rows["samples_per_s"]) <= 0).all() and rows["feasible"].all()
+
+
+def test_engine_equals_direct_search(finished):
+    """Split into work units and merged, a case gives exactly what one search gives."""
+    out, summary = finished
+    with h5py.File(out / "sweep.h5", "r") as f:
+        top = f["top"][:]
+    for case in summary.plan.cases:
+        direct = search_case("nersc2024", case.job, case.variant.hardware, case.strategy,
+                             case.n_gpus, 5).top
+        mine = top[top["case_id"] == case.case_id]
+        assert len(mine) == len(direct)
+        for name in direct.dtype.names:
+            assert (mine[name] == direct[name]).all(), name
+
+
+def test_reduce_is_idempotent(finished):
+    out, _ = finished
+    before = (out / "sweep.h5").read_bytes()
+    reduce_run(out)
+    assert (out / "sweep.h5").read_bytes() == before
+
+
+def test_sigterm_then_resume_equals_uninterrupted(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "again"
+    sent = []
+
+    def progress(p):  # a real SIGTERM to this process after a few units
+        if p["units_done"] == 5 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match="--resume"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, progress=progress))
+    with h5py.File(run / "part-00000.h5", "r") as f:
+        assert not f.attrs["complete"] and 0 < len(f["units"]) < 40
+    assert not (run / "sweep.h5").exists()
+    with pytest.raises(StoreError, match="run incomplete: .* work units missing"):
+        reduce_run(run)
+    partial = reduce_run(run, partial=True)
+    with h5py.File(partial.path, "r") as f:
+        assert not f.attrs["complete"] and not f["cases"]["complete"].all()
+    with pytest.raises(StoreError, match="holds an earlier run; continue it with --resume"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run))
+    resumed = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, resume=True))
+    assert resumed.resumed_units > 0
+    with h5py.File(run / "sweep.h5", "r") as a, h5py.File(out / "sweep.h5", "r") as b:
+        assert a["top"][:].tobytes() == b["top"][:].tobytes()
+        assert a["cases"][:].tobytes() == b["cases"][:].tobytes()
+
+
+def test_reduce_refuses_bad_folders(finished, tmp_path):
+    out, _ = finished
+    with pytest.raises(StoreError, match="no spec.yaml here"):
+        reduce_run(tmp_path)
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    (bad / "part-00000.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(StoreError, match="part-00000.h5: unreadable or corrupt HDF5 file"):
+        reduce_run(bad)
+    (bad / "part-00000.h5").unlink()
+    with pytest.raises(StoreError, match="no part files"):
+        reduce_run(bad)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    (other / "spec.yaml").write_text((other / "spec.yaml").read_text().replace("top_n: 5",
+                                                                               "top_n: 4"))
+    with pytest.raises(StoreError, match="written for another spec"):
+        reduce_run(other)
+
+
+def test_changed_spec_refuses_resume(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "copy"
+    shutil.copytree(out, run)
+    changed = tmp_path / "small.yaml"
+    changed.write_text(open(SMALL).read().replace("top_n: 5", "top_n: 3"))
+    with pytest.raises(SweepError, match="changed since this run started"):
+        run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, resume=True))
+    forced = run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, force=True))
+    assert forced.reduced.complete
+
+
+def test_world_of_one_under_srun_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    code = main(["run", SMALL, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "started as 4 tasks but MPI sees a world of 1 rank" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_show_formats(finished, capsys, fmt):
+    out, _ = finished
+    assert main(["show", str(out / "sweep.h5"), "--format", fmt, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    if fmt == "json":
+        rows = json.loads(text)["rows"]
+        assert len(rows) == 32 and rows[0]["place"] == 0 and "samples_per_s" in rows[0]
+    elif fmt == "csv":
+        lines = text.splitlines()
+        assert lines[0].startswith("case_id,job,strategy") and len(lines) == 33
+    else:
+        assert "nersc-A100[nvlink_domain=4]" in text and "samples/s" in text
+
+
+def test_show_of_a_missing_file(capsys, tmp_path):
+    assert main(["show", str(tmp_path / "none.h5")]) == 2
+    assert "no such results file" in capsys.readouterr().err

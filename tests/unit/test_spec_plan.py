@@ -1,0 +1,113 @@
+"""Spec expansion: grid forms, stable variant ids, resolved specs, plans and partitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from sweep.errors import SpecError
+from sweep.partition import assign_units, imbalance
+from sweep.plan import make_plan
+from sweep.spec import load_spec, parse_spec, resolved_yaml, spec_hash
+from sweep.variants import expand_variants
+from tests.conftest import DATA, REPO
+
+SMALL = DATA / "specs" / "small.yaml"
+
+
+def spec_of(**kw):
+    raw = {"name": "t", "jobs": ["gpt3_1T"], "gpus": 4096, "hardware": {"base": "nersc-B200"}}
+    raw.update(kw)
+    return parse_spec(raw, "t.yaml")
+
+
+def test_gpu_forms():
+    assert spec_of(gpus={"from": 128, "to": 1024, "factor": 2}).gpus == (128, 256, 512, 1024)
+    assert spec_of(gpus={"from": 8, "to": 32, "step": 8}).gpus == (8, 16, 24, 32)
+    assert spec_of(gpus=[1024, 256, 1024]).gpus == (256, 1024)
+    assert spec_of().strategies == ("1d", "2d", "2d-seqp")  # default: all of the profile
+
+
+def test_grid_forms_and_variant_order():
+    s = spec_of(hardware={"base": ["nersc-A100", "nersc-B200"], "grid": {
+        "nvlink_domain": [4, 8], "hbm_GBps": {"from": 1000, "to": 2000, "points": 3}}})
+    v = expand_variants(s)
+    assert len(v) == 2 * 2 * 3 and [x.variant_id for x in v] == list(range(12))
+    assert v[0].label == "nersc-A100[nvlink_domain=4,hbm_GBps=1000]"
+    assert v[1].label == "nersc-A100[nvlink_domain=4,hbm_GBps=1500]"
+    assert v[3].hardware.nvlink_domain == 8 and v[6].base == "nersc-B200"
+    assert v[2].hardware.hbm_bytes_per_s == 2000e9
+    assert v[5].swept == (("nvlink_domain", 8.0), ("hbm_GBps", 2000.0))
+    zipped = spec_of(hardware={"base": "nersc-B200", "grid": {
+        "mem": {"zip": {"hbm_GB": [80, 141], "hbm_GBps": [2000, 4800]}}}})
+    z = expand_variants(zipped)
+    assert [(x.hardware.hbm_capacity_bytes, x.hardware.hbm_bytes_per_s) for x in z] == \
+        [(80e9, 2000e9), (141e9, 4800e9)]
+
+
+def test_nersc_grids_reproduce_the_study():
+    hbm = expand_variants(load_spec(REPO / "specs" / "nersc-b200-hbm-grid.yaml"))
+    assert len(hbm) == 32 * 28
+    caps = sorted({x.hardware.hbm_capacity_bytes for x in hbm})
+    bws = sorted({x.hardware.hbm_bytes_per_s for x in hbm})
+    np.testing.assert_allclose(caps, np.linspace(80, 1000, 32) * 1e9, rtol=1e-15)
+    np.testing.assert_allclose(bws, np.linspace(500, 16000, 28) * 1e9, rtol=1e-15)
+    flops = expand_variants(load_spec(REPO / "specs" / "nersc-flops-capacity.yaml"))
+    assert len(flops) == 10 * 22
+    caps = sorted({x.hardware.hbm_capacity_bytes / 1e9 for x in flops})
+    ref = np.concatenate([np.linspace(80, 141, 4)[:-1], np.linspace(141, 192, 4)[:-1],
+                          np.linspace(192, 384, 4)])
+    np.testing.assert_allclose(caps, ref, rtol=1e-15)
+    peaks = sorted({x.hardware.matrix_peak("fp16") / 1e12 for x in flops})
+    ref = np.concatenate([np.linspace(312, 989.4, 8)[:-1], np.linspace(989.4, 2500, 8)[:-1],
+                          np.linspace(2500, 3750, 8)])
+    np.testing.assert_allclose(peaks, ref, rtol=1e-14)
+
+
+def test_job_overrides_get_distinct_names():
+    s = spec_of(jobs=["gpt3_1T", {"name": "gpt3_1T", "global_batch": 2048}])
+    assert [j.name for j in s.jobs] == ["gpt3_1T", "gpt3_1T[global_batch=2048]"]
+    assert s.jobs[1].global_batch == 2048
+
+
+def test_resolved_spec_round_trips_and_is_self_contained(tmp_path, monkeypatch):
+    spec = load_spec(SMALL)
+    text = resolved_yaml(spec)
+    again = parse_spec(yaml.safe_load(text), "stored.yaml")
+    assert resolved_yaml(again) == text and spec_hash(again) == spec_hash(spec)
+    # the stored text does not need the catalogs any more
+    monkeypatch.setattr("sweep.catalog.REPO_ROOT", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    alone = parse_spec(yaml.safe_load(text), "stored.yaml")
+    assert [v.hardware for v in expand_variants(alone)] == \
+        [v.hardware for v in expand_variants(spec)]
+
+
+def test_plan_units_cover_every_case_exactly():
+    plan = make_plan(load_spec(SMALL))
+    assert len(plan.cases) == 1 * 4 * 2 * 2
+    for case in plan.cases:
+        u = plan.units[plan.units["case_id"] == case.case_id]
+        assert u["start"][0] == 0 and u["stop"][-1] == case.candidates
+        assert (u["start"][1:] == u["stop"][:-1]).all()
+        assert ((u["stop"] - u["start"]) <= 4096).all()
+    assert (plan.units["unit_id"] == np.arange(len(plan.units))).all()
+
+
+def test_useless_gpu_count_is_refused():
+    with pytest.raises(SpecError, match="t.yaml: gpus: 6 GPUs has no valid configuration"):
+        make_plan(spec_of(gpus=[6, 4096]))
+
+
+def test_partition_is_contiguous_balanced_and_deterministic():
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 65536, 3000)
+    for ranks in (1, 2, 3, 7, 64):
+        owner = assign_units(sizes, ranks)
+        assert (np.diff(owner) >= 0).all() and set(owner) == set(range(ranks))
+        loads = np.bincount(owner, weights=sizes + 4096, minlength=ranks)
+        assert loads.max() - loads.mean() <= 65536 + 4096
+        assert (assign_units(sizes, ranks) == owner).all()
+    assert imbalance(np.array([1.0, 1.0])) == 0.0
+    assert imbalance(np.array([3.0, 1.0])) == pytest.approx(0.5)
