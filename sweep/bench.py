@@ -4,8 +4,9 @@ Each workload is one whole case, searched exactly as a rank searches it (enumera
 evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
 search is single-threaded), best of ``repeat`` runs, so a loaded machine reads slower, not
 faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
-NVLink domain of 8 at 4096 GPUs; ``full`` adds the whole NERSC reproduction (3 systems x 3
-NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
+NVLink domain of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
+``full`` adds Llama 3 405B on 2048 H100 (calibrated) and the whole NERSC reproduction (3
+systems x 3 NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .candidates import enumerate_space
 from .catalog import load_hardware, load_job
 from .search import search_range
 
-__all__ = ["Workload", "STANDARD", "nersc_reproduction", "run_bench"]
+__all__ = ["Workload", "STANDARD", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,12 @@ class Workload:
 STANDARD = tuple(
     Workload(f"gpt3_1T {s} B200 nvs8 4096", "nersc2024",
              (("gpt3_1T", "nersc-B200", 8, s, 4096),))
-    for s in ("1d", "2d", "2d-seqp"))
+    for s in ("1d", "2d", "2d-seqp")) + (
+    Workload("llama3_8b calibrated H100 nvs8 64", "calibrated",
+             (("llama3_8b", "H100-SXM", 8, "1d", 64),)),)
+#: the calibrated profile at production scale (with --full)
+CALIBRATED_LARGE = Workload("llama3_405b calibrated H100 nvs8 2048", "calibrated",
+                            (("llama3_405b", "H100-SXM", 8, "1d", 2048),))
 
 
 def nersc_reproduction() -> Workload:
@@ -69,14 +75,15 @@ def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
 
 def run_bench(repeat: int = 5, full: bool = False) -> dict:
     """Time the workloads; returns a JSON-ready report."""
-    workloads = list(STANDARD) + ([nersc_reproduction()] if full else [])
+    workloads = list(STANDARD) + ([CALIBRATED_LARGE, nersc_reproduction()] if full else [])
     rows = []
     for w in workloads:
-        count, seconds = _time_workload(w, 1 if len(w.cases) > 10 else repeat)
+        count, seconds = _time_workload(w, 1 if w in (CALIBRATED_LARGE,) or len(w.cases) > 10
+                                        else repeat)
         rows.append({"workload": w.name, "profile": w.profile, "cases": len(w.cases),
                      "candidates": count, "cpu_seconds": seconds,
                      "candidates_per_core_second": count / seconds if seconds > 0 else 0.0})
-    std = [r for r in rows if r["cases"] == 1]
+    std = [r for r in rows if r["workload"] in {w.name for w in STANDARD}]
     total = sum(r["candidates"] for r in std) / sum(r["cpu_seconds"] for r in std)
     return {"sweep_version": __version__, "python": platform.python_version(),
             "numpy": np.__version__, "machine": platform.machine(),

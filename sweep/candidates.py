@@ -18,9 +18,10 @@ from functools import lru_cache
 import numpy as np
 
 from .job import Job
-from .schema import CANDIDATE_DTYPE, empty_candidates
+from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors", "ordered_factorizations", "enumerate_nersc",
+           "enumerate_calibrated", "FIRST_K_FRACTIONS",
            "summa_nb_options", "NERSC_STRATEGIES"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
@@ -270,9 +271,127 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
     return CandidateSpace(base, [_nv_axis(base, nvlink_domain, groups)])
 
 
+# --------------------------------------------------------------------------------------------
+# calibrated profile: Megatron-style rules plus the knobs of production stacks
+# --------------------------------------------------------------------------------------------
+
+#: fractions of a stage's layers tried with first-k recompute (k rounded, 0 < k < layers)
+FIRST_K_FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def _degree_combos(job: Job, n: int) -> np.ndarray:
+    """(tp, cp, pp, dp) with tp cp pp dp = n and the rules of calibrated_space."""
+    H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
+                         job.n_layers, job.global_batch)
+    rows = []
+    for tp in _divisors_tuple(n):
+        # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA)
+        if H % tp or f % tp or (Kv % tp and tp % Kv):
+            continue
+        for cp in _divisors_tuple(n // tp):
+            # ring attention splits each sequence into 2 cp load-balanced chunks
+            if cp > 1 and s % (2 * cp):
+                continue
+            for pp in _divisors_tuple(n // (tp * cp)):
+                dp = n // (tp * cp * pp)
+                if pp <= L and B % dp == 0:
+                    rows.append((tp, cp, pp, dp))
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
+                         host_memory: bool = False) -> CandidateSpace:
+    """Every candidate of the ``calibrated`` profile for one case.
+
+    Base rows: TP (divides heads and the MLP width; KV heads split or replicated), CP (2 cp
+    divides the sequence), PP (at most the layers; uneven stages allowed), DP (divides the
+    global batch), micro-batch (divides the per-replica batch), virtual stages (divide the
+    stage's layers, micro-batches a multiple of pp: Megatron's interleaved schedule), and the
+    recompute policy (none, selective, per-op, full, first-k for k = 1/4, 1/2, 3/4 of the
+    stage). Inner axes: sequence parallelism and TP overlap ((0,0), (1,0), (1,1) when tp > 1:
+    overlap needs SP), ZeRO stage 0-3 and FSDP hybrid shard groups (powers of two below dp),
+    offload sets (when the hardware has a second memory tier), and the NVLink placement.
+    Forward-only jobs drop recompute, ZeRO and virtual stages.
+    """
+    n = int(n_gpus)
+    degrees = _degree_combos(job, n)
+    L, B = job.n_layers, job.global_batch
+    parts = []
+    for tp, cp, pp, dp in degrees.tolist():
+        local = B // dp
+        mbs = np.array(_divisors_tuple(local), dtype=np.int64)
+        stage = -(-L // pp)
+        # virtual stages need even stages (Megatron's interleaved schedule)
+        vpps = list(_divisors_tuple(L // pp)) if pp > 1 and L % pp == 0 and job.training \
+            else [1]
+        policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
+        if job.training:
+            policies += [(Recompute.SELECTIVE, 0), (Recompute.OP_SAC, 0), (Recompute.FULL, 0)]
+            ks = sorted({int(round(stage * q)) for q in FIRST_K_FRACTIONS} - {0, stage})
+            policies += [(Recompute.FIRST_K, k) for k in ks]
+        for v in vpps:
+            # interleaving needs the micro-batch count to be a multiple of pp
+            ok = mbs if v == 1 else mbs[(local // mbs) % pp == 0]
+            if len(ok) == 0:
+                continue
+            pol = np.array(policies, dtype=np.int64)
+            block = empty_candidates(len(ok) * len(pol))
+            block["tp"], block["cp"], block["pp"], block["dp"] = tp, cp, pp, dp
+            block["vpp"] = v
+            block["mbs"] = np.repeat(ok, len(pol))
+            block["recompute"] = np.tile(pol[:, 0], len(ok))
+            block["recompute_layers"] = np.tile(pol[:, 1], len(ok))
+            parts.append(block)
+    base = np.concatenate(parts) if parts else empty_candidates(0)
+    axes = [_sp_axis(base), _zero_axis(base, job.training)]
+    if host_memory and job.training:
+        axes.append(_offload_axis(base))
+    axes.append(_nv_axis(base, nvlink_domain, ("tp", "cp", "dp", "pp")))
+    return CandidateSpace(base, axes)
+
+
+def _sp_axis(base: np.ndarray) -> InnerAxis:
+    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when tp > 1."""
+    options = np.array([(0, 0), (1, 0), (1, 1)], dtype=[("sp", "i4"), ("tp_overlap", "i4")])
+    tp_on = (base["tp"] > 1)[:, None]
+    valid = np.concatenate([np.ones_like(tp_on), tp_on, tp_on], axis=1)
+    return InnerAxis(options=options, valid=valid)
+
+
+def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
+    """(zero, shard_group): ZeRO 0-3 over the whole data x context group, and FSDP hybrid
+    shard over groups of 2, 4, ... GPUs (powers of two dividing dp, below it)."""
+    dp_max = int(base["dp"].max()) if len(base) else 1
+    groups = [g for g in (2 ** i for i in range(1, 31)) if g < dp_max]
+    options = np.zeros(4 + len(groups), dtype=[("zero", "i4"), ("shard_group", "i4")])
+    options["zero"][:4] = np.arange(4)
+    options["zero"][4:] = 3
+    options["shard_group"][4:] = groups
+    dp = base["dp"].astype(np.int64)[:, None]
+    valid = np.ones((len(base), len(options)), dtype=bool)
+    valid[:, 1:4] = dp > 1 if training else False  # sharding needs replicas (and training)
+    if not training:
+        valid[:, 1:] = False
+    if groups:
+        g = np.array(groups, dtype=np.int64)[None, :]
+        valid[:, 4:] = (dp % g == 0) & (g < dp) & training
+    return InnerAxis(options=options, valid=valid)
+
+
+def _offload_axis(base: np.ndarray) -> InnerAxis:
+    """Offload bit masks 0-7 (1 weights, 2 activations, 4 optimizer state)."""
+    options = np.zeros(8, dtype=[("offload", "i4")])
+    options["offload"] = np.arange(8)
+    return InnerAxis(options=options, valid=np.ones((len(base), 8), dtype=bool))
+
+
 def enumerate_space(profile: str, job: Job, n_gpus: int, strategy: str,
-                    nvlink_domain: int) -> CandidateSpace:
+                    nvlink_domain: int, host_memory: bool = False) -> CandidateSpace:
     """The candidate space of one case under a cost profile's search rules."""
     if profile == "nersc2024":
         return enumerate_nersc(job, n_gpus, strategy, nvlink_domain)
+    if profile == "calibrated":
+        if strategy != "1d":
+            raise ValueError(f"unknown calibrated strategy {strategy!r}")
+        return enumerate_calibrated(job, n_gpus, nvlink_domain, host_memory)
     raise KeyError(f"unknown cost profile {profile!r}")

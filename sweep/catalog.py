@@ -8,6 +8,7 @@ name may also be a path to a YAML file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +21,7 @@ from .hardware import Hardware, parse_hardware
 from .job import Job, parse_job
 
 __all__ = ["load_hardware", "load_job", "read_yaml", "search_roots", "list_names",
-           "REPO_ROOT"]
+           "load_calibration", "REPO_ROOT", "CALIBRATION_FILE"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +58,8 @@ def search_roots(near: Path | None = None) -> list[Path]:
 
 
 def _find(kind: str, name: str, near: Path | None) -> Path | None:
+    if kind == "hardware" and name == Path(CALIBRATION_FILE).stem:
+        return None
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
         for base in ([near] if near else []) + [Path.cwd()]:
@@ -78,7 +81,8 @@ def list_names(kind: str, near: Path | None = None) -> list[str]:
     for root in search_roots(near):
         d = root / kind
         if d.is_dir():
-            names.update(p.stem for p in d.glob("*.y*ml"))
+            names.update(p.stem for p in d.glob("*.y*ml")
+                         if not (kind == "hardware" and p.name == CALIBRATION_FILE))
     return sorted(names)
 
 
@@ -89,9 +93,38 @@ def _unknown(kind: str, name: str, source: str, key: str, near: Path | None) -> 
                                   f"{name!r} (no {kind}/{name}.yaml found){hint}")
 
 
+#: per-generation parameters of the calibrated profile, next to the hardware files
+CALIBRATION_FILE = "calibration.yaml"
+
+
+@lru_cache(maxsize=64)
+def load_calibration(path: Path) -> dict[str, dict[str, float]]:
+    """``hardware/calibration.yaml``: generation -> {parameter: value} (plus ``memory``)."""
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict):
+        raise SpecError(str(path), "", "expected a mapping of generation -> parameters")
+    out: dict[str, dict[str, float]] = {}
+    for gen, params in raw.items():
+        if gen == "fitted":
+            continue
+        if not isinstance(params, dict):
+            raise SpecError(str(path), str(gen), "expected a mapping of parameter -> number")
+        for k, v in params.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpecError(str(path), f"{gen}.{k}", f"expected a number, got {v!r}")
+        out[str(gen)] = {str(k): float(v) for k, v in params.items()}
+    return out
+
+
 @lru_cache(maxsize=256)
 def _load_hardware_file(path: Path) -> Hardware:
-    return parse_hardware(read_yaml(path), str(path), path.stem)
+    hw = parse_hardware(read_yaml(path), str(path), path.stem)
+    cal_path = path.parent / CALIBRATION_FILE
+    if cal_path.is_file():
+        table = load_calibration(cal_path)
+        merged = {**table.get("memory", {}), **table.get(hw.generation, {}), **hw.calibration}
+        hw = dataclasses.replace(hw, calibration=merged)
+    return hw
 
 
 @lru_cache(maxsize=256)

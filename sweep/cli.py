@@ -19,7 +19,7 @@ from .errors import SweepError
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_PROFILE = "nersc2024"
+DEFAULT_PROFILE = "calibrated"
 
 
 def _positive_int(text: str) -> int:
@@ -58,15 +58,28 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 def _format_prediction(p) -> str:
     r = p.row
+    calibrated = p.profile == "calibrated"
     degrees = ["dp", "tp"] + (["tp2", "nb"] if p.strategy == "2d" else []) + (
-        ["cp"] if p.strategy == "2d-seqp" else []) + ["pp", "mbs"]
+        ["cp"] if p.strategy == "2d-seqp" or calibrated else []) + ["pp"] + (
+        ["vpp"] if calibrated else []) + ["mbs"]
     placement = ["nv_tp"] + (["nv_tp2"] if p.strategy == "2d" else []) + (
-        ["nv_cp"] if p.strategy == "2d-seqp" else []) + ["nv_dp", "nv_pp"]
+        ["nv_cp"] if p.strategy == "2d-seqp" or calibrated else []) + ["nv_dp", "nv_pp"]
+    knobs = ""
+    if calibrated:
+        from .show import RECOMPUTE_NAMES
+
+        rec = int(r["recompute"])
+        knobs = (f"   sp={int(r['sp'])} tp_overlap={int(r['tp_overlap'])} recompute="
+                 f"{RECOMPUTE_NAMES[rec]}" + (f" ({int(r['recompute_layers'])} layers)"
+                                              if rec == 3 else "")
+                 + f" zero={int(r['zero'])}" + (f" shard_group={int(r['shard_group'])}"
+                                                 if r["shard_group"] else "")
+                 + (f" offload={int(r['offload'])}" if r["offload"] else ""))
     step = float(r["step_time_s"])
     lines = [
         f"{p.job.name} on {p.n_gpus} x {p.hardware.name} (NVLink domain "
         f"{p.hardware.nvlink_domain}), profile {p.profile}, strategy {p.strategy}",
-        "config:    " + " ".join(f"{k}={int(r[k])}" for k in degrees),
+        "config:    " + " ".join(f"{k}={int(r[k])}" for k in degrees) + knobs,
         "NVLink:    " + " ".join(f"{k[3:]} {int(r[k])}" for k in placement)
         + f"   (GPUs of each group inside one domain; best of {p.matches} matching candidates)",
         f"step time: {fmt.seconds(step)}   throughput {float(r['samples_per_s']):.6g} samples/s, "
@@ -86,6 +99,8 @@ def _format_prediction(p) -> str:
     cols = ("compute_s", "memory_s", "tp_comm_s", "cp_comm_s", "other_s")
     rows, total = [], {k: 0.0 for k in ("time_s",) + cols}
     for op in p.ops:
+        if op["time_s"] == 0 and calibrated:
+            continue  # a knob this configuration does not use
         rows.append([op["name"], f"{op['time_s']:.6g}", fmt.percent(op["time_s"] / step)]
                     + [f"{op[c]:.4g}" if op[c] else "-" for c in cols])
         for k in total:
@@ -116,6 +131,70 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- validate
+
+def _calibration_params(cases) -> dict:
+    """The parameters the hardware catalog holds for the generations of ``cases``."""
+    from .cost.calibrated import MEMORY_PARAMETERS
+
+    params: dict[str, dict[str, float]] = {}
+    for c in cases:
+        cal = dict(c.hw.calibration)
+        params.setdefault(c.hw.generation, {k: v for k, v in cal.items()
+                                            if k not in MEMORY_PARAMETERS})
+        params.setdefault("memory", {k: v for k, v in cal.items() if k in MEMORY_PARAMETERS})
+    return params
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .validate import DEFAULT_DATA, express, read_runs, render, report
+
+    data = args.data or DEFAULT_DATA
+    rows = read_runs(data)
+    cases = [c for c in (express(r) for r in rows) if not isinstance(c, str)]
+    rep = report(rows, _calibration_params(cases), loso=not args.no_loso)
+    rep["data"] = str(data)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"sweep validate: {data} with the calibrated profile's parameters "
+          f"(hardware/calibration.yaml){'' if args.no_loso else '; LOSO re-fits per source'}")
+    print(render(rep, rows=not args.summary))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibration import GENERATIONS, fill_generations, fit, write_calibration
+    from .catalog import CALIBRATION_FILE, REPO_ROOT
+    from .validate import DEFAULT_DATA, express, read_runs, render, report
+
+    data = args.data or DEFAULT_DATA
+    rows = read_runs(data)
+    cases = [c for c in (express(r) for r in rows) if not isinstance(c, str)]
+    if not cases:
+        raise SweepError(f"{data}: no row can be expressed; nothing to calibrate on")
+    result = fit(cases, start=_calibration_params(cases))
+    params, borrowed = fill_generations(result.parameters)
+    if args.json:
+        print(json.dumps({"parameters": params, "rows": result.rows,
+                          "borrowed": borrowed}, indent=1))
+    else:
+        names = sorted({k for g, v in params.items() if g != "memory" for k in v})
+        gens = [g for g in GENERATIONS if g in params]
+        print(f"sweep calibrate: fitted on {data} ({len(cases)} rows expressed)")
+        print(fmt.table(["parameter"] + gens, [[n] + [
+            f"{params[g][n]:g}" if n in params[g] else "-" for g in gens] for n in names]))
+        for g, d in borrowed.items():
+            print(f"{g}: no measured runs; {d} values used")
+        print("memory: " + ", ".join(f"{k} = {v:g}" for k, v in params["memory"].items()))
+        print(render(report(rows, params, loso=False), rows=False))
+    if args.write:
+        target = args.output or REPO_ROOT / "hardware" / CALIBRATION_FILE
+        write_calibration(target, result, str(data))
+        print(f"wrote {target}")
+    return 0
+
+
 # --------------------------------------------------------------------------- plan
 
 def _estimate_rate(plan) -> float:
@@ -128,7 +207,7 @@ def _estimate_rate(plan) -> float:
     if not plan.cases or plan.total_candidates == 0:
         return 0.0
     case = max(plan.cases, key=lambda c: c.candidates)
-    space = SpaceCache(plan.spec.cost_model).of(case)
+    space = SpaceCache(plan.spec.cost_model, offload=plan.spec.offload).of(case)
     n = min(space.size, 32768)
     search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
                  case.n_gpus, space, 0, min(n, 1024), plan.spec.top_n)  # warm up
@@ -398,6 +477,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nvlink-domain", type=_positive_int, help="override the NVLink domain size")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_predict)
+
+    v = sub.add_parser("validate", help="predict measured training runs; error per row and "
+                       "source, memory, OOM, leave-one-source-out")
+    v.add_argument("--data", help="CSV with the columns of sweep/data/measured_training_runs.csv "
+                   "(default: the public runs shipped with sweep)")
+    v.add_argument("--no-loso", action="store_true",
+                   help="skip leave-one-source-out (re-fits; needs scipy)")
+    v.add_argument("--summary", action="store_true", help="omit the per-row table")
+    v.add_argument("--json", action="store_true", help="print JSON")
+    v.set_defaults(func=_cmd_validate)
+
+    ca = sub.add_parser("calibrate", help="fit the calibrated profile's parameters per GPU "
+                        "generation on measured runs (needs scipy)")
+    ca.add_argument("--data", help="CSV of measured runs (default: the shipped public runs)")
+    ca.add_argument("--write", action="store_true", help="write hardware/calibration.yaml")
+    ca.add_argument("--output", help="with --write: write this file instead")
+    ca.add_argument("--json", action="store_true", help="print JSON")
+    ca.set_defaults(func=_cmd_calibrate)
 
     b = sub.add_parser("bench", help="candidates per core-second on fixed workloads")
     b.add_argument("--repeat", type=_positive_int, default=5, help="runs per workload (best)")

@@ -57,6 +57,9 @@ _PLAIN = {
     "nvlink_domain": "GPUs in one NVLink (scale-up) domain",
     "nics_per_gpu": "scale-out NICs per GPU (may be fractional, e.g. 0.5)",
     "calibration": "parameters of the calibrated cost profile (mapping)",
+    "generation": "architecture (volta, ampere, hopper, blackwell): selects calibration",
+    "sm_count": "streaming multiprocessors (GEMM wave quantization)",
+    "gemm_tile": "[M, N] output tile of the typical tensor-core GEMM kernel",
 }
 
 
@@ -80,6 +83,9 @@ class Hardware:
     host_memory_bytes: float = 0.0  # second memory tier (offload target); 0 = none
     host_link_bytes_per_s: float = 0.0  # bandwidth to the second tier
     calibration: Mapping[str, float] = field(default_factory=dict)
+    generation: str = ""  # architecture family; the calibrated profile's parameters key
+    sm_count: int = 108  # SMs, for wave quantization of GEMMs
+    gemm_tile: tuple[int, int] = (128, 128)  # output tile (M, N) of typical GEMM kernels
     source: str = ""
 
     def matrix_peak(self, dtype: str) -> float:
@@ -100,6 +106,7 @@ class Hardware:
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f.name] = float(v)
+        out["gemm_tile_m"], out["gemm_tile_n"] = map(float, self.gemm_tile)
         for k, v in sorted(self.calibration.items()):
             out[f"calibration_{k}"] = float(v)
         return out
@@ -227,8 +234,15 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _fail(source, f"calibration.{k}", f"expected a number, got {v!r}")
         cal[str(k)] = float(v)
+    sm = _positive(values.get("sm_count", 108), source, "sm_count", integer=True)
+    tile = values.get("gemm_tile", [128, 128])
+    if (not isinstance(tile, (list, tuple)) or len(tile) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)):
+        raise _fail(source, "gemm_tile", f"expected [M, N] positive integers, got {tile!r}")
+    generation = str(values.get("generation", ""))
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
+        generation=generation, sm_count=int(sm), gemm_tile=(int(tile[0]), int(tile[1])),
         matrix_flops_per_s=values["matrix_peaks"],
         vector_flops_per_s=values["vector_peaks"],
         hbm_bytes_per_s=values["hbm_bandwidth"],
@@ -356,7 +370,8 @@ def interpolate(a: Hardware, b: Hardware, t: float, name: str) -> Hardware:
                                "source": f"interpolated {a.name} -> {b.name} at t={t:g}"}
     for f in dataclasses.fields(Hardware):
         va, vb = getattr(a, f.name), getattr(b, f.name)
-        if f.name in changes or isinstance(va, (str, Mapping)) or f.name == "nvlink_domain":
+        if f.name in changes or isinstance(va, (str, Mapping, tuple)) or f.name in (
+                "nvlink_domain", "sm_count"):
             continue
         changes[f.name] = lerp(float(va), float(vb))
     return dataclasses.replace(a, **changes)

@@ -45,15 +45,25 @@ _CHOICES = {
     "norm": ("layernorm", "rmsnorm"),
     "dtype": ("bf16", "fp16", "fp8", "fp32"),
     "position": ("learned", "rope", "none"),
+    # how the training stack runs it (calibrated profile)
+    "attention_kernel": ("flash", "materialized"),
+    # fp32: fp32 main gradients; bf16: 16-bit gradients; mixed: 16-bit gradients plus an fp32
+    # accumulation buffer (DeepSpeed BF16Optimizer)
+    "grad_dtype": ("fp32", "bf16", "mixed"),
 }
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
     "dropout": "dropout layers present",
     "bias": "linear layers carry biases",
     "tied_embeddings": "LM head shares the embedding matrix",
+    "fused_kernels": "norms / activations / residuals fused (TE, apex, torch.compile)",
+    "dp_overlap": "data-parallel communication overlapped with compute",
+    "fused_loss": "fused cross-entropy: 16-bit logits and gradient, no fp32 copy",
+    "training": "false = forward only (inference)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text"}
+_FLOAT_FIELDS = {"buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,13 @@ class Job:
     dropout: bool = False
     bias: bool = False
     tied_embeddings: bool = False
+    attention_kernel: str = "flash"  # flash (FlashAttention) or materialized score matrix
+    fused_kernels: bool = True  # elementwise ops fused (TE / apex / torch.compile)
+    dp_overlap: bool = True  # gradient / parameter collectives overlapped with compute
+    fused_loss: bool = False  # fused cross-entropy (no fp32 logits copy)
+    grad_dtype: str = "fp32"  # gradients: fp32, bf16, or mixed (bf16 + fp32 accumulation)
+    training: bool = True  # false: forward-only inference
+    buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
     source: str = ""
 
     @property
@@ -117,7 +134,8 @@ def _fail(source: str, key: str, msg: str) -> SpecError:
 
 
 def _valid() -> str:
-    return ", ".join(list(_TEXT_FIELDS) + list(_INT_FIELDS) + list(_CHOICES) + list(_BOOL_FIELDS))
+    return ", ".join(list(_TEXT_FIELDS) + list(_INT_FIELDS) + list(_CHOICES) + list(_BOOL_FIELDS)
+                     + list(_FLOAT_FIELDS))
 
 
 def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Job:
@@ -145,6 +163,10 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
                 raise _fail(source, key, f"expected true or false, got {value!r}")
         elif key in _TEXT_FIELDS:
             value = str(value)
+        elif key in _FLOAT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise _fail(source, key, f"expected a non-negative number, got {value!r}")
+            value = float(value)
         else:
             raise _fail(source, key, f"unknown key; valid keys: {_valid()}")
         values[key] = value

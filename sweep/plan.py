@@ -38,24 +38,28 @@ class Case:
     @property
     def space_key(self) -> tuple:
         """What the candidate space depends on (not bandwidths, capacities or FLOP rates)."""
-        return (self.job, self.n_gpus, self.strategy, self.variant.hardware.nvlink_domain)
+        hw = self.variant.hardware
+        return (self.job, self.n_gpus, self.strategy, hw.nvlink_domain, hw.host_memory_bytes > 0)
 
 
 class SpaceCache:
     """Candidate spaces by space key (many variants share one space)."""
 
-    def __init__(self, profile: str, max_entries: int = 256) -> None:
+    def __init__(self, profile: str, max_entries: int = 256, offload: bool = False) -> None:
         self.profile = profile
+        self.offload = offload  # offload options where the hardware has a host tier
         self.max_entries = max_entries
         self._spaces: dict[tuple, CandidateSpace] = {}
 
-    def get(self, job: Job, n_gpus: int, strategy: str, nvlink_domain: int) -> CandidateSpace:
-        key = (job, n_gpus, strategy, nvlink_domain)
+    def get(self, job: Job, n_gpus: int, strategy: str, nvlink_domain: int,
+            host_memory: bool = False) -> CandidateSpace:
+        key = (job, n_gpus, strategy, nvlink_domain, host_memory)
         space = self._spaces.get(key)
         if space is None:
             if len(self._spaces) >= self.max_entries:
                 self._spaces.pop(next(iter(self._spaces)))
-            space = enumerate_space(self.profile, job, n_gpus, strategy, nvlink_domain)
+            space = enumerate_space(self.profile, job, n_gpus, strategy, nvlink_domain,
+                                    host_memory and self.offload)
             self._spaces[key] = space
         return space
 
@@ -83,7 +87,7 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
     Raises:
         SpecError: a GPU count of the spec has no candidate for any job and strategy.
     """
-    cache = cache or SpaceCache(spec.cost_model)
+    cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)
     variants = expand_variants(spec)
     cases: list[Case] = []
     sizes: dict[tuple, int] = {}
@@ -91,7 +95,8 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
         for variant in variants:
             for strategy in spec.strategies:
                 for n in spec.gpus:
-                    key = (job, n, strategy, variant.hardware.nvlink_domain)
+                    hw = variant.hardware
+                    key = (job, n, strategy, hw.nvlink_domain, hw.host_memory_bytes > 0)
                     if key not in sizes:
                         sizes[key] = cache.get(*key).size
                     cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))

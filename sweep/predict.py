@@ -109,6 +109,53 @@ def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> 
             "given (placements must fill the domain exactly)")
 
 
+def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int]) -> str:
+    """First calibrated search rule (candidates.enumerate_calibrated) the configuration breaks."""
+    tp, cp, pp, mbs = (cfg.get(k, 1) for k in ("tp", "cp", "pp", "mbs"))
+    model = tp * cp * pp
+    if "dp" not in cfg and n % model:
+        return f"tp x cp x pp = {model} does not divide {n} GPUs"
+    dp = cfg.get("dp", n // model)
+    H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
+                         job.n_layers, job.global_batch)
+    local = B // dp if dp and B % dp == 0 else 0
+    vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
+    group = cfg.get("shard_group", 0)
+    checks = [
+        (dp * model == n, f"dp x tp x cp x pp = {dp * model}, not {n} GPUs"),
+        (H % tp == 0 and f % tp == 0, f"tp = {tp} must divide heads ({H}) and ffn ({f})"),
+        (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
+                                       f"{Kv} KV heads"),
+        (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
+        (pp <= L, f"pp = {pp} exceeds the {L} layers"),
+        (B % dp == 0, f"dp = {dp} must divide the global batch ({B})"),
+        (local and local % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
+        (vpp == 1 or (pp > 1 and L % pp == 0 and (L // pp) % vpp == 0),
+         f"vpp = {vpp} needs pp > 1 and to divide the layers per stage"),
+        (vpp == 1 or (local and (local // mbs) % pp == 0),
+         "interleaving needs the micro-batch count to be a multiple of pp"),
+        (rec <= 4, f"recompute = {rec}: 0 none, 1 selective, 2 full, 3 first-k, 4 per-op"),
+        (rec != 3 or 0 < cfg.get("recompute_layers", 0) < -(-L // pp),
+         "recompute = 3 needs 0 < recompute_layers < layers per stage"),
+        (zero <= 3, f"zero = {zero}: stages are 0-3"),
+        (group == 0 or (zero == 3 and dp % group == 0 and group < dp
+                        and group & (group - 1) == 0),
+         "shard_group needs zero = 3 and a power of two dividing dp, below it"),
+        (tp > 1 or not (cfg.get("sp") or cfg.get("tp_overlap")), "sp / tp_overlap need tp > 1"),
+        (not cfg.get("tp_overlap") or cfg.get("sp"), "tp_overlap needs sp = 1"),
+        (not cfg.get("offload") or hw.host_memory_bytes > 0,
+         f"offload needs a host memory tier; {hw.name} has none"),
+        (cfg.get("offload", 0) <= 7, "offload is a bit mask 0-7"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            return msg
+    if not job.training and (rec or zero or vpp > 1):
+        return "forward-only jobs have no recompute, ZeRO or virtual stages"
+    return ("no NVLink placement among the candidates matches the nv_* given (placements "
+            "must fill the domain exactly)")
+
+
 def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
             config: Mapping[str, int]) -> Prediction:
     """Predict one configuration.
@@ -116,7 +163,10 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     Raises:
         SweepError: the configuration is not a candidate of this case (with the rule broken).
     """
-    space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain)
+    # offload is opt-in: searched only when the configuration names it
+    offload = config.get("offload", 0) > 0
+    space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,
+                            offload and hw.host_memory_bytes > 0)
     best = None
     matches = 0
     for start in range(0, space.size, DEFAULT_BLOCK):
@@ -140,7 +190,7 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
             best = cand
     if best is None:
         reason = _diagnose_nersc(job, n_gpus, strategy, config) if profile == "nersc2024" \
-            else "it breaks the search rules of this profile"
+            else _diagnose_calibrated(job, hw, n_gpus, config)
         raise SweepError(f"{_describe(config)} is not a {profile}/{strategy} candidate for "
                          f"{job.name} on {n_gpus} GPUs: {reason}")
     single = {k: np.array([best[k]]) for k in CANDIDATE_DTYPE.names}

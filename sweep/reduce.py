@@ -99,7 +99,8 @@ def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
     best[first["case_id"]] = first["samples_per_s"]
     axes = sorted({a for v in plan.variants for a, _ in v.swept})
     hw_records = [c.variant.hardware.record() for c in cases]
-    hw_keys = [k for k in hw_records[0] if k != "hardware"] if hw_records else []
+    # union over variants: generations may carry different calibration parameters (NaN = absent)
+    hw_keys = sorted({k for r in hw_records for k in r} - {"hardware"})
     job_keys = ["n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "head_dim", "vocab",
                 "seq_len", "global_batch"]
     columns: dict[str, tuple[str, str]] = {
@@ -123,7 +124,7 @@ def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
         data[f"swept_{a}"] = np.array([dict(c.variant.swept).get(a, np.nan) for c in cases])
         columns[f"swept_{a}"] = ("", f"value of grid axis {a} (spec units; NaN = not swept)")
     for k in hw_keys:
-        data[k] = np.array([r[k] for r in hw_records], dtype=np.float64)
+        data[k] = np.array([r.get(k, np.nan) for r in hw_records], dtype=np.float64)
         unit = ("B/s" if k.endswith("bytes_per_s") else "B" if k.endswith("_bytes") else
                 "FLOP/s" if k.endswith("flops_per_s") else "s" if k.endswith("_s") else "")
         columns[k] = (unit, f"hardware parameter {k}")

@@ -207,7 +207,7 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     out = Path(out_str)
     spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME))
     sha = hashlib.sha256(text.encode()).hexdigest()
-    cache = SpaceCache(spec.cost_model)
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)
     pending = plan.units[~np.isin(plan.units["unit_id"], done_ids)]
     owner = assign_units(pending["stop"] - pending["start"], comm.size)

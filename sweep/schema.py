@@ -30,7 +30,8 @@ CANDIDATE_FIELDS = [
     ("nv_cp", "i4", "GPUs of one CP group inside one NVLink domain"),
     ("nv_dp", "i4", "GPUs of one DP group inside one NVLink domain"),
     ("nv_pp", "i4", "GPUs of one PP group inside one NVLink domain"),
-    ("recompute", "i1", "activation recompute: 0 none, 1 selective, 2 full, 3 first-k layers"),
+    ("recompute", "i1", "activation recompute: 0 none, 1 selective (attention core), 2 full, "
+                        "3 first-k layers, 4 per-op (attention and every other GEMM output kept)"),
     ("recompute_layers", "i4", "layers per stage recomputed when recompute = 3"),
     ("zero", "i1", "ZeRO stage 0-3 (3 = FSDP full shard)"),
     ("shard_group", "i4", "GPUs a ZeRO/FSDP shard spans (HSDP); 0 = the whole DP group"),
@@ -89,6 +90,7 @@ class Recompute(enum.IntEnum):
     SELECTIVE = 1  # Megatron selective: attention core recomputed (Korthikanti 2022 §4)
     FULL = 2  # every block recomputed from its input checkpoint
     FIRST_K = 3  # the first recompute_layers blocks of each stage fully recomputed
+    OP_SAC = 4  # per-op selective: attention and every other GEMM output kept (torchtitan)
 
 
 _CANDIDATE_DEFAULTS = {"tp2": 1, "cp": 1, "nb": 1, "vpp": 1, "nv_tp": 1, "nv_tp2": 1,

@@ -68,9 +68,10 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
 
 
 def search_case(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int, top_n: int,
-                block_size: int = DEFAULT_BLOCK) -> SearchResult:
-    """Enumerate and search a whole case (serially)."""
-    space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain)
+                block_size: int = DEFAULT_BLOCK, offload: bool = False) -> SearchResult:
+    """Enumerate and search a whole case (serially); ``offload`` adds the host-tier options."""
+    space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,
+                            offload and hw.host_memory_bytes > 0)
     return search_range(profile, job, hw, strategy, n_gpus, space, 0, space.size, top_n,
                         block_size)
 

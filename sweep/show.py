@@ -53,8 +53,25 @@ def load_rows(path: Path, top: int = 1, case: int | None = None) -> tuple[dict, 
     return attrs, out
 
 
+#: short names of the recompute policies (schema.Recompute)
+_RECOMPUTE = {1: "sel", 2: "full", 3: "first", 4: "op"}
+#: readable names of the recompute policies
+RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full", 3: "first-k", 4: "per-op"}
+
+
 def _config(r: dict) -> str:
     parts = [f"{k}={r[k]}" for k in _DEGREES if k in ("dp", "tp", "pp", "mbs") or r[k] != 1]
+    # knobs of the calibrated profile, shown when set
+    if r.get("sp"):
+        parts.append("sp" + ("+overlap" if r.get("tp_overlap") else ""))
+    if r.get("recompute"):
+        name = _RECOMPUTE.get(r["recompute"], str(r["recompute"]))
+        parts.append(f"rc={name}" + (f":{r['recompute_layers']}" if r["recompute"] == 3 else ""))
+    if r.get("zero"):
+        parts.append(f"zero={r['zero']}" + (f"/{r['shard_group']}" if r.get("shard_group")
+                                            else ""))
+    if r.get("offload"):
+        parts.append(f"offload={r['offload']}")
     return " ".join(parts)
 
 

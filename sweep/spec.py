@@ -50,13 +50,14 @@ __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", 
 TOP_KEYS = {
     "name": "sweep name; results go to results/<name>/",
     "description": "free text",
-    "cost_model": f"cost profile: {', '.join(PROFILES)} (default nersc2024)",
+    "cost_model": f"cost profile: {', '.join(PROFILES)} (default calibrated)",
     "jobs": "list of job names or {name: ..., <job field>: override}",
     "gpus": "GPU counts: an integer, a list, or {from, to, factor | step}",
     "strategies": "parallelization strategies (default: all of the profile)",
     "hardware": "{base: [names], grid: {axis: values}} or a list of such groups",
     "top_n": "configurations kept per case (default 10)",
     "unit_size": "candidates per work unit (default 65536)",
+    "offload": "search offloading to the host memory tier (calibrated profile; default false)",
     "resolved": "written by sweep: the job and hardware definitions used",
 }
 #: hardware quantities an ``interpolate`` axis may interpolate -> Hardware field
@@ -110,6 +111,7 @@ class SweepSpec:
     top_n: int
     unit_size: int
     description: str = ""
+    offload: bool = False  # the search space includes offload to the host tier
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
@@ -343,7 +345,7 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail(source, "name", f"expected a name of letters, digits, '.', '_', '-', "
                                     f"got {name!r}")
-    profile = raw.get("cost_model", "nersc2024")
+    profile = raw.get("cost_model", "calibrated")
     if profile not in PROFILES:
         raise _fail(source, "cost_model", f"unknown profile {profile!r}; valid: "
                                           f"{', '.join(PROFILES)}")
@@ -367,6 +369,12 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
                                     resolved.get("hardware") or {})
     top_n = _pos_int(raw.get("top_n", DEFAULT_TOP_N), source, "top_n")
     unit = _pos_int(raw.get("unit_size", DEFAULT_UNIT), source, "unit_size")
+    offload = raw.get("offload", False)
+    if not isinstance(offload, bool):
+        raise _fail(source, "offload", f"expected true or false, got {offload!r}")
+    if offload and profile != "calibrated":
+        raise _fail(source, "offload", f"only the calibrated profile models offload, not "
+                                       f"{profile}")
     for j in jobs:
         if profile == "nersc2024" and j.dtype not in ("bf16", "fp16"):
             raise _fail(source, "cost_model", f"nersc2024 models 16-bit training only; job "
@@ -374,7 +382,8 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
     return SweepSpec(name=name, source=source, cost_model=profile, jobs=jobs,
                      job_bases=job_bases, gpus=gpus,
                      strategies=tuple(strategies), hardware=groups, bases=bases, top_n=top_n,
-                     unit_size=unit, description=str(raw.get("description", "")), raw=dict(raw))
+                     unit_size=unit, description=str(raw.get("description", "")),
+                     offload=offload, raw=dict(raw))
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -397,7 +406,10 @@ def _hardware_yaml(hw: Hardware) -> dict[str, Any]:
         "nvlink_efficiency": hw.nvlink_efficiency, "nvlink_domain": hw.nvlink_domain,
         "scaleout_Bps": hw.scaleout_bytes_per_s, "scaleout_latency_s": hw.scaleout_latency_s,
         "scaleout_efficiency": hw.scaleout_efficiency, "nics_per_gpu": hw.nics_per_gpu,
+        "sm_count": hw.sm_count, "gemm_tile": list(hw.gemm_tile),
     }
+    if hw.generation:
+        out["generation"] = hw.generation
     if hw.host_memory_bytes:
         out.update(host_memory_B=hw.host_memory_bytes, host_link_Bps=hw.host_link_bytes_per_s)
     if hw.calibration:

@@ -9,7 +9,9 @@ numpy, vectorised over candidates: no MPI, files, logging or printing.
 
 Profiles:
 
-* ``nersc2024`` - the published model of arXiv 2410.00273, defects included (nersc2024.py).
+* ``nersc2024`` - the published model of arXiv 2410.00273, defects included (nersc2024.py);
+* ``calibrated`` - our model of real training stacks, calibrated on measured runs
+  (calibrated.py, kernels.py).
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import numpy as np
 from ..hardware import Hardware
 from ..job import Job
 from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
-from . import nersc2024
+from . import calibrated, nersc2024
 from .flops import model_flops_per_iteration
 
 __all__ = ["evaluate", "evaluate_columns", "pack_results", "op_table", "PROFILES",
            "strategies", "model_flops_per_iteration"]
 
 #: profile -> strategies it can evaluate
-PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES}
+PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES,
+                                        "calibrated": calibrated.STRATEGIES}
 
 
 def strategies(profile: str) -> tuple[str, ...]:
@@ -53,6 +56,11 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         cols = nersc2024.evaluate(job, hw, strategy, candidates)
         capacity = hw.hbm_capacity_bytes
         peak = hw.matrix_peak("fp16")
+    elif profile == "calibrated":
+        x = calibrated.make_context(job, hw, hw.calibration)
+        cols = calibrated.evaluate(x, candidates)
+        capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
+        peak = x["peak16"]
     else:
         raise KeyError(f"unknown cost profile {profile!r}")
     for name, _, _, _ in METRIC_FIELDS:
@@ -67,7 +75,8 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     cols["mfu"] = cols["model_flops"] / (step * peak)
     cols["hfu"] = cols["hardware_flops"] / (step * peak)
     oom = cols["mem_bytes"] > capacity
-    cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY), cols["reason"]).astype(np.int8)
+    cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY),
+                              np.broadcast_to(cols["reason"], (n,))).astype(np.int8)
     cols["feasible"] = cols["reason"] == Reason.OK
     return cols
 
@@ -101,4 +110,6 @@ def op_table(profile: str, job: Job, hw: Hardware, strategy: str,
     """Per-op rows of the iteration time (rows sum to ``step_time_s``); see the profile."""
     if profile == "nersc2024":
         return nersc2024.op_table(job, hw, strategy, candidates)
+    if profile == "calibrated":
+        return calibrated.op_table(calibrated.make_context(job, hw, hw.calibration), candidates)
     raise KeyError(f"unknown cost profile {profile!r}")

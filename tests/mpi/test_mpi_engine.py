@@ -7,11 +7,13 @@ import signal
 import time
 
 import h5py
+import pytest
 
 from tests.conftest import DATA
 from tests.mpi.conftest import mpiexec
 
 SMALL = str(DATA / "specs" / "small.yaml")
+SMALL_CALIBRATED = str(DATA / "specs" / "small-calibrated.yaml")
 LONG = str(DATA / "specs" / "long.yaml")
 
 
@@ -20,11 +22,12 @@ def tables(path):
         return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
 
 
-def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path):
+@pytest.mark.parametrize("spec", [SMALL, SMALL_CALIBRATED], ids=["nersc2024", "calibrated"])
+def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path, spec):
     results = {}
     for n in (1, 2, 3):
         out = tmp_path / f"n{n}"
-        proc = mpiexec(n, "run", SMALL, "--out", str(out), "--quiet")
+        proc = mpiexec(n, "run", spec, "--out", str(out), "--quiet")
         assert proc.returncode == 0, proc.stderr
         assert len(list(out.glob("part-*.h5"))) == n
         results[n] = tables(out / "sweep.h5")

@@ -67,6 +67,23 @@ def test_engine_equals_direct_search(finished):
             assert (mine[name] == direct[name]).all(), name
 
 
+def test_calibrated_engine_equals_direct_search(tmp_path):
+    """The calibrated profile through the engine (work units, parts, reduce) gives what one
+    direct search of each case gives."""
+    spec = str(DATA / "specs" / "small-calibrated.yaml")
+    summary = run_sweep(spec, SerialComm(), RunOptions(out_dir=tmp_path / "cal"))
+    with h5py.File(tmp_path / "cal" / "sweep.h5", "r") as f:
+        top = f["top"][:]
+        assert f.attrs["cost_model"] == "calibrated"
+    for case in summary.plan.cases:
+        direct = search_case("calibrated", case.job, case.variant.hardware, case.strategy,
+                             case.n_gpus, 5).top
+        mine = top[top["case_id"] == case.case_id]
+        assert len(mine) == len(direct) > 0
+        for name in direct.dtype.names:
+            assert (mine[name] == direct[name]).all(), name
+
+
 def test_reduce_is_idempotent(finished):
     out, _ = finished
     before = (out / "sweep.h5").read_bytes()

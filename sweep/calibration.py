@@ -1,0 +1,197 @@
+"""Fitting the ``calibrated`` profile's parameters on measured runs.
+
+Per GPU generation, the time parameters (cost/calibrated.py PARAMETERS: GEMM, attention and
+HBM efficiencies, per-kernel overhead, NVLink and scale-out efficiencies, fp8 efficiency)
+minimise the mean absolute log error of the published metrics, each source weighted equally
+so that no single benchmark table dominates. The two memory parameters (reserve, allocator
+cache) minimise the log error of measured (reported) peak memory, with a penalty for every run
+whose feasibility the model gets wrong; feasibility uses the required memory, without cache. Parameters stay within physical bounds. Leave-one-source-out
+re-fits without a source and predicts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost.calibrated import DEFAULT_PARAMETERS
+from .validate import Case, Evaluator, metric_of
+
+__all__ = ["BOUNDS", "fit", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
+           "fill_generations", "write_calibration"]
+
+#: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
+#: time parameters (newer first on a tie)
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+
+#: physical bounds of each parameter (efficiencies are fractions of a datasheet peak)
+BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "hbm_eff": (0.3, 1.0),
+          "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0), "net_eff": (0.2, 1.0),
+          "fp8_eff": (0.3, 1.0), "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
+TIME_PARAMETERS = ("gemm_eff", "attn_eff", "hbm_eff", "kernel_us", "nvl_eff", "net_eff",
+                   "fp8_eff")
+MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
+#: a run predicted more than 50 % off counts as this error and no more: such rows are outside
+#: what the model expresses (e.g. DeepSpeed ZeRO-3 of 2021, 2-4x slower than any physical
+#: account), and they should not drag the physical parameters (a redescending loss)
+OUTLIER_LOG_ERROR = float(np.log(1.5))
+#: penalty (in log-error units, spread over all runs) for a run whose feasibility the model
+#: gets wrong
+FEASIBILITY_PENALTY = 2.0
+#: a CUDA context alone takes about half a GiB: the reserve cannot be less than this
+BOUNDS["reserve_GiB"] = (0.75, 8.0)
+
+
+@dataclass
+class FitResult:
+    """Fitted parameters: {generation: {name: value}} plus ``memory``."""
+
+    parameters: dict[str, dict[str, float]]
+    rows: dict[str, int]  # rows used per generation (and memory)
+    objective: dict[str, float]
+
+
+def fill_generations(params: Mapping[str, Mapping[str, float]],
+                     generations: Sequence[str] = GENERATIONS) -> tuple[dict, dict[str, str]]:
+    """``params`` plus every generation it lacks, copied from the nearest fitted one.
+
+    Returns the completed parameters and {generation: the generation it was copied from}.
+    """
+    out = {k: dict(v) for k, v in params.items()}
+    borrowed: dict[str, str] = {}
+    fitted = [g for g in GENERATIONS if g in params]
+    for gen in generations:
+        if gen in out or gen not in GENERATIONS or not fitted:
+            continue
+        i = GENERATIONS.index(gen)
+        donor = min(fitted, key=lambda g: (abs(GENERATIONS.index(g) - i),
+                                           -GENERATIONS.index(g)))
+        out[gen] = dict(params[donor])
+        borrowed[gen] = donor
+    return out, borrowed
+
+
+def predictions(ev: Evaluator) -> tuple[np.ndarray, dict]:
+    """Predicted published metric of every case (NaN for OOM rows) and the raw outputs."""
+    out = ev.run()
+    pred = np.array([float(metric_of(c, out["step_time_s"][i])) if c.metric else np.nan
+                     for i, c in enumerate(ev.cases)])
+    return pred, out
+
+
+def _time_objective(ev: Evaluator, gen: str, names: Sequence[str], weights: np.ndarray,
+                    measured: np.ndarray):
+    def objective(theta: np.ndarray) -> float:
+        ev.set_parameters({gen: dict(zip(names, theta))})
+        pred, _ = predictions(ev)
+        err = np.abs(np.log(pred / measured))
+        err = np.minimum(np.where(np.isfinite(err), err, OUTLIER_LOG_ERROR), OUTLIER_LOG_ERROR)
+        return float(np.sum(weights * err))
+    return objective
+
+
+def _source_weights(cases: Sequence[Case]) -> np.ndarray:
+    sources = [c.source for c in cases]
+    counts = {s: sources.count(s) for s in set(sources)}
+    w = np.array([1.0 / counts[s] for s in sources])
+    return w / w.sum()
+
+
+def _minimize(objective, start: np.ndarray, bounds: Sequence[tuple[float, float]],
+              tol: float = 1e-3):
+    try:
+        from scipy.optimize import minimize
+    except ImportError:  # pragma: no cover - scipy is in the validate / test extras
+        from .errors import SweepError
+
+        raise SweepError("calibration needs scipy: pip install 'sweep[validate]'") from None
+    best = minimize(objective, start, method="Powell", bounds=bounds,
+                    options={"xtol": tol, "ftol": tol * 1e-2, "maxfev": 4000})
+    return best.x, float(best.fun)
+
+
+def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None = None,
+        tol: float = 1e-3) -> FitResult:
+    """Fit every generation present in ``cases`` (time), then the memory parameters."""
+    params: dict[str, dict[str, float]] = {}
+    rows: dict[str, int] = {}
+    objective: dict[str, float] = {}
+    start = start or {}
+    for gen in sorted({c.hw.generation for c in cases}):
+        timed = [c for c in cases if c.hw.generation == gen and c.metric]
+        if not timed:
+            continue
+        ev = Evaluator(timed)
+        names = [n for n in TIME_PARAMETERS
+                 if n != "fp8_eff" or any(c.job.dtype == "fp8" for c in timed)]
+        x0 = np.array([start.get(gen, {}).get(n, DEFAULT_PARAMETERS[n]) for n in names])
+        measured = np.array([c.measured for c in timed])
+        theta, value = _minimize(_time_objective(ev, gen, names, _source_weights(timed),
+                                                 measured), x0, [BOUNDS[n] for n in names],
+                                 tol)
+        params[gen] = {n: float(round(v, 4)) for n, v in zip(names, theta)}
+        rows[gen] = len(timed)
+        objective[gen] = value
+    # memory: measured peaks and feasibility, with the time parameters just fitted
+    mem_cases = [c for c in cases if c.mem_measured_bytes or c.oom or c.metric]
+    ev = Evaluator(mem_cases)
+    ev.set_parameters(params)
+    measured = np.array([c.mem_measured_bytes or np.nan for c in mem_cases])
+    oom = np.array([c.oom for c in mem_cases])
+    has_mem = np.isfinite(measured)
+
+    def mem_objective(theta: np.ndarray) -> float:
+        ev.set_parameters({"memory": dict(zip(MEMORY_PARAMETERS, theta))})
+        out = ev.run()
+        err = np.abs(np.log(out["mem_reported_bytes"][has_mem] / measured[has_mem]))
+        wrong = np.count_nonzero(out["feasible"] == oom)
+        return float(err.mean() if err.size else 0.0) + FEASIBILITY_PENALTY * wrong / len(oom)
+
+    x0 = np.array([start.get("memory", {}).get(n, DEFAULT_PARAMETERS[n])
+                   for n in MEMORY_PARAMETERS])
+    theta, value = _minimize(mem_objective, x0, [BOUNDS[n] for n in MEMORY_PARAMETERS], tol)
+    params["memory"] = {n: float(round(v, 4)) for n, v in zip(MEMORY_PARAMETERS, theta)}
+    rows["memory"] = int(has_mem.sum())
+    objective["memory"] = value
+    return FitResult(params, rows, objective)
+
+
+def write_calibration(path, result: FitResult, data: str) -> None:
+    """Write ``hardware/calibration.yaml``: the parameters per generation and a ``fitted``
+    block saying on what (atomically: a temporary file renamed over the old one)."""
+    import datetime
+    import hashlib
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from .cost.calibrated import MEMORY_PARAMETERS as MEMORY_MEANING
+    from .cost.calibrated import PARAMETERS as MEANING
+
+    path = Path(path)
+    digest = hashlib.sha256(Path(data).read_bytes()).hexdigest()
+    params, borrowed = fill_generations(result.parameters)
+    header = ["# Parameters of the calibrated cost profile per GPU generation (the `generation`",
+              "# key of a hardware file); a hardware file may override any of them under",
+              "# `calibration:`. Written by `sweep calibrate --write`; do not edit by hand.", "#"]
+    header += [f"#   {k}: {v}" for k, v in {**MEANING, **MEMORY_MEANING}.items()]
+    body = {"fitted": {
+        "data": Path(data).name, "data_sha256": digest,
+        "date": datetime.date.today().isoformat(),
+        "method": "per generation: Powell minimisation of the source-balanced mean |log error| "
+                  "of the published metric; memory: |log error| of measured peaks plus a "
+                  "penalty per wrong feasibility (sweep/calibration.py)",
+        "rows": dict(result.rows),
+        "borrowed": {g: f"no measured runs: {d} values" for g, d in borrowed.items()},
+    }}
+    for gen in GENERATIONS:
+        if gen in params:
+            body[gen] = params[gen]
+    body["memory"] = params["memory"]
+    text = "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=100)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,572 @@
+"""The ``calibrated`` profile: our model of real training stacks, calibrated on measured runs.
+
+It keeps the structure of the NERSC model (per-op costs per layer and micro-batch, composed
+into an iteration) but corrects its defects (nersc2024_model.md section 11) and models what
+production stacks do: GQA/MQA, GELU or SwiGLU MLPs, LayerNorm or RMSNorm, causal or full
+attention computed by FlashAttention or materialized, embedding + LM head + loss on the
+first/last pipeline stage, activation recompute (none, selective, per-op, full, first-k
+layers), Megatron sequence parallelism, TP communication overlap, context parallelism (ring
+attention), pipeline 1F1B and interleaved schedules, ZeRO-1/2/3 and FSDP (full and hybrid
+shard), bf16 and fp8 GEMMs, the Adam step, offload to a second memory tier, and forward-only
+inference.
+
+Hardware efficiency is physical: GEMM time from tile and wave quantization (kernels.py),
+memory-bound ops at an achievable HBM fraction, hierarchical ring collectives over the NVLink
+domain and the NICs, fixed per-kernel overhead. A few parameters per GPU generation are
+calibrated on public measured runs (``hardware/calibration.yaml``; sweep.calibration).
+
+Everything here is vectorised over candidates, and the evaluation context ``x`` (job,
+hardware, calibration numbers) may itself hold arrays, one entry per candidate: that is how
+``sweep validate`` evaluates every measured run in one call. Pure numpy.
+
+Sources cited below: Korthikanti et al. 2022 (arXiv 2205.05198) "K22"; Narayanan et al. 2021
+(arXiv 2104.04473) "N21"; Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054); Zhao et al. 2023,
+PyTorch FSDP (arXiv 2304.11277); Dao 2023, FlashAttention-2 (arXiv 2307.08691); Liu et al.
+2023, Ring Attention (arXiv 2310.01889); NVIDIA NCCL performance notes (ring bus bandwidth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..hardware import Hardware
+from ..job import Job
+from ..schema import Reason, Recompute
+from .dedup import unique_rows
+from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
+
+__all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES", "DEFAULT_PARAMETERS",
+           "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
+
+STRATEGIES = ("1d",)
+
+#: calibrated parameters (per GPU generation) and their meaning; defaults are priors
+PARAMETERS = {
+    "gemm_eff": "fraction of the dense tensor peak a large GEMM sustains",
+    "attn_eff": "fraction of the 16-bit tensor peak FlashAttention sustains",
+    "hbm_eff": "fraction of HBM bandwidth memory-bound kernels sustain",
+    "kernel_us": "fixed cost per kernel (launch, tail, framework), microseconds",
+    "nvl_eff": "fraction of NVLink bandwidth a ring collective sustains",
+    "net_eff": "fraction of scale-out NIC bandwidth a ring collective sustains",
+    "fp8_eff": "fp8 GEMM throughput relative to the fp8 peak x gemm_eff (scaling, casts)",
+}
+#: memory parameters (all generations): reserved bytes and allocator overhead
+MEMORY_PARAMETERS = {
+    "reserve_GiB": "CUDA context, NCCL and library workspaces, GiB",
+    "allocator_cache": "freed blocks the caching allocator keeps, as a fraction of activation "
+                       "memory: in reported (nvidia-smi / max reserved) memory, not in what a "
+                       "run needs",
+}
+DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "hbm_eff": 0.8, "kernel_us": 5.0,
+                      "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "reserve_GiB": 2.0,
+                      "allocator_cache": 0.1}
+
+#: share of a TP collective left exposed when it is overlapped with GEMMs (the first chunk
+#: of a pipelined ring; Wang et al. 2023, "Overlap communication with dependent computation")
+TP_OVERLAP_RESIDUAL = 0.15
+#: Adam with fp32 master weights: read grad, m, v, w (4 x 4 B), write m, v, w (3 x 4 B),
+#: write the 16-bit copy (2 B) (ZeRO paper section 3.1 state sizes)
+ADAM_BYTES_PER_PARAM = 30.0
+#: fp32 master weights + Adam m and v (ZeRO, section 3.1: K = 12)
+OPTIMIZER_STATE_BYTES = 12.0
+
+
+# ------------------------------------------------------------------------------ context
+
+def make_context(job: Job, hw: Hardware, params: Mapping[str, float]) -> dict[str, float]:
+    """Numbers the model needs, in SI, from a job, a hardware variant and parameters."""
+    p = {**DEFAULT_PARAMETERS, **params}
+    fp8 = job.dtype == "fp8"
+    return {
+        # job
+        "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": job.n_heads,
+        "Kv": job.n_kv_heads, "d": job.head_dim, "V": job.vocab, "s": job.seq_len,
+        "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
+        "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
+        "flash": float(job.attention_kernel == "flash"), "fused": float(job.fused_kernels),
+        "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
+        "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
+        # bytes of gradient per parameter held, and sent by data-parallel collectives
+        "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
+        "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
+        "dp_overlap": float(job.dp_overlap), "training": float(job.training),
+        "fused_loss": float(job.fused_loss),
+        "buffers": job.buffers_GiB * 2.0**30,
+        # hardware
+        "peak16": hw.matrix_peak("bf16" if job.dtype in ("bf16", "fp8") else
+                                 ("fp32" if job.dtype == "fp32" else "fp16"))
+        if job.dtype != "fp32" else hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16")),
+        "peak8": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
+        "vpeak": hw.vector_peak("bf16" if job.dtype != "fp32" else "fp32"),
+        "hbm_bw": hw.hbm_bytes_per_s, "hbm_cap": hw.hbm_capacity_bytes,
+        "nvl_bw": hw.nvlink_bytes_per_s, "nvl_lat": hw.nvlink_latency_s,
+        "net_bw": hw.scaleout_bytes_per_s, "net_lat": hw.scaleout_latency_s,
+        "nics": hw.nics_per_gpu, "sm_count": float(hw.sm_count),
+        "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
+        "host_cap": hw.host_memory_bytes, "host_bw": hw.host_link_bytes_per_s,
+        # calibration
+        "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
+        "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
+        "fp8_eff": p["fp8_eff"], "reserve": p["reserve_GiB"] * 2.0**30,
+        "allocator_cache": p["allocator_cache"],
+    }
+
+
+def stack_contexts(contexts: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """One context whose entries are arrays (one value per context), for batch evaluation."""
+    return {k: np.array([c[k] for c in contexts], dtype=np.float64) for k in contexts[0]}
+
+
+#: the embedding table is padded to a multiple of this times the TP degree, so that every
+#: vocabulary shard is tensor-core aligned (Megatron-LM --make-vocab-size-divisible-by, 128)
+VOCAB_PAD = 128
+
+
+def padded_vocab(vocab, t):
+    """Vocabulary rows after Megatron's padding to a multiple of VOCAB_PAD x TP."""
+    unit = VOCAB_PAD * np.asarray(t, dtype=np.float64)
+    return np.ceil(np.asarray(vocab, dtype=np.float64) / unit) * unit
+
+
+# ------------------------------------------------------------------------------ one layer
+
+def _layer(x, c, b, T, Ta, t, sp, cp):
+    """Per-layer, per-micro-batch times of one pipeline stage's layer (forward, backward,
+    recompute) and their breakdown. T tokens in the tensor-parallel region, Ta in the
+    norm / residual region (T / t with sequence parallelism, K22 section 4.2.2)."""
+    e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
+    ab = x["act_bytes"]
+    f_up = f * (1.0 + x["swiglu"])  # SwiGLU: gate and up projections
+    peak_lin = np.where(x["fp8"] > 0, x["peak8"] * x["fp8_eff"], x["peak16"])
+    eff = x["gemm_eff"]
+    # the four GEMMs of a block, Megatron TP sharding (N21 section 2.3): (M, N, K)
+    shapes = [(T, (H + 2 * Kv) * d / t, e), (T, e, H * d / t), (T, f_up / t, e), (T, e, f / t)]
+    gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
+    gemm_f = sum(gemm_each)
+    gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
+                   for M, N, K in shapes]  # dgrad (M x N)(N x K), wgrad (K x M)(M x N)
+    gemm_b = sum(gemm_b_each)
+    flops_each = [2.0 * M * N * K for M, N, K in shapes]
+    gemm_flops = sum(flops_each)
+    # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
+    # second one, in call order q, k, v, o, [gate, up | up], down): k, o and the up (SwiGLU)
+    # or down (GELU) projection are recomputed (torchtitan, _apply_ac_to_transformer_block)
+    Kv_share = x["Kv"] / (x["H"] + 2.0 * x["Kv"])
+    swiglu = x["swiglu"] > 0
+    op_sac_gemm = gemm_each[0] * Kv_share + gemm_each[1] + np.where(
+        swiglu, gemm_each[2] / 2.0, gemm_each[3])
+    op_sac_flops = flops_each[0] * Kv_share + flops_each[1] + np.where(
+        swiglu, flops_each[2] / 2.0, flops_each[3])
+    # attention core on the local heads and query rows, all keys (ring attention for CP)
+    b_heads = b  # sequences of the micro-batch
+    Hl, Kvl = H / t, np.maximum(Kv / t, 1.0)
+    q_len, kv_len = s / cp, s
+    causal_fraction = np.where(x["causal"] > 0, 0.5, 1.0)
+    flash = x["flash"] > 0
+    fa_f = flash_attention_s(b_heads, Hl, q_len, kv_len, d, x, causal_fraction, False)
+    fa_b = flash_attention_s(b_heads, Hl, q_len, kv_len, d, x, causal_fraction, True)
+    # materialized (Megatron core attention): two batched GEMMs, softmax and dropout over
+    # the full score matrix; 5 bytes per score element stored (K22 table 2: 5 a s / h)
+    batch = b_heads * Hl
+    scores = batch * q_len * kv_len
+    drop = x["dropout"]
+    mat_core_f = gemm_s(q_len, kv_len, d, x, x["peak16"], eff, batch) + memory_s(
+        scores * (2 * ab + drop * (2 * ab + 1)), x, 1 + drop)
+    mat_f = mat_core_f + gemm_s(q_len, d, kv_len, x, x["peak16"], eff, batch)
+    mat_b = (gemm_s(q_len, d, kv_len, x, x["peak16"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16"], eff, batch)
+             + gemm_s(q_len, kv_len, d, x, x["peak16"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16"], eff, batch)
+             + memory_s(scores * (3 * ab + drop * (2 * ab + 1)), x, 1 + drop))
+    attn_f = np.where(flash, fa_f, mat_f)
+    attn_b = np.where(flash, fa_b, mat_b)
+    attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
+    # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
+    A, Q, F = Ta * e, T * (H + Kv) * d / t, T * f / t
+    fused = x["fused"] > 0
+    norm_passes = np.where(fused | (x["rmsnorm"] == 0), 4.0, 14.0)  # eager RMSNorm: 5 kernels
+    resid_passes = np.where(fused, 6.0, 6.0 + 4.0 * x["bias"] + 4.0 * drop)
+    act_passes = np.where(x["swiglu"] > 0, np.where(fused, 3.0, 5.0),
+                          np.where(fused, 2.0, 2.0 + 2.0 * x["bias"]))
+    rope_passes = x["rope"] * np.where(fused, 2.0, 6.0)
+    elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
+        + drop * 2 * A  # 1-byte dropout masks
+    # fp8: inputs of the four GEMMs cast (read 2 B, write 1 B), again for their gradients
+    elem_bytes_f = elem_bytes_f + x["fp8"] * 3.0 * T * (2 * e + H * d / t + f / t)
+    kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
+    elem_f = memory_s(elem_bytes_f, x, kernels_f)
+    elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
+    # tensor parallelism: 2 all-reduces (or AG + RS with SP) of the (b s, e) activation per
+    # pass (N21 section 2.3; K22 section 4.2.2), one more in backward with SP (re-gather)
+    tp_vol = T * e * ab
+    ar = collective_s("allreduce", tp_vol, t, c["nv_tp"], x)
+    tp_f = 2.0 * ar
+    tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
+    overlap = c["tp_overlap"] > 0
+    tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0) + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
+    tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0) + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
+    # context parallelism: ring attention passes K and V around the cp ranks, overlapped
+    # with the attention blocks (Liu et al. 2023); backward also returns dK, dV
+    kv_step = 2.0 * b_heads * Kvl * d * (s / cp) * ab
+    inside = c["nv_cp"] >= cp
+    cp_step = p2p_s(kv_step, inside, x)
+    cp_f = (cp - 1) * cp_step
+    cp_f_exp = np.where(cp > 1, np.maximum(cp_f - attn_f, 0) + cp_step, 0.0)
+    cp_b_exp = np.where(cp > 1, np.maximum(2 * cp_f - attn_b, 0) + cp_step, 0.0)
+    fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp
+    bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
+    # activation recompute adds forward work to the backward pass (K22 section 5)
+    r = c["recompute"]
+    core_recompute = np.where(flash, fa_f, mat_core_f)
+    extra = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL, r == Recompute.OP_SAC],
+                      [core_recompute, fwd, elem_f + op_sac_gemm], 0.0)
+    extra_flops = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL,
+                             r == Recompute.OP_SAC],
+                            [attn_flops / 2.0, gemm_flops + attn_flops, op_sac_flops], 0.0)
+    return {"fwd": fwd, "bwd": bwd, "recompute_full": fwd, "recompute_other": extra,
+            "gemm_f_each": gemm_each, "gemm_b_each": gemm_b_each, "attn_f": attn_f,
+            "attn_b": attn_b,
+            "compute_f": gemm_f + attn_f, "compute_b": gemm_b + attn_b,
+            "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
+            "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
+            "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
+            "recompute_flops": extra_flops}
+
+
+# ------------------------------------------------------------------------------ the step
+
+#: candidate columns the per-layer model depends on; a block of candidates has few distinct
+#: combinations, so the layer model runs once per combination (sweep.cost.dedup)
+LAYER_KEYS = ("tp", "cp", "mbs", "sp", "tp_overlap", "nv_tp", "nv_cp", "recompute")
+
+
+def _layer_terms(x, c):
+    """Per-micro-batch times of one layer (_layer), the embedding and the LM head."""
+    t, cp, b = (np.asarray(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
+    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
+    e, s, ab = x["e"], x["s"], x["act_bytes"]
+    V = padded_vocab(x["V"], t)
+    training = x["training"] > 0
+    T = b * s / cp
+    Ta = np.where(sp, T / t, T)
+    lay = _layer(x, c, b, T, Ta, t, sp, cp)
+    # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
+    # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
+    has_vocab = V > 0
+    emb_f = np.where(has_vocab, memory_s(2.0 * T * e * ab, x, 1.0)
+                     + collective_s("allreduce", T * e * ab, t, c["nv_tp"], x), 0.0)
+    emb_b = np.where(has_vocab & training, memory_s(3.0 * T * e * ab, x, 2.0), 0.0)
+    peak = x["peak16"]
+    head_f = np.where(has_vocab, gemm_s(T, V / t, e, x, peak, x["gemm_eff"])
+                      + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
+    head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, x["gemm_eff"])
+                      + gemm_s(e, V / t, T, x, peak, x["gemm_eff"])
+                      + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
+    lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b)
+    # activations one layer keeps: under the candidate's policy, none, full recompute
+    lay.update(act_layer=_activation_bytes_per_layer(x, c, T, Ta, t, sp, c["recompute"]),
+               act_none=_activation_bytes_per_layer(x, c, T, Ta, t, sp, Recompute.NONE),
+               act_ckpt=_activation_bytes_per_layer(x, c, T, Ta, t, sp, Recompute.FULL))
+    return lay
+
+
+def _layer_terms_dedup(x, c):
+    """_layer_terms evaluated once per distinct LAYER_KEYS row and gathered back (when the
+    context is scalar, i.e. one job on one hardware variant)."""
+    n = len(np.asarray(c["tp"]))
+    if any(np.ndim(v) for v in x.values()) or n < 64:
+        return _layer_terms(x, c)
+    uniq, inverse = unique_rows(c, LAYER_KEYS)
+    u = len(uniq["tp"])
+    if 2 * u > n:
+        return _layer_terms(x, c)
+    sub = _layer_terms(x, uniq)
+
+    def gather(v):
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (u,))[inverse]
+
+    return {k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
+            for k, v in sub.items()}
+
+
+
+def _params_per_layer(x, t):
+    """(TP-sharded GEMM weights, replicated norm weights) of one block."""
+    e, f, H, Kv, d = x["e"], x["f"], x["H"], x["Kv"], x["d"]
+    f_up = f * (1.0 + x["swiglu"])
+    gemm = e * (H + 2 * Kv) * d + H * d * e + e * f_up + f * e
+    biases = x["bias"] * ((H + 2 * Kv) * d + f_up)
+    norms = 2.0 * e * (2.0 - x["rmsnorm"]) + x["bias"] * 2 * e
+    return (gemm + biases) / t, norms
+
+
+def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
+    """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
+    ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones."""
+    return _step(x, c)[0]
+
+
+def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
+    """(RESULT columns, the parts op_table itemises)."""
+    dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64) for k in ("dp", "tp", "cp", "pp", "mbs"))
+    v = np.asarray(c["vpp"], dtype=np.float64)
+    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
+    L, e, s, B = x["L"], x["e"], x["s"], x["B"]
+    V = padded_vocab(x["V"], t)
+    ab = x["act_bytes"]
+    training = x["training"] > 0
+    layers = np.ceil(L / pp)  # the most loaded stage (Megatron-DeepSpeed allows uneven stages)
+    m = B / (dp * b)  # micro-batches per iteration
+    T = b * s / cp
+    Ta = np.where(sp, T / t, T)
+    lay = _layer_terms_dedup(x, c)
+    r = np.asarray(c["recompute"])
+    k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
+    rec = lay["recompute_other"] * layers + lay["recompute_full"] * k_full
+    fwd_mid = lay["fwd"] * layers
+    bwd_mid = np.where(training, lay["bwd"] * layers + rec, 0.0)
+    has_vocab = V > 0
+    emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
+    head_b = np.where(training, head_b, 0.0)
+    emb_b = np.where(training, emb_b, 0.0)
+    # weights are replicated over the context-parallel ranks too, so gradients are reduced
+    # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
+    # data-parallel-with-context-parallel group; torchtitan's dp_shard_cp mesh)
+    zero = np.asarray(c["zero"])
+    dpc = dp * cp
+    dpc_domain = np.asarray(c["nv_dp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64)
+    shard = np.where(np.asarray(c["shard_group"]) > 0, c["shard_group"] * cp, dpc)
+    per_domain_shard = np.minimum(dpc_domain, shard)
+    # ZeRO-3 / FSDP: per layer, gather the weights before forward and backward and
+    # reduce-scatter the gradients, prefetched one layer ahead (Zhao et al. 2023 section 4).
+    # Under pipeline parallelism the stage's weights stay gathered across micro-batches
+    # (reshard_after_forward=False) and gradients are reduced once, like ZeRO-2.
+    w_layer, norms_layer = _params_per_layer(x, t)
+    p_layer = w_layer + norms_layer
+    ag_layer = collective_s("allgather", p_layer * ab, shard, per_domain_shard, x)
+    rs_layer = collective_s("reducescatter", p_layer * x["grad_comm_bytes"], shard,
+                            per_domain_shard, x)
+    fsdp = (zero == 3) & (shard > 1) & (pp == 1)
+    # (without overlap every gather and reduce-scatter is exposed)
+    over = x["dp_overlap"] > 0
+    fsdp_f = np.where(fsdp, np.where(over, layers * np.maximum(ag_layer - lay["fwd"], 0)
+                                     + ag_layer, layers * ag_layer), 0.0)
+    fsdp_b = np.where(fsdp & training, np.where(
+        over, layers * np.maximum(ag_layer + rs_layer - lay["bwd"], 0) + rs_layer,
+        layers * (ag_layer + rs_layer)), 0.0)
+    first = fwd_mid + bwd_mid + emb_f + emb_b + fsdp_f + fsdp_b
+    last = fwd_mid + bwd_mid + head_f + head_b + fsdp_f + fsdp_b
+    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_f + fsdp_b
+    mid = fwd_mid + bwd_mid + fsdp_f + fsdp_b
+    multi = pp > 1
+    t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
+    t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
+    # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
+    # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
+    steady = m * t_max
+    bubble = np.where(multi, (pp - 1) / v * t_avg, 0.0)
+    # pipeline p2p: the stage-boundary activation (scatter-gather over TP ranks, N21 4.1),
+    # forward and backward, at every virtual stage boundary of every micro-batch
+    p2p_bytes = T * e * ab / t
+    p2p = np.where(multi, (1.0 + training) * v * m * p2p_s(p2p_bytes, c["nv_pp"] > 1, x), 0.0)
+    # data parallelism: ZeRO-0 all-reduces the gradients; ZeRO-1/2 (and FSDP under PP)
+    # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
+    # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)
+    vocab_params = np.where(has_vocab, V * e / t, 0.0) * np.where(multi, 1.0, 2.0 - x["tied"])
+    p_stage = layers * p_layer + vocab_params
+    grad_vol = p_stage * x["grad_comm_bytes"]
+    replicas = dpc / shard
+    replica_domain = np.maximum(dpc_domain / shard, 1.0)
+    stagewise = (zero == 1) | (zero == 2) | ((zero == 3) & (pp > 1))
+    t_grad = np.select(
+        [zero == 0, fsdp],
+        [collective_s("allreduce", grad_vol, dpc, dpc_domain, x),
+         collective_s("allreduce", grad_vol / shard, replicas, replica_domain, x)],
+        collective_s("reducescatter", grad_vol, shard, per_domain_shard, x))
+    t_param = np.where(stagewise,
+                       collective_s("allgather", p_stage * ab, shard, per_domain_shard, x), 0.0)
+    # overlapped with the backward (forward) of the last (first) micro-batch, bucket by bucket;
+    # the last bucket, one layer's share, is always exposed
+    bwd_window = bwd_mid + fsdp_b
+    dp_exp = np.where(over, np.maximum(t_grad - bwd_window, 0) + t_grad / layers, t_grad) + \
+        np.where(over, np.maximum(t_param - fwd_mid, 0) + t_param / layers, t_param)
+    dp_exp = np.where(training, dp_exp, 0.0)
+    # optimizer step on this GPU's share of the states (ZeRO >= 1 shards them)
+    p_opt = np.where(zero >= 1, p_stage / shard, p_stage)
+    t_opt = np.where(training, memory_s(ADAM_BYTES_PER_PARAM * p_opt, x, 10.0), 0.0)
+    # offload to the second memory tier (Calculon-style): optimizer states streamed in and
+    # out every step; activations and weights per layer, hidden behind that layer's compute
+    off = np.asarray(c["offload"])
+    host_bw = np.maximum(x["host_bw"], 1.0)
+    opt_state = OPTIMIZER_STATE_BYTES * p_opt
+    t_off = np.where(off & 4, 2.0 * opt_state / host_bw, 0.0)
+    act_layer = lay["act_layer"]
+    t_off = t_off + np.where(off & 2, layers * m * np.maximum(
+        2.0 * act_layer / host_bw - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    t_off = t_off + np.where(off & 1, layers * m * np.maximum(
+        2.0 * p_layer * ab / host_bw - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    step = steady + bubble + p2p + dp_exp + t_opt + t_off
+    # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
+    per_layer_b = np.where(training, 1.0, 0.0)
+    compute = m * layers * (lay["compute_f"] + per_layer_b * lay["compute_b"])
+    memory_t = m * layers * (lay["memory_f"] + per_layer_b * lay["memory_b"])
+    tp_t = m * layers * (lay["tp_f"] + per_layer_b * lay["tp_b"])
+    cp_t = m * layers * (lay["cp_f"] + per_layer_b * lay["cp_b"])
+    fsdp_t = m * (fsdp_f + fsdp_b)
+    other = steady - compute - memory_t - tp_t - cp_t - fsdp_t  # recompute, vocab, imbalance
+    flops = m * layers * (lay["flops_f"] + np.where(
+        training, lay["flops_b"] + lay["recompute_flops"], 0.0))
+    mem = _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay)
+    out = {
+        "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
+        "t_memory_s": memory_t + np.minimum(other, 0.0), "t_tp_comm_s": tp_t,
+        "t_cp_comm_s": cp_t, "t_dp_comm_s": dp_exp + fsdp_t, "t_pp_comm_s": p2p,
+        "t_bubble_s": bubble, "t_optimizer_s": t_opt, "t_offload_s": t_off,
+        "hardware_flops": flops,
+    }
+    out.update({k: v for k, v in mem.items() if k not in ("host_bytes", "mem_reported_bytes")})
+    over_hbm = mem["mem_bytes"] > x["hbm_cap"]
+    over_host = mem.pop("host_bytes") > x["host_cap"]
+    out["mem_reported_bytes"] = mem.pop("mem_reported_bytes")
+    out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
+                             np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
+    parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
+             "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
+             "first": first, "last": last, "mid": mid, "multi": multi}
+    return out, parts
+
+
+def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
+    """Per-iteration seconds of every op on the slowest pipeline stage (its micro-batches x
+    layers), then the bubble, p2p, data-parallel, optimizer and offload rows: they add up to
+    ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
+    other_s, flops, weight_bytes, act_bytes (the last three 0 where not itemised)."""
+    out, p = _step(x, c)
+    lay, m, layers = p["lay"], p["m"], p["layers"]
+    bwd = np.where(p["training"], 1.0, 0.0)
+    # which stage bounds the steady state (ties: first, then last)
+    first_slowest = ~p["multi"] | (p["first"] >= np.maximum(p["last"], p["mid"]))
+    last_slowest = ~p["multi"] | (~first_slowest & (p["last"] >= p["mid"]))
+    reps = m * layers
+    zero = np.zeros(np.shape(out["step_time_s"]))
+    rows = []
+
+    def add(name, time_s, kind="compute_s"):
+        row = {"name": name, "time_s": time_s, "compute_s": zero, "memory_s": zero,
+               "tp_comm_s": zero, "cp_comm_s": zero, "other_s": zero, "flops": zero,
+               "weight_bytes": zero, "act_bytes": zero}
+        row[kind] = time_s
+        rows.append(row)
+
+    for name, f, b in zip(("QKV projection", "attention output projection",
+                           "MLP up (and gate)", "MLP down"),
+                          lay["gemm_f_each"], lay["gemm_b_each"]):
+        add(name, reps * (f + bwd * b))
+    add("attention core", reps * (lay["attn_f"] + bwd * lay["attn_b"]))
+    add("norms, activations, residuals", reps * (lay["memory_f"] + bwd * lay["memory_b"]),
+        "memory_s")
+    add("TP communication (exposed)", reps * (lay["tp_f"] + bwd * lay["tp_b"]), "tp_comm_s")
+    add("CP communication (exposed)", reps * (lay["cp_f"] + bwd * lay["cp_b"]), "cp_comm_s")
+    add("activation recompute", m * bwd * p["rec"])
+    add("embedding", m * np.where(first_slowest, p["emb"], 0.0), "memory_s")
+    add("LM head and loss", m * np.where(last_slowest, p["head"], 0.0))
+    add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
+    for name, key in (("pipeline bubble", "t_bubble_s"), ("pipeline p2p", "t_pp_comm_s"),
+                      ("data-parallel comm", None), ("optimizer step", "t_optimizer_s"),
+                      ("offload traffic", "t_offload_s")):
+        value = out[key] if key else out["t_dp_comm_s"] - m * p["fsdp"]
+        add(name, value, "memory_s" if key == "t_optimizer_s" else "other_s")
+    return rows
+
+
+# ------------------------------------------------------------------------------ memory
+
+def _activation_bytes_per_layer(x, c, T, Ta, t, sp, recompute):
+    """Activations one layer keeps for its backward, per micro-batch, by recompute policy
+    (per-op accounting in the spirit of K22 table 2 and section 5)."""
+    e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
+    ab, drop = x["act_bytes"], x["dropout"]
+    cp = np.asarray(c["cp"], dtype=np.float64)
+    f_up = f * (1.0 + x["swiglu"])
+    gemm_in = np.where(sp, Ta, T) * e * ab  # norm outputs feeding qkv / up (sharded with SP)
+    norm_in = 2.0 * Ta * e * ab
+    masks = drop * 2.0 * Ta * e
+    qkv = T * (H + 2 * Kv) * d / t * ab
+    attn_out = T * H * d / t * ab
+    batch = T / (s / cp) * H / t
+    scores = batch * (s / cp) * s
+    flash = x["flash"] > 0
+    core = np.where(flash, batch * (s / cp) * 4.0, scores * (ab + drop * (1 + ab)))
+    mlp = T * f_up / t * ab + T * f / t * ab + drop * T * f / t
+    full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
+    r = np.asarray(recompute)
+    selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
+    checkpoint = Ta * e * ab  # full recompute keeps each layer's input
+    # per-op SAC keeps the block input, the attention output (and its softmax statistics)
+    # and every other GEMM output: q, v and the gate (SwiGLU: then down) or up projection
+    q_v = T * (H + Kv) * d / t * ab
+    mlp_saved = T * f / t * ab + np.where(x["swiglu"] > 0, Ta * e * ab, 0.0)
+    op_sac = checkpoint + q_v + attn_out + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
+        + mlp_saved
+    return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
+                      r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
+
+
+def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
+    """Bytes per GPU on the most loaded stage: weights, gradients, optimizer state (ZeRO
+    sharding), activations of the micro-batches in flight, logits, reserve."""
+    ab, g_b = x["act_bytes"], x["grad_bytes"]
+    training = x["training"] > 0
+    zero = np.asarray(c["zero"])
+    pp = np.asarray(c["pp"], dtype=np.float64)
+    v = np.asarray(c["vpp"], dtype=np.float64)
+    w_b = ab + x["fp8"]  # fp8 keeps an fp8 copy of the weights besides the 16-bit ones
+    # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
+    # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
+    # it holds two layers gathered (prefetch) - or the whole stage under PP
+    fsdp_pp = (zero == 3) & (pp > 1)
+    gathered = np.where(fsdp_pp, p_stage * ab, 2 * p_layer * ab)
+    weights = np.where(zero == 3, p_stage * 4.0 / shard + gathered, p_stage * w_b)
+    grads = np.select([fsdp_pp, zero >= 2], [p_stage * g_b, p_stage * g_b / shard + p_layer * g_b],
+                      p_stage * g_b)
+    opt_shard = np.where(zero >= 1, shard, 1.0)
+    optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
+    grads = np.where(training, grads, 0.0)
+    optimizer = np.where(training, optimizer, 0.0)
+    # first stage keeps min(p, m) micro-batches in 1F1B, x (1 + (p-1)/(p v)) interleaved
+    # (K22 section 4.2.3); recomputing layers also need one layer's full working set
+    # (Megatron-LM theoretical_memory_usage.py: interleaved_schedule_memory_penalty)
+    in_flight = np.where(pp > 1, np.minimum(pp, m), 1.0) * np.where(
+        v > 1, 1.0 + (pp - 1) / (pp * v), 1.0)
+    r = np.asarray(c["recompute"])
+    k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
+    act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
+    stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_layer,
+                      layers * act_layer)
+    # backward: the gradients of one layer's activations, and for recomputed layers the
+    # recomputed activations themselves
+    # recomputed layers, whose activations replace their checkpoint while they are live
+    working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
+                                    none_layer - ckpt_layer, 0.0)
+    acts = np.where(training, stored * in_flight + working, none_layer)
+    # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
+    # fused cross-entropy the 16-bit logits and their in-place gradient
+    logit_bytes = np.where(x["fused_loss"] > 0, ab * (1.0 + training), 4.0 * (1.0 + training))
+    logits = np.where(x["V"] > 0, T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
+    off = np.asarray(c["offload"])
+    host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
+        + np.where(off & 1, weights, 0.0)
+    optimizer = np.where(off & 4, 0.0, optimizer)
+    acts = np.where(off & 2, 2 * act_layer, acts)
+    weights = np.where(off & 1, 2 * p_layer * ab, weights)
+    activations = acts + logits
+    other = np.broadcast_to(np.asarray(x["reserve"] + x["buffers"], dtype=np.float64),
+                            np.shape(activations))
+    total = weights + grads + optimizer + activations + other
+    return {"mem_bytes": total, "mem_weights_bytes": weights, "mem_grads_bytes": grads,
+            "mem_optimizer_bytes": optimizer, "mem_activations_bytes": activations,
+            "mem_other_bytes": other, "host_bytes": host,
+            # what nvidia-smi / torch.cuda.max_memory_reserved report: plus allocator cache
+            "mem_reported_bytes": total + x["allocator_cache"] * activations}

@@ -1,0 +1,121 @@
+"""Kernel-level time models of the ``calibrated`` profile, broadcastable over candidates.
+
+Every argument may be a scalar or an array; ``x`` is the evaluation context (job, hardware
+and calibration numbers, see calibrated.make_context), whose entries may themselves be arrays
+(one per measured run when validating). Pure numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["gemm_s", "flash_attention_s", "memory_s", "collective_s", "p2p_s", "K_TILE",
+           "FLASH_BWD_FACTOR"]
+
+#: depth of the k-loop tile of tensor-core GEMM kernels (elements): K is padded to it
+K_TILE = 64
+#: FlashAttention-2 backward FLOPs / forward FLOPs: 5 GEMMs (with the recomputed scores)
+#: against 2 (Dao 2023, arXiv 2307.08691, section 3.2)
+FLASH_BWD_FACTOR = 2.5
+#: 16-bit tensor-core GEMMs need every dimension to be a multiple of 8 elements (16 bytes);
+#: otherwise cuBLAS falls back to kernels running at the vector peak (NVIDIA, Matrix
+#: Multiplication Background User's Guide, "Tensor Core Requirements")
+TC_ALIGN = 8
+#: FlashAttention head dimensions are padded to a multiple of this (its kernel templates)
+FLASH_HEAD_ALIGN = 32
+#: query rows per FlashAttention thread block (parallelised over batch x heads x blocks)
+FLASH_Q_BLOCK = 128
+
+
+def _ceil_div(a, b):
+    """ceil(a / b), at least 1 (an empty dimension still occupies one tile)."""
+    return np.maximum(np.ceil(np.asarray(a, dtype=np.float64) / b), 1.0)
+
+
+def _wave_efficiency(tiles, sm):
+    """Fraction of SM slots doing work: tiles / (waves x SMs) (NVIDIA, Matrix Multiplication
+    Background User's Guide, "wave quantization")."""
+    waves = np.ceil(tiles / sm)
+    return tiles / np.maximum(waves * sm, 1.0)
+
+
+def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0) -> np.ndarray:
+    """Time of ``batch`` GEMMs (m x k)(k x n) on tensor cores.
+
+    Math time 2mnk / (peak x efficiency x padding x waves): m, n are padded to the output
+    tile and k to the k-tile (NVIDIA GEMM guide, "tile quantization"); among the kernel's
+    tile and its halves the one with the best wave efficiency is taken, as cuBLAS heuristics
+    do. The roofline against the operands' HBM traffic, plus one kernel's fixed overhead.
+    """
+    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+    tm, tn, sm = x["tile_m"], x["tile_n"], x["sm_count"]
+    best = 0.0
+    for fm, fn in ((1, 1), (1, 2), (2, 2)):  # tile, half-width tile, quarter tile
+        tiles_m, tiles_n = _ceil_div(m, tm / fm), _ceil_div(n, tn / fn)
+        pad = (m * n) / (tiles_m * (tm / fm) * tiles_n * (tn / fn))
+        waves = _wave_efficiency(batch * tiles_m * tiles_n, sm)
+        best = np.maximum(best, pad * waves)
+    k_pad = k / (_ceil_div(k, K_TILE) * K_TILE)
+    aligned = (np.mod(n, TC_ALIGN) == 0) & (np.mod(k, TC_ALIGN) == 0)
+    peak = np.where(aligned, peak, np.minimum(peak, x["vpeak"]))
+    flops = 2.0 * batch * m * n * k
+    # (an empty GEMM, e.g. the LM head of a job without vocabulary, takes no math time)
+    t_math = flops / np.maximum(peak * efficiency * best * k_pad, 1e-300)
+    t_mem = batch * x["act_bytes"] * (m * k + k * n + m * n) / (x["hbm_bw"] * x["hbm_eff"])
+    return np.maximum(t_math, t_mem) + x["kernel_s"]
+
+
+def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_fraction,
+                      backward: bool) -> np.ndarray:
+    """FlashAttention time: 4 b h q kv d FLOPs forward (QK^T and PV) times the causal fraction,
+    2.5x that backward; at the matrix peak times the calibrated attention efficiency, the head
+    dimension padded to its template and the thread blocks quantized over SMs."""
+    flops = 4.0 * b * heads * q_len * kv_len * head_dim * causal_fraction
+    if backward:
+        flops = flops * FLASH_BWD_FACTOR
+    d_pad = head_dim / (_ceil_div(head_dim, FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN)
+    blocks = b * heads * _ceil_div(q_len, FLASH_Q_BLOCK)
+    eff = x["attn_eff"] * d_pad * _wave_efficiency(blocks, x["sm_count"])
+    return flops / (x["peak16"] * eff) + x["kernel_s"]
+
+
+def memory_s(nbytes, x: Mapping, kernels=1.0) -> np.ndarray:
+    """Memory-bound kernels: bytes / (HBM bandwidth x achievable fraction) + launches."""
+    return np.asarray(nbytes, dtype=np.float64) / (x["hbm_bw"] * x["hbm_eff"]) \
+        + kernels * x["kernel_s"]
+
+
+def _bandwidth(group, per_domain, x: Mapping):
+    """Per-GPU ring bandwidth of a group with ``per_domain`` members in each NVLink domain.
+
+    Inside one domain: NVLink. Spanning domains: every ring crosses each domain boundary, and
+    NCCL runs one ring per NIC, so a domain's members share per_domain x NICs of scale-out
+    bandwidth; the slower of the two tiers bounds the ring (NCCL bus-bandwidth model).
+    """
+    nvl = x["nvl_bw"] * x["nvl_eff"]
+    net = x["net_bw"] * x["net_eff"] * x["nics"] * per_domain
+    one_domain = per_domain >= group
+    return np.where(one_domain, nvl, np.where(per_domain <= 1, net, np.minimum(nvl, net)))
+
+
+def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray:
+    """Ring all-gather / reduce-scatter ((n-1)/n V / B) or all-reduce (twice that) of a
+    buffer of ``nbytes`` (the full, un-sharded size) over ``group`` GPUs, plus (n-1) steps of
+    latency (the scale-out latency once the group spans domains). Zero for a group of one.
+    """
+    n = np.asarray(group, dtype=np.float64)
+    g = np.minimum(np.asarray(per_domain, dtype=np.float64), n)
+    factor = {"allgather": 1.0, "reducescatter": 1.0, "allreduce": 2.0}[kind]
+    bw = _bandwidth(n, g, x)
+    lat = np.where(g >= n, x["nvl_lat"], x["net_lat"])
+    t = factor * ((n - 1.0) / np.maximum(n, 1.0) * nbytes / bw + (n - 1.0) * lat)
+    return np.where((n > 1) & (np.asarray(nbytes) > 0), t, 0.0)
+
+
+def p2p_s(nbytes, inside_domain, x: Mapping) -> np.ndarray:
+    """One point-to-point send: latency + bytes / link bandwidth (NVLink or one NIC)."""
+    nvl = x["nvl_lat"] + nbytes / (x["nvl_bw"] * x["nvl_eff"])
+    net = x["net_lat"] + nbytes / (x["net_bw"] * x["net_eff"] * np.maximum(x["nics"], 1e-9))
+    return np.where(inside_domain, nvl, net)

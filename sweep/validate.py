@@ -1,0 +1,640 @@
+"""``sweep validate``: predict measured training runs in each run's own metric convention.
+
+Reads a CSV with the columns of ``sweep/data/measured_training_runs.csv`` (described in the
+``.md`` beside it), turns every row into a job, a hardware variant (the GPU and the row's
+interconnect) and the configuration it ran - or says why it cannot - and predicts the metric
+the source published: iteration time, tokens/s, samples/s, or TFLOP/s by the source's own
+FLOP formula. Fields a source leaves unstated (micro-batch size, virtual stages, recompute)
+are filled with the best feasible choice under the model, i.e. the tuned configuration the
+published run stands for; the report says which rows needed it.
+
+All rows are evaluated in one vectorised call of the calibrated profile (the context arrays
+hold one job and hardware per row), which is what makes calibration and leave-one-source-out
+fast (sweep.calibration).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .catalog import list_names, load_hardware
+from .cost import calibrated
+from .errors import SweepError
+from .hardware import Hardware, apply_overrides
+from .job import Job
+from .schema import CANDIDATE_DTYPE, Reason, Recompute, empty_candidates
+
+__all__ = ["DEFAULT_DATA", "Case", "read_runs", "express", "Evaluator", "REQUIRED_COLUMNS",
+           "METRICS", "report", "render", "spearman"]
+
+DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "measured_training_runs.csv"
+REQUIRED_COLUMNS = (
+    "id", "source", "framework", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
+    "vocab", "seq_len", "arch_notes", "gpu", "n_gpus", "gpus_per_node", "interconnect", "tp",
+    "pp", "dp", "cp", "sp", "vp", "zero_fsdp", "recompute", "global_batch_seqs", "micro_batch",
+    "precision", "compile", "tflops_per_gpu", "tflops_definition", "mfu", "hfu",
+    "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s", "iter_time_s",
+    "mem_per_gpu_GB", "outcome")
+#: published metrics, in the order of preference (the most direct measurement first)
+METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s",
+           "tflops_per_gpu")
+
+#: GPU column -> hardware catalog entry
+GPU_MAP = {
+    "A100-SXM4-80GB": "A100-80GB", "A100-SXM4-40GB": "A100-40GB",
+    "H100-SXM5-80GB": "H100-SXM", "H100-SXM5-80GB (DGX-H100)": "H100-SXM",
+    "H100-SXM 96GB HBM2e (500W)": "H100-96GB-500W", "H200-SXM-141GB": "H200",
+}
+#: interconnect column (regex) -> scale-out per GPU, when it differs from the catalog default
+INTERCONNECT = [
+    # IDRIS Jean Zay A100 nodes: 4 Omni-Path 100 Gb/s adapters per 8 GPUs
+    (r"Omni-Path", {"scaleout_Gbps": 100, "nics_per_gpu": 0.5}),
+    (r"^400 Gbps inter-node", {"scaleout_Gbps": 400, "nics_per_gpu": 0.125}),
+    (r"^800 Gbps inter-node", {"scaleout_Gbps": 400, "nics_per_gpu": 0.25}),
+    (r"1600 Gbps RoCE", {"scaleout_Gbps": 200, "nics_per_gpu": 1}),
+]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How a framework runs a model (the Job fields it sets), and its defaults."""
+
+    attention_kernel: str
+    fused_kernels: bool
+    dp_overlap: bool
+    grad_dtype: str
+    default_sp: bool
+    tp_overlap: bool
+    buffers_GiB: float = 0.0
+    fused_loss: bool = False
+
+
+#: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
+#: (DeepSpeed config docs: reduce_bucket_size, allgather_bucket_size)
+DEEPSPEED_BUCKETS_GiB = 2 * 5e8 * 2 / 2**30
+
+
+#: framework column (regex) -> stack; first match wins
+STACKS = [
+    (r"Megatron-LM \(2021\)", Stack("materialized", True, False, "fp32", False, False)),
+    (r"Megatron-LM \(2022\)", Stack("materialized", True, False, "fp32", False, False)),
+    (r"Megatron-DeepSpeed", Stack("materialized", True, False, "fp32", False, False,
+                                  DEEPSPEED_BUCKETS_GiB)),
+    (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False)),
+    # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
+    # NeMo's framework string names it too)
+    (r"NeMo", Stack("flash", True, True, "bf16", True, True)),
+    (r"Megatron-Core", Stack("flash", True, True, "fp32", True, True)),
+    # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
+    # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
+    (r"Composer", Stack("flash", False, True, "fp32", False, False, fused_loss=True)),
+    (r"fms-fsdp", Stack("flash", False, True, "bf16", False, False)),
+    (r"torchtitan", Stack("flash", False, True, "fp32", True, False)),
+]
+
+
+@dataclass
+class Case:
+    """One measured run, expressed: what to evaluate and what to compare with."""
+
+    row: Mapping[str, str]
+    job: Job
+    hw: Hardware
+    n_gpus: int
+    options: np.ndarray  # (k,) CANDIDATE_DTYPE: the configuration, or the choices left open
+    metric: str
+    measured: float
+    flops: float = 0.0  # FLOPs per iteration by the source's formula (TFLOP/s metrics)
+    mem_measured_bytes: float | None = None
+    oom: bool = False
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        return self.row["source"]
+
+    @property
+    def group(self) -> str:
+        """The sweep a row belongs to (its source and table)."""
+        return f"{self.row['source']} / {self.row.get('table', '')}"
+
+
+def read_runs(path: Path) -> list[dict[str, str]]:
+    """Rows of a measured-runs CSV.
+
+    Raises:
+        SweepError: unreadable file or missing columns (named).
+    """
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SweepError(f"{path}: missing column(s): {', '.join(missing)}")
+            return [dict(r) for r in reader]
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _num(row: Mapping[str, str], key: str) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(row, key) -> int | None:
+    v = _num(row, key)
+    return int(v) if v is not None and v == int(v) else None
+
+
+# ------------------------------------------------------------------------------ FLOP formulas
+
+def megatron_eq3_flops(B, s, L, e, V) -> float:
+    """Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h) per iteration,
+    counting the recompute forward (used by Megatron-LM 2021, BLOOM and MT-NLG logs)."""
+    return 96.0 * B * s * L * e**2 * (1.0 + s / (6.0 * e) + V / (16.0 * L * e))
+
+
+def megatron_core_flops(B, s, L, e, f, H, Kv, d, V, swiglu) -> float:
+    """Megatron-Core (r0.8, July 2024) num_floating_point_operations: model FLOPs with
+    non-causal attention, GQA and gated MLPs; no recompute:
+    12 B s L e^2 ((1 + Kv/H + s/e) (H d / e) + (f/e)(3/2 if gated) + V / (2 L e))."""
+    gated = 1.5 if swiglu else 1.0
+    return 12.0 * B * s * L * e**2 * ((1.0 + Kv / H + s / e) * (H * d / e)
+                                      + (f / e) * gated + V / (2.0 * L * e))
+
+
+# ------------------------------------------------------------------------------ expressing rows
+
+def _stack(framework: str) -> Stack | None:
+    for pattern, stack in STACKS:
+        if re.search(pattern, framework):
+            return stack
+    return None
+
+
+def _recompute(text: str, row) -> tuple[list[tuple[int, float]], str | None]:
+    """Recompute options [(policy, layer fraction)] from the recompute column."""
+    t = text.lower()
+    if t.startswith("none"):
+        return [(Recompute.NONE, 0.0)], None
+    if t.startswith("full"):
+        return [(Recompute.FULL, 0.0)], None
+    if "per-op sac" in t:
+        return [(Recompute.OP_SAC, 0.0)], None
+    if "block fraction" in t:
+        mfu, hfu = _num(row, "mfu"), _num(row, "hfu")
+        if mfu and hfu:
+            # HFU / MFU = (3 + p) / 3 when a fraction p of the blocks is recomputed
+            frac = min(max(3.0 * (hfu / mfu - 1.0), 0.0), 1.0)
+            return [(Recompute.FIRST_K, frac)], f"recomputed block fraction {frac:.2f} from HFU/MFU"
+        return [(Recompute.FIRST_K, 0.5)], "recomputed block fraction 0.5 assumed"
+    if t.startswith("selective"):
+        return [(Recompute.SELECTIVE, 0.0)], None
+    if not t:
+        return [(Recompute.NONE, 0.0), (Recompute.SELECTIVE, 0.0), (Recompute.FULL, 0.0)], \
+            "recompute unstated: best of none / selective / full"
+    return [], f"recompute {text!r} not understood"
+
+
+def _zero(text: str, dp: int) -> tuple[int, int] | None:
+    """(ZeRO stage, shard group; 0 = the whole DP group) from the zero_fsdp column."""
+    t = text.lower()
+    if "hsdp" in t:
+        return 3, 8
+    m = re.search(r"dp_shard=(\d+)", t)
+    if m:
+        return 3, int(m.group(1))
+    if "full_shard" in t or "full shard" in t or "zero-3" in t:
+        return 3, 0
+    if "shard_grad_op" in t or "zero-2" in t:
+        return 2, 0
+    if "zero-1" in t or "distributed optimizer" in t:
+        return 1, 0
+    if t.startswith("none") or not t:
+        return (1, 0) if not t else (0, 0)
+    return None
+
+
+def _placement(order: Sequence[tuple[str, int]], node: int) -> dict[str, int]:
+    """GPUs of each group inside one node, filling the node in rank order (TP first:
+    Megatron's tp-cp-dp-pp order and torchtitan's device mesh)."""
+    out, left = {}, node
+    for name, degree in order:
+        inside = int(np.gcd(degree, left))
+        out["nv_" + name] = max(inside, 1)
+        left //= max(inside, 1)
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _grad_dtype(row, stack: Stack) -> str:
+    precision = row.get("precision", "")
+    if "BF16Optimizer" in precision:
+        return "mixed"  # bf16 gradients + fp32 accumulation buffer
+    if "pre BF16-optimizer" in precision:
+        return "bf16"  # DeepSpeed fp16 optimizer: 16-bit gradients
+    if "DEFAULT" in precision:
+        return "fp32"  # Composer FSDP DEFAULT mixed precision reduces in fp32
+    return stack.grad_dtype
+
+
+def express(row: Mapping[str, str]) -> Case | str:
+    """A measured run as a Case, or the reason it cannot be expressed."""
+    if row.get("outcome", "ok") not in ("ok", "OOM"):
+        return f"outcome {row.get('outcome')!r} is neither ok nor OOM"
+    hw_name = GPU_MAP.get(row["gpu"]) or (row["gpu"] if row["gpu"] in list_names("hardware")
+                                          else None)
+    if hw_name is None:
+        return f"GPU {row['gpu']!r} is not in the hardware catalog"
+    stack = _stack(row["framework"])
+    if stack is None:
+        return f"framework {row['framework']!r} unknown"
+    dims = {k: _int(row, k) for k in ("n_layers", "hidden", "ffn_hidden", "n_heads",
+                                      "seq_len", "n_gpus", "global_batch_seqs")}
+    for k, v in dims.items():
+        if v is None:
+            return f"{k} unknown"
+    assumptions: list[str] = []
+    n = dims["n_gpus"]
+    tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
+    dp = _int(row, "dp") or n // max(tp * pp * cp, 1)
+    if tp * pp * cp * dp != n:
+        return f"tp x pp x cp x dp = {tp * pp * cp * dp}, not {n} GPUs"
+    B = dims["global_batch_seqs"]
+    if B % dp:
+        return f"global batch {B} is not a multiple of dp = {dp}"
+    arch = row.get("arch_notes", "")
+    swiglu = "SwiGLU" in arch
+    if "squared-ReLU" in arch:
+        assumptions.append("squared-ReLU MLP costed as a 2-matrix GELU MLP")
+    precision = row.get("precision", "").lower()
+    dtype = "fp8" if ("fp8" in precision or "float8" in precision) else (
+        "fp16" if precision.startswith("fp16") else "bf16")
+    heads = dims["n_heads"]
+    kv = _int(row, "n_kv_heads") or heads
+    job = Job(
+        name=row["id"], n_layers=dims["n_layers"], hidden=dims["hidden"],
+        ffn_hidden=dims["ffn_hidden"], n_heads=heads, n_kv_heads=kv,
+        head_dim=dims["hidden"] // heads, vocab=_int(row, "vocab") or 0, seq_len=dims["seq_len"],
+        global_batch=B, mlp="swiglu" if swiglu else "gelu",
+        norm="rmsnorm" if "RMSNorm" in arch else "layernorm",
+        position="rope" if "RoPE" in arch or "LLaMA" in arch else "learned",
+        causal=True, dropout=row["source"] in ("Narayanan2021", "Korthikanti2022",
+                                               "BLOOM-prequel"),
+        bias="biases on" in arch or row["source"] in ("Narayanan2021", "Korthikanti2022",
+                                                      "BLOOM-prequel"),
+        tied_embeddings="untied" not in arch, dtype=dtype,
+        attention_kernel=stack.attention_kernel,
+        fused_kernels=stack.fused_kernels or row.get("compile", "") == "yes",
+        dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB, fused_loss=stack.fused_loss,
+        grad_dtype=_grad_dtype(row, stack),
+        source=row.get("source_ref", ""))
+    hw = load_hardware(hw_name)
+    for pattern, overrides in INTERCONNECT:
+        if re.search(pattern, row.get("interconnect", "")):
+            hw = apply_overrides(hw, overrides, "interconnect")
+    node = _int(row, "gpus_per_node") or hw.nvlink_domain
+    hw = dataclasses.replace(hw, nvlink_domain=node)
+    zero = _zero(row.get("zero_fsdp", ""), dp)
+    if zero is None:
+        return f"sharding {row['zero_fsdp']!r} not understood"
+    if not row.get("zero_fsdp"):
+        assumptions.append("distributed optimizer (ZeRO-1) assumed")
+    recomputes, note = _recompute(row.get("recompute", ""), row)
+    if not recomputes:
+        return note or "recompute not understood"
+    if note:
+        assumptions.append(note)
+    sp_text = row.get("sp", "")
+    sp = 1 if sp_text == "yes" or (not sp_text and stack.default_sp) else 0
+    tp_overlap = 1 if tp > 1 and (stack.tp_overlap or "asyncTP" in row["id"]) else 0
+    local = B // dp
+    mbs_given = _int(row, "micro_batch")
+    mbs_options = [mbs_given] if mbs_given else _divisors(local)
+    if not mbs_given:
+        assumptions.append("micro-batch unstated: best feasible")
+    layers_per_stage = int(np.ceil(job.n_layers / pp))
+    vp_given = _int(row, "vp")
+    if vp_given:
+        vp_options = [vp_given]
+    elif pp > 1 and row.get("source") in ("Narayanan2021", "MegatronLM-README-H100"):
+        vp_options = [v for v in _divisors(layers_per_stage) if v <= 8]
+        assumptions.append("virtual stages unstated: best feasible")
+    else:
+        vp_options = [1]
+    place = _placement([("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)], node)
+    rows = []
+    for mbs, vp, (rec, frac) in itertools.product(mbs_options, vp_options, recomputes):
+        if mbs > local or local % mbs:
+            continue
+        if vp > 1 and (local // mbs) % pp:  # interleaving needs m % p == 0 (Megatron)
+            continue
+        rows.append(dict(dp=dp, tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vp, recompute=rec,
+                         recompute_layers=int(round(frac * layers_per_stage)), zero=zero[0],
+                         shard_group=zero[1], sp=sp if tp > 1 else 0, tp_overlap=tp_overlap,
+                         **place))
+    if not rows:
+        return "no configuration satisfies the stated batch sizes"
+    options = empty_candidates(len(rows))
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            options[k][i] = v
+    options["index"] = np.arange(len(rows))
+    oom = row.get("outcome") == "OOM"
+    mem = _num(row, "mem_per_gpu_GB")
+    case = Case(row, job, hw, n, options, "", 0.0, mem_measured_bytes=mem * 2**30 if mem else None,
+                oom=oom, assumptions=assumptions)
+    if oom:
+        return case  # compared on feasibility only
+    for metric in METRICS:
+        value = _num(row, metric)
+        if value is None or value <= 0:
+            continue
+        if metric == "tflops_per_gpu":
+            definition = row.get("tflops_definition", "")
+            if "Eq.3" in definition or "Eq. 3" in definition:
+                case.flops = megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden,
+                                                job.vocab)
+            elif "MFU = tflops/989" in definition:
+                case.flops = megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden,
+                                                 job.ffn_hidden, heads, kv, job.head_dim,
+                                                 job.vocab, swiglu)
+            else:
+                continue
+        case.metric, case.measured = metric, value
+        return case
+    return "no time-based metric with a known convention (iteration time, tokens/s, " \
+           "samples/s or TFLOP/s with its formula)"
+
+
+def metric_of(case: Case, step_time_s: np.ndarray) -> np.ndarray:
+    """The case's published metric from a predicted iteration time."""
+    B, s, n = case.job.global_batch, case.job.seq_len, case.n_gpus
+    return {"iter_time_s": step_time_s,
+            "tokens_per_s_per_gpu": B * s / (step_time_s * n),
+            "tokens_per_s_total": B * s / step_time_s,
+            "samples_per_s": B / step_time_s,
+            "tflops_per_gpu": case.flops / (step_time_s * n) / 1e12}[case.metric]
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+class Evaluator:
+    """Every option of every case in one stacked context; re-evaluated for new parameters."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        self.cases = list(cases)
+        contexts, columns, owner = [], [], []
+        for i, case in enumerate(self.cases):
+            ctx = calibrated.make_context(case.job, case.hw, case.hw.calibration)
+            for opt in case.options:
+                contexts.append(ctx)
+                columns.append(opt)
+                owner.append(i)
+        self.x = calibrated.stack_contexts(contexts)
+        self.c = {k: np.array([o[k] for o in columns]) for k in CANDIDATE_DTYPE.names}
+        self.owner = np.array(owner)
+        self.generation = np.array([self.cases[i].hw.generation for i in owner])
+
+    def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
+        """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
+        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve", 2.0**30)}
+        for gen, values in params.items():
+            mask = np.ones(len(self.owner), bool) if gen == "memory" else self.generation == gen
+            for k, v in values.items():
+                name, scale = keys.get(k, (k, 1.0))
+                self.x[name][mask] = v * scale
+
+    def run(self) -> dict[str, np.ndarray]:
+        """Per case: predicted step time (best feasible option), memory, feasibility."""
+        out = calibrated.evaluate(self.x, self.c)
+        step, mem, reported = out["step_time_s"], out["mem_bytes"], out["mem_reported_bytes"]
+        feasible = out["reason"] == Reason.OK
+        # best option per case: feasible first, then the fastest
+        order = np.lexsort((step, ~feasible, self.owner))
+        _, first = np.unique(self.owner[order], return_index=True)
+        chosen = order[first]
+        return {"step_time_s": step[chosen], "mem_bytes": mem[chosen],
+                "mem_reported_bytes": reported[chosen], "feasible": feasible[chosen],
+                "option": chosen}
+
+
+# ------------------------------------------------------------------------------ the report
+
+def _stats(errors) -> dict:
+    a = np.abs(np.asarray(errors, dtype=np.float64))
+    if a.size == 0:
+        return {"n": 0, "median_abs": float("nan"), "p90_abs": float("nan"), "bias": float("nan")}
+    return {"n": int(a.size), "median_abs": float(np.median(a)),
+            "p90_abs": float(np.percentile(a, 90)), "bias": float(np.median(errors))}
+
+
+def _ranks(a) -> np.ndarray:
+    """Ranks 0..n-1, ties sharing their average rank."""
+    a = np.asarray(a, dtype=np.float64)
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(len(a), dtype=np.float64)
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=ranks) / counts)[inverse]
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation (Pearson correlation of the tie-averaged ranks)."""
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = np.sqrt((ra ** 2).sum() * (rb ** 2).sum())
+    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
+
+
+def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, float]],
+           loso: bool = True) -> dict:
+    """Predict every row with ``params`` ({generation | memory: {name: value}}) and summarise.
+
+    With ``loso``, also re-calibrate without each source and predict it.
+    """
+    from .calibration import fill_generations, fit, predictions
+
+    cases, unexpressed = [], []
+    for r in rows:
+        c = express(r)
+        if isinstance(c, str):
+            unexpressed.append({"id": r.get("id", ""), "source": r.get("source", ""),
+                                "reason": c})
+        else:
+            cases.append(c)
+    if not cases:
+        raise SweepError("no row of the data can be expressed")
+    ev = Evaluator(cases)
+    ev.set_parameters(params)
+    pred, out = predictions(ev)
+    per_row, errors, by_source, mem_err = [], [], {}, []
+    oom_rows, false_oom = [], []
+    for i, c in enumerate(cases):
+        mem_pred = float(out["mem_bytes"][i])
+        reported = float(out["mem_reported_bytes"][i])
+        entry = {"id": c.row["id"], "source": c.source, "group": c.group,
+                 "gpu": c.row["gpu"], "metric": c.metric, "measured": c.measured,
+                 "predicted": float(pred[i]) if c.metric else None,
+                 "error": float(pred[i] / c.measured - 1.0) if c.metric else None,
+                 "feasible": bool(out["feasible"][i]), "outcome": "OOM" if c.oom else "ok",
+                 "mem_required_GiB": mem_pred / 2**30, "mem_reported_GiB": reported / 2**30,
+                 "mem_measured_GiB": c.mem_measured_bytes / 2**30 if c.mem_measured_bytes
+                 else None, "capacity_GiB": c.hw.hbm_capacity_bytes / 2**30,
+                 "assumptions": c.assumptions}
+        if c.mem_measured_bytes:
+            entry["mem_error"] = reported / c.mem_measured_bytes - 1.0
+            mem_err.append(entry["mem_error"])
+        if c.metric:
+            errors.append(entry["error"])
+            by_source.setdefault(c.source, []).append(entry["error"])
+        if c.oom:
+            oom_rows.append(entry)
+        elif not out["feasible"][i]:
+            false_oom.append(entry)
+        per_row.append(entry)
+    # ranking within each sweep (source / table): measured vs predicted throughput
+    batch = {c.row["id"]: c.job.global_batch for c in cases}
+
+    def throughput(entry, value):
+        return batch[entry["id"]] / value if entry["metric"] == "iter_time_s" else value
+
+    groups: dict[str, list[dict]] = {}
+    for e in per_row:
+        if e["metric"]:
+            groups.setdefault(e["group"], []).append(e)
+    ranking = {}
+    for g, members in sorted(groups.items()):
+        if len(members) < 3:
+            continue
+        meas = [throughput(m, m["measured"]) for m in members]
+        predt = [throughput(m, m["predicted"]) for m in members]
+        ranking[g] = {"n": len(members), "rho": spearman(meas, predt)}
+    result = {
+        "parameters": {k: dict(v) for k, v in params.items()},
+        "rows": per_row, "unexpressed": unexpressed,
+        "expressed_fraction": len(cases) / len(rows),
+        "overall": _stats(errors),
+        "per_source": {s: _stats(v) for s, v in sorted(by_source.items())},
+        "memory": {**_stats(mem_err), "within_15pct": float(np.mean(np.abs(mem_err) < 0.15))
+                   if mem_err else float("nan")},
+        "oom": {"n": len(oom_rows), "predicted_infeasible": sum(not e["feasible"]
+                                                               for e in oom_rows),
+                "missed": [e["id"] for e in oom_rows if e["feasible"]]},
+        "ran_but_predicted_over_capacity": [
+            {"id": e["id"], "over_pct": 100 * (e["mem_required_GiB"] / e["capacity_GiB"] - 1)}
+            for e in false_oom],
+        "spearman": ranking,
+    }
+    if loso:
+        loso_err, per = [], {}
+        for source in sorted({c.source for c in cases}):
+            train = [c for c in cases if c.source != source]
+            test = [c for c in cases if c.source == source and c.metric]
+            if not test:
+                continue
+            fitted = fit(train, start=params, tol=1e-2).parameters
+            # a generation with no other source borrows its neighbour's fit (never the
+            # parameters fitted with this source)
+            fitted, _ = fill_generations(fitted, sorted({c.hw.generation for c in test}))
+            ev_t = Evaluator(test)
+            ev_t.set_parameters(fitted)
+            p_t, _ = predictions(ev_t)
+            errs = [p_t[i] / c.measured - 1.0 for i, c in enumerate(test)]
+            per[source] = _stats(errs)
+            loso_err += errs
+        result["loso"] = {"overall": _stats(loso_err), "per_source": per}
+    return result
+
+
+# ------------------------------------------------------------------------------ text
+
+def _pct(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def _apct(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def render(rep: Mapping, rows: bool = True) -> str:
+    """The report as text: per-row table, per-source table, summary, memory and OOM checks,
+    rows not expressed, rankings within sweeps."""
+    from . import fmt
+
+    out = []
+    if rows:
+        table = []
+        for e in rep["rows"]:
+            mem = "-" if e["mem_measured_GiB"] is None else (
+                f"{e['mem_measured_GiB']:.1f}/{e['mem_reported_GiB']:.1f}")
+            measured = "OOM" if e["outcome"] == "OOM" else (
+                f"{e['measured']:.4g}" if e["metric"] else "-")
+            table.append([e["id"], e["source"], e["metric"] or "-", measured,
+                          "-" if e["predicted"] is None else f"{e['predicted']:.4g}",
+                          _pct(e["error"]), mem,
+                          "fits" if e["feasible"] else "OOM",
+                          f"{len(e['assumptions'])}" if e["assumptions"] else ""])
+        out.append(fmt.table(["run", "source", "metric", "measured", "predicted", "error",
+                              "mem GiB meas/pred", "model", "assumed"], table))
+        out.append("")
+    loso = rep.get("loso", {}).get("per_source", {})
+    src_rows = [[s, v["n"], _apct(v["median_abs"]), _apct(v["p90_abs"]), _pct(v["bias"]),
+                 _apct(loso[s]["median_abs"]) if s in loso else "-"]
+                for s, v in rep["per_source"].items()]
+    o = rep["overall"]
+    src_rows.append(["all", o["n"], _apct(o["median_abs"]), _apct(o["p90_abs"]),
+                     _pct(o["bias"]), _apct(rep["loso"]["overall"]["median_abs"])
+                     if "loso" in rep else "-"])
+    out.append(fmt.table(["source", "rows", "median |err|", "p90 |err|", "median err",
+                          "LOSO median |err|"], src_rows))
+    out.append("")
+    m = rep["memory"]
+    out.append(f"expressed: {rep['expressed_fraction'] * 100:.1f}% of rows "
+               f"({len(rep['rows'])} of {len(rep['rows']) + len(rep['unexpressed'])})")
+    out.append(f"time:      median |error| {_apct(o['median_abs'])}, 90th percentile "
+               f"{_apct(o['p90_abs'])} over {o['n']} rows")
+    if "loso" in rep:
+        lo = rep["loso"]["overall"]
+        out.append(f"leave-one-source-out: median |error| {_apct(lo['median_abs'])}, "
+                   f"90th percentile {_apct(lo['p90_abs'])}")
+    if m["n"]:
+        out.append(f"memory:    median |error| {_apct(m['median_abs'])}, 90th percentile "
+                   f"{_apct(m['p90_abs'])}, {m['within_15pct'] * 100:.0f}% of {m['n']} rows "
+                   f"within 15% (measured vs predicted reported peak)")
+    oom = rep["oom"]
+    if oom["n"]:
+        missed = f"; missed: {', '.join(oom['missed'])}" if oom["missed"] else ""
+        out.append(f"OOM rows:  {oom['predicted_infeasible']} of {oom['n']} predicted "
+                   f"infeasible{missed}")
+    over = rep["ran_but_predicted_over_capacity"]
+    if over:
+        out.append("ran, but predicted over capacity: " + ", ".join(
+            f"{e['id']} (+{e['over_pct']:.1f}%)" for e in over))
+    if rep["unexpressed"]:
+        out.append("")
+        out.append("rows not expressed:")
+        for e in rep["unexpressed"]:
+            out.append(f"  {e['id']} ({e['source']}): {e['reason']}")
+    if rep["spearman"]:
+        out.append("")
+        out.append(fmt.table(["sweep (source / table)", "configs", "Spearman rho"],
+                             [[g, v["n"], f"{v['rho']:.2f}"]
+                              for g, v in rep["spearman"].items()]))
+    return "\n".join(out)

@@ -1,0 +1,382 @@
+"""The calibrated profile: hand-computed cases per feature, and properties.
+
+The toy machine has round numbers (100 TFLOP/s bf16, 1 TB/s HBM, 100 GB/s NVLink, 10 GB/s
+per NIC, 100 SMs, 128 x 128 GEMM tiles) and the calibration is fixed (GEMM, attention and HBM
+efficiency 0.5, no kernel overhead, ideal links, no reserve), so every expected value below
+is a few lines of arithmetic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sweep.candidates import enumerate_calibrated
+from sweep.catalog import load_hardware, load_job
+from sweep.cost import calibrated, evaluate_columns, op_table
+from sweep.cost.kernels import collective_s, flash_attention_s, gemm_s, p2p_s
+from sweep.hardware import parse_hardware
+from sweep.job import Job
+from sweep.schema import CANDIDATE_DTYPE, Reason, Recompute, empty_candidates
+
+PARAMS = {"gemm_eff": 0.5, "attn_eff": 0.5, "hbm_eff": 0.5, "kernel_us": 0.0, "nvl_eff": 1.0,
+          "net_eff": 1.0, "fp8_eff": 1.0, "reserve_GiB": 0.0, "allocator_cache": 0.0}
+TOY = dataclasses.replace(parse_hardware({
+    "name": "toy", "matrix_tflops": {"bf16": 100, "fp8": 200},
+    "vector_tflops": {"bf16": 10, "fp32": 5}, "hbm_GBps": 1000, "hbm_GB": 80,
+    "nvlink_GBps": 100, "nvlink_latency_us": 1, "nvlink_domain": 8, "scaleout_GBps": 10,
+    "scaleout_latency_us": 5, "nics_per_gpu": 1, "sm_count": 100, "gemm_tile": [128, 128],
+    "generation": "toy"}, "toy"), calibration=PARAMS)
+# two GELU / LayerNorm layers of width 1024, no vocabulary, 8 sequences of 1024 tokens
+TINY = Job(name="tiny", n_layers=2, hidden=1024, ffn_hidden=4096, n_heads=8, n_kv_heads=8,
+           head_dim=128, vocab=0, seq_len=1024, global_batch=8)
+TE = 1024 * 1024  # tokens x hidden of one sequence
+
+
+def ctx(job=TINY, hw=TOY, **params):
+    return calibrated.make_context(job, hw, {**PARAMS, **params})
+
+
+def cand(n=1, **kw):
+    """Column block of n identical candidates (degrees 1, groups inside one domain)."""
+    c = empty_candidates(n)
+    c["dp"] = c["tp"] = c["pp"] = c["mbs"] = 1
+    for k, v in kw.items():
+        c[k] = v
+    for nv, g in (("nv_tp", "tp"), ("nv_cp", "cp"), ("nv_dp", "dp"), ("nv_pp", "pp")):
+        if nv not in kw:
+            c[nv] = np.minimum(c[g], 8)
+    return {k: c[k].astype(np.int64) for k in CANDIDATE_DTYPE.names}
+
+
+def run(job=TINY, hw=TOY, params=None, **kw):
+    out = calibrated.evaluate(ctx(job, hw, **(params or {})), cand(**kw))
+    return {k: float(np.asarray(v).ravel()[0]) for k, v in out.items()}
+
+
+# ------------------------------------------------------------------------------ kernels
+
+def test_gemm_one_full_wave_is_flops_over_efficient_peak():
+    x = ctx()
+    # 10 x 10 tiles of 128 fill the 100 SMs once; k = 1280 is a multiple of the k-tile
+    t = gemm_s(1280, 1280, 1280, x, 100e12, 0.5)
+    assert t == pytest.approx(2 * 1280**3 / 50e12, rel=1e-12)
+
+
+def test_gemm_wave_quantization_takes_the_best_tile():
+    x = ctx()
+    # 11 x 11 tiles = 121 on 100 SMs: 2 waves at 60.5%; half tiles 242 -> 80.7%;
+    # quarter tiles 484 on 5 waves -> 96.8%, the best
+    t = gemm_s(1408, 1408, 1280, x, 100e12, 0.5)
+    assert t == pytest.approx(2 * 1408**2 * 1280 / (50e12 * 484 / 500), rel=1e-12)
+
+
+def test_gemm_k_padding_and_misalignment():
+    x = ctx()
+    # k = 96 is padded to 128: 75% of the math is useful
+    t = gemm_s(1280, 1280, 96, x, 100e12, 0.5)
+    assert t == pytest.approx(2 * 1280**2 * 96 / (50e12 * 0.75), rel=1e-12)
+    # n = 1001 is not a multiple of 8: no tensor cores, the vector peak (10 TFLOP/s)
+    slow = gemm_s(1280, 1001, 1280, x, 100e12, 0.5)
+    fast = gemm_s(1280, 1000, 1280, x, 100e12, 0.5)
+    assert slow > 9 * fast
+
+
+def test_gemm_memory_bound_shape_is_the_operand_traffic():
+    x = ctx()
+    # (1 x 8192)(8192 x 8192): 128 MiB of weights read at 0.5 TB/s
+    t = gemm_s(1, 8192, 8192, x, 100e12, 0.5)
+    assert t == pytest.approx(2 * (8192 + 8192**2 + 8192) / 0.5e12, rel=1e-12)
+
+
+def test_flash_attention_forward_and_backward():
+    x = ctx()
+    # 8 heads x 10 query blocks = 80 thread blocks on 100 SMs; causal halves the FLOPs
+    fwd = flash_attention_s(1, 8, 1280, 1280, 128, x, 0.5, False)
+    flops = 4 * 8 * 1280**2 * 128 * 0.5
+    assert fwd == pytest.approx(flops / (100e12 * 0.5 * 0.8), rel=1e-12)
+    bwd = flash_attention_s(1, 8, 1280, 1280, 128, x, 0.5, True)
+    assert bwd == pytest.approx(2.5 * fwd, rel=1e-12)
+    # head dim 80 is padded to 96 in the kernel: it takes as long as 96
+    d80 = flash_attention_s(1, 8, 1280, 1280, 80, x, 0.5, False)
+    d96 = flash_attention_s(1, 8, 1280, 1280, 96, x, 0.5, False)
+    assert d80 == pytest.approx(d96, rel=1e-12) and d96 == pytest.approx(0.75 * fwd, rel=1e-12)
+
+
+def test_ring_collectives_inside_and_across_domains():
+    x = ctx()
+    inside = collective_s("allreduce", 8e8, 8, 8, x)
+    assert inside == pytest.approx(2 * 7 / 8 * 8e8 / 100e9 + 2 * 7 * 1e-6, rel=1e-12)
+    # 16 GPUs, 8 per domain: the domain's 8 NICs (80 GB/s) bound the ring below NVLink
+    across = collective_s("allreduce", 8e8, 16, 8, x)
+    assert across == pytest.approx(2 * 15 / 16 * 8e8 / 80e9 + 2 * 15 * 5e-6, rel=1e-12)
+    gather = collective_s("allgather", 8e8, 8, 8, x)
+    assert gather == pytest.approx(inside / 2, rel=1e-12)
+    assert collective_s("allreduce", 8e8, 1, 1, x) == 0.0
+    assert p2p_s(1e8, False, x) == pytest.approx(5e-6 + 1e8 / 10e9, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ memory
+
+P_LAYER = 4 * 1024**2 + 2 * 1024 * 4096 + 4 * 1024  # attention + MLP + two LayerNorms
+ACT_LAYER = 32 * TE + 8 * 1024 * 4  # K22-style 32 s b h bytes + FlashAttention's row stats
+
+
+def test_memory_of_plain_data_parallel_training():
+    r = run()
+    P = 2 * P_LAYER
+    assert r["mem_weights_bytes"] == 2 * P
+    assert r["mem_grads_bytes"] == 4 * P  # fp32 main gradients
+    assert r["mem_optimizer_bytes"] == 12 * P  # fp32 master + Adam m, v
+    # both layers' activations kept, plus one layer's gradients in flight
+    assert r["mem_activations_bytes"] == 3 * ACT_LAYER
+    assert r["mem_bytes"] == 18 * P + 3 * ACT_LAYER
+
+
+def test_zero_stages_shard_what_they_should():
+    P = 2 * P_LAYER
+    z = {k: run(dp=8, zero=k) for k in range(4)}
+    assert z[0]["mem_optimizer_bytes"] == 12 * P
+    assert z[1]["mem_optimizer_bytes"] == 12 * P / 8 and z[1]["mem_grads_bytes"] == 4 * P
+    assert z[2]["mem_grads_bytes"] == 4 * P / 8 + 4 * P_LAYER  # shard + one layer's bucket
+    # FSDP: fp32 sharded master weights, two layers gathered (prefetch), Adam states
+    assert z[3]["mem_weights_bytes"] == 4 * P / 8 + 2 * 2 * P_LAYER
+    assert z[3]["mem_optimizer_bytes"] == 8 * P / 8
+    totals = [z[k]["mem_bytes"] for k in range(4)]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_recompute_policies_keep_less_and_cost_more():
+    none, sel, full = (run(recompute=r) for r in (Recompute.NONE, Recompute.SELECTIVE,
+                                                  Recompute.FULL))
+    # flash attention keeps no score matrix, so selective recompute saves nothing on memory
+    assert sel["mem_activations_bytes"] == none["mem_activations_bytes"]
+    # full: each layer keeps its input (2 bytes x s x h); backward needs one layer's full
+    # activations (in place of its input) and their gradients
+    assert full["mem_activations_bytes"] == 2 * 2 * TE + 2 * ACT_LAYER - 2 * TE
+    assert none["step_time_s"] < sel["step_time_s"] < full["step_time_s"]
+    deep = dataclasses.replace(TINY, n_layers=8)
+    none, full = run(deep), run(deep, recompute=Recompute.FULL)
+    first = run(deep, recompute=Recompute.FIRST_K, recompute_layers=4)
+    assert first["mem_activations_bytes"] == 4 * 2 * TE + 4 * ACT_LAYER + 2 * ACT_LAYER - 2 * TE
+    assert full["mem_bytes"] < first["mem_bytes"] < none["mem_bytes"]
+    assert none["step_time_s"] < first["step_time_s"] < full["step_time_s"]
+
+
+def test_materialized_attention_selective_recompute_drops_the_scores():
+    job = dataclasses.replace(TINY, attention_kernel="materialized")
+    none, sel = run(job), run(job, recompute=Recompute.SELECTIVE)
+    scores = 8 * 1024 * 1024 * 2  # heads x s x s, 16-bit softmax output kept per layer
+    assert none["mem_activations_bytes"] - sel["mem_activations_bytes"] == 2 * scores
+
+
+def test_per_op_recompute_saves_every_other_gemm_output():
+    job = dataclasses.replace(TINY, mlp="swiglu")
+    op = run(job, recompute=Recompute.OP_SAC)
+    none = run(job)
+    # kept: layer input, q and v, attention output, gate and down outputs (+ row stats)
+    kept = 2 * TE * (1 + 2 + 1 + 4 + 1) + 8 * 1024 * 4
+    assert op["mem_activations_bytes"] == 2 * kept + (none["mem_activations_bytes"]
+                                                      - 2 * (none["mem_activations_bytes"]
+                                                             / 3))
+    assert none["step_time_s"] < op["step_time_s"]
+
+
+def test_fused_loss_halves_the_logits():
+    job = dataclasses.replace(TINY, vocab=32768)
+    plain = run(job)
+    fused = run(dataclasses.replace(job, fused_loss=True))
+    logits = 1024 * 32768  # tokens x vocabulary of one micro-batch
+    assert plain["mem_activations_bytes"] - fused["mem_activations_bytes"] == (8 - 4) * logits
+
+
+def test_vocabulary_is_padded_for_tensor_parallel_shards():
+    assert calibrated.padded_vocab(50257, 1) == 50304  # 393 x 128
+    assert calibrated.padded_vocab(50257, 8) == 51200  # multiple of 128 x 8
+    assert calibrated.padded_vocab(0, 8) == 0
+
+
+def test_inference_has_no_backward_gradients_or_optimizer():
+    train, infer = run(), run(dataclasses.replace(TINY, training=False))
+    assert infer["mem_grads_bytes"] == infer["mem_optimizer_bytes"] == 0
+    assert infer["mem_activations_bytes"] == ACT_LAYER  # one layer at a time
+    assert infer["t_optimizer_s"] == 0 and infer["step_time_s"] < train["step_time_s"] / 2
+
+
+def test_offload_moves_optimizer_state_to_the_host_tier():
+    hw = dataclasses.replace(TOY, host_memory_bytes=1e12, host_link_bytes_per_s=50e9)
+    on, off = run(hw=hw, offload=4), run(hw=hw)
+    P = 2 * P_LAYER
+    assert on["mem_optimizer_bytes"] == 0 and off["mem_optimizer_bytes"] == 12 * P
+    assert on["t_offload_s"] == pytest.approx(2 * 12 * P / 50e9, rel=1e-12)
+    small = dataclasses.replace(hw, host_memory_bytes=1e6)
+    assert run(hw=small, offload=4)["reason"] == Reason.OFFLOAD_CAPACITY
+
+
+# ------------------------------------------------------------------------------ time
+
+def test_tensor_parallel_all_reduces_per_layer():
+    one, two = run(), run(tp=2)
+    # 2 all-reduces forward, 2 backward, of the (s, h) activation: 2 bytes x TE
+    ar = 2 * 1 / 2 * 2 * TE / 100e9 + 2 * 1 * 1e-6
+    assert two["t_tp_comm_s"] == pytest.approx(8 * 2 * 4 * ar, rel=1e-9)  # 8 mb, 2 layers
+    assert one["t_tp_comm_s"] == 0
+    sp = run(tp=2, sp=1)  # sequence parallelism re-gathers once more in backward
+    assert sp["t_tp_comm_s"] == pytest.approx(8 * 2 * 5 * ar, rel=1e-9)
+    overlapped = run(tp=2, sp=1, tp_overlap=1)
+    assert overlapped["t_tp_comm_s"] < sp["t_tp_comm_s"] * 0.5
+
+
+def test_pipeline_bubble_is_p_minus_1_over_v_m():
+    job = dataclasses.replace(TINY, n_layers=8, global_batch=32)
+    fast = dataclasses.replace(TOY, nvlink_bytes_per_s=1e18, nvlink_latency_s=0.0)
+    for v in (1, 2):
+        r = run(job, fast, pp=4, vpp=v)
+        m = 32
+        steady = r["step_time_s"] - r["t_bubble_s"] - r["t_pp_comm_s"] - r["t_dp_comm_s"] \
+            - r["t_optimizer_s"]
+        assert r["t_bubble_s"] / steady == pytest.approx(3 / (v * m), rel=1e-9)
+
+
+def test_context_parallel_splits_activations_and_adds_the_ring():
+    one, two = run(), run(cp=2)
+    assert two["mem_activations_bytes"] < 0.55 * one["mem_activations_bytes"]
+    assert two["t_cp_comm_s"] > 0 and one["t_cp_comm_s"] == 0
+
+
+def test_gqa_and_swiglu_change_the_weights():
+    gqa = dataclasses.replace(TINY, n_kv_heads=2)
+    assert run(gqa)["mem_weights_bytes"] == 2 * 2 * (P_LAYER - 2 * 1024 * 768)
+    swiglu = dataclasses.replace(TINY, mlp="swiglu")
+    assert run(swiglu)["mem_weights_bytes"] == 2 * 2 * (P_LAYER + 1024 * 4096)
+
+
+def test_causal_attention_costs_half_the_full_attention():
+    x_causal, x_full = ctx(), ctx(dataclasses.replace(TINY, causal=False))
+    c = cand()
+    a = calibrated.op_table(x_causal, c)
+    b = calibrated.op_table(x_full, c)
+    core = {r["name"]: float(r["time_s"][0]) for r in a}["attention core"]
+    core_full = {r["name"]: float(r["time_s"][0]) for r in b}["attention core"]
+    assert core_full == pytest.approx(2 * core, rel=1e-9)
+
+
+def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
+    x16 = ctx()
+    fp8 = dataclasses.replace(TINY, dtype="fp8")
+    x8 = ctx(fp8)
+    t16 = gemm_s(1280, 1280, 1280, x16, x16["peak16"], 0.5)
+    t8 = gemm_s(1280, 1280, 1280, x8, x8["peak8"] * x8["fp8_eff"], 0.5)
+    assert t8 == pytest.approx(t16 / 2, rel=1e-12)
+    assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
+
+
+def test_op_table_adds_up_to_the_step_time():
+    job, hw = load_job("llama3_8b"), load_hardware("H100-SXM")
+    space = enumerate_calibrated(job, 64, 8)
+    cols = space.columns(0, space.size)
+    pick = np.random.default_rng(0).choice(space.size, 200, replace=False)
+    sub = {k: v[pick] for k, v in cols.items()}
+    rows = op_table("calibrated", job, hw, "1d", sub)
+    total = sum(np.asarray(r["time_s"]) for r in rows)
+    step = evaluate_columns("calibrated", job, hw, "1d", 64, sub)["step_time_s"]
+    np.testing.assert_allclose(total, step, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------ properties
+
+def _sample(job_name="llama3_8b", hw_name="H100-SXM", n=64, k=3000, seed=1):
+    job, hw = load_job(job_name), load_hardware(hw_name)
+    space = enumerate_calibrated(job, n, hw.nvlink_domain)
+    pick = np.sort(np.random.default_rng(seed).choice(space.size, k, replace=False))
+    cols = space.columns(0, space.size)
+    return job, hw, n, {k: v[pick] for k, v in cols.items()}
+
+
+def _eval(job, hw, n, c):
+    return evaluate_columns("calibrated", job, hw, "1d", n, c)
+
+
+def test_more_recompute_never_raises_memory_or_lowers_time():
+    job, hw, n, c = _sample()
+    base = dict(c, recompute=np.zeros_like(c["recompute"]),
+                recompute_layers=np.zeros_like(c["recompute"]))
+    none = _eval(job, hw, n, base)
+    half = np.maximum(-(-job.n_layers // c["pp"]) // 2, 1)
+    for policy in (Recompute.SELECTIVE, Recompute.OP_SAC, Recompute.FULL, Recompute.FIRST_K):
+        r = _eval(job, hw, n, dict(base, recompute=np.full_like(c["recompute"], policy),
+                                   recompute_layers=half))
+        assert np.all(r["mem_bytes"] <= none["mem_bytes"]), policy
+        assert np.all(r["step_time_s"] >= none["step_time_s"]), policy
+
+
+def test_zero3_never_raises_memory_without_pipelining():
+    job, hw, n, c = _sample()
+    keep = (c["pp"] == 1) & (c["dp"] > 1)
+    c = {k: v[keep] for k, v in c.items()}
+    c["shard_group"] = np.zeros_like(c["zero"])
+    z3 = _eval(job, hw, n, dict(c, zero=np.full_like(c["zero"], 3)))
+    for stage in (0, 1, 2):
+        other = _eval(job, hw, n, dict(c, zero=np.full_like(c["zero"], stage)))
+        assert np.all(z3["mem_bytes"] <= other["mem_bytes"])
+
+
+def test_more_bandwidth_is_never_slower():
+    job, hw, n, c = _sample("llama3_70b", "H100-SXM", 256)
+    before = _eval(job, hw, n, c)["step_time_s"]
+    for field in ("hbm_bytes_per_s", "nvlink_bytes_per_s", "scaleout_bytes_per_s"):
+        faster = dataclasses.replace(hw, **{field: 2 * getattr(hw, field)})
+        after = _eval(job, faster, n, c)["step_time_s"]
+        assert np.all(after <= before * (1 + 1e-12)), field
+
+
+def test_fp8_never_slows_compute_bound_gemms():
+    job, hw = load_job("llama3_70b"), load_hardware("H100-SXM")
+    x16 = calibrated.make_context(job, hw, hw.calibration)
+    x8 = calibrated.make_context(dataclasses.replace(job, dtype="fp8"), hw, hw.calibration)
+    m = np.array([1024, 4096, 8192, 16384])[:, None]
+    n = np.array([1024, 3584, 8192, 28672])[None, :]
+    t16 = gemm_s(m, n, 8192, x16, x16["peak16"], x16["gemm_eff"])
+    t8 = gemm_s(m, n, 8192, x8, x8["peak8"] * x8["fp8_eff"], x8["gemm_eff"])
+    assert np.all(t8 <= t16)
+
+
+def test_a_block_equals_its_rows_evaluated_one_by_one():
+    job, hw, n, c = _sample(k=400)
+    block = _eval(job, hw, n, c)
+    for i in range(0, 400, 37):
+        row = _eval(job, hw, n, {k: v[i:i + 1] for k, v in c.items()})
+        for k in ("step_time_s", "mem_bytes", "t_tp_comm_s", "t_dp_comm_s", "reason"):
+            assert row[k][0] == block[k][i], k
+
+
+def test_per_candidate_contexts_equal_the_shared_context():
+    """The vectorised validation path (one context per row) and the sweep path (one shared
+    context, per-layer deduplication) are the same model."""
+    job, hw, n, c = _sample(k=500)
+    x = calibrated.make_context(job, hw, hw.calibration)
+    shared = calibrated.evaluate(x, c)
+    stacked = calibrated.evaluate({k: np.full(500, v, dtype=float) for k, v in x.items()}, c)
+    for k, v in shared.items():
+        np.testing.assert_array_equal(np.broadcast_to(v, (500,)), stacked[k], err_msg=k)
+
+
+def test_search_space_rules():
+    job = load_job("llama3_70b")  # 64 heads, 8 KV heads, 80 layers, batch 512
+    space = enumerate_calibrated(job, 256, 8)
+    c = space.columns(0, space.size)
+    assert space.size == len(np.unique(c["index"]))
+    assert np.all(c["dp"] * c["tp"] * c["cp"] * c["pp"] == 256)
+    assert np.all((64 % c["tp"] == 0) & ((8 % c["tp"] == 0) | (c["tp"] % 8 == 0)))
+    assert np.all((512 // c["dp"]) % c["mbs"] == 0)
+    inter = c["vpp"] > 1
+    assert np.all((80 // c["pp"][inter]) % c["vpp"][inter] == 0)
+    assert np.all(((512 // c["dp"][inter]) // c["mbs"][inter]) % c["pp"][inter] == 0)
+    assert np.all(c["tp_overlap"] <= c["sp"]) and np.all(c["sp"][c["tp"] == 1] == 0)
+    assert np.all((c["shard_group"] == 0) | (c["zero"] == 3))
+    assert not c["offload"].any()
+    assert set(np.unique(c["recompute"]).tolist()) == {0, 1, 2, 3, 4}
+    with_host = enumerate_calibrated(job, 256, 8, host_memory=True)
+    assert with_host.size == 8 * space.size
