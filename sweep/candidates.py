@@ -279,45 +279,56 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
 FIRST_K_FRACTIONS = (0.25, 0.5, 0.75)
 
 
-def _degree_combos(job: Job, n: int) -> np.ndarray:
-    """(tp, cp, pp, dp) with tp cp pp dp = n and the rules of calibrated_space."""
-    H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
-                         job.n_layers, job.global_batch)
+def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
+    """(tp, second, pp, dp, nb) with tp x second x pp x dp = n; ``second`` is cp (1d) or
+    tp2 (2d), nb the SUMMA panel count (1 for 1d)."""
+    H, Kv, f, e, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.hidden,
+                            job.seq_len, job.n_layers, job.global_batch)
     rows = []
     for tp in _divisors_tuple(n):
         # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA)
         if H % tp or f % tp or (Kv % tp and tp % Kv):
             continue
-        for cp in _divisors_tuple(n // tp):
-            # ring attention splits each sequence into 2 cp load-balanced chunks
-            if cp > 1 and s % (2 * cp):
-                continue
-            for pp in _divisors_tuple(n // (tp * cp)):
-                dp = n // (tp * cp * pp)
+        for second in _divisors_tuple(n // tp):
+            if strategy == "1d":
+                # ring attention splits each sequence into 2 cp load-balanced chunks
+                if second > 1 and s % (2 * second):
+                    continue
+                panels = [1]
+            else:
+                # SUMMA: tokens over tp2 and weight rows over tp2 split evenly
+                if s % second or e % second or f % second or (H * job.head_dim) % second:
+                    continue
+                panels = summa_nb_options(tp, second, e)
+            for pp in _divisors_tuple(n // (tp * second)):
+                dp = n // (tp * second * pp)
                 if pp <= L and B % dp == 0:
-                    rows.append((tp, cp, pp, dp))
-    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+                    rows.extend((tp, second, pp, dp, nb) for nb in panels)
+    return rows
 
 
 def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
-                         host_memory: bool = False) -> CandidateSpace:
+                         host_memory: bool = False, strategy: str = "1d") -> CandidateSpace:
     """Every candidate of the ``calibrated`` profile for one case.
 
-    Base rows: TP (divides heads and the MLP width; KV heads split or replicated), CP (2 cp
-    divides the sequence), PP (at most the layers; uneven stages allowed), DP (divides the
-    global batch), micro-batch (divides the per-replica batch), virtual stages (divide the
-    stage's layers, micro-batches a multiple of pp: Megatron's interleaved schedule), and the
-    recompute policy (none, selective, per-op, full, first-k for k = 1/4, 1/2, 3/4 of the
-    stage). Inner axes: sequence parallelism and TP overlap ((0,0), (1,0), (1,1) when tp > 1:
-    overlap needs SP), ZeRO stage 0-3 and FSDP hybrid shard groups (powers of two below dp),
-    offload sets (when the hardware has a second memory tier), and the NVLink placement.
-    Forward-only jobs drop recompute, ZeRO and virtual stages.
+    Base rows: TP (divides heads and the MLP width; KV heads split or replicated), CP (1d:
+    2 cp divides the sequence) or TP2 (2d SUMMA: divides the sequence and the weight
+    widths; panels nb as the NERSC rule), PP (at most the layers; uneven stages allowed),
+    DP (divides the global batch), micro-batch (divides the per-replica batch), virtual
+    stages (divide the stage's layers, micro-batches a multiple of pp: Megatron's interleaved
+    schedule), and the recompute policy (none, selective, per-op, full, first-k for k = 1/4,
+    1/2, 3/4 of the stage). Inner axes: sequence parallelism and TP overlap ((0,0), (1,0),
+    (1,1) when 1d tp > 1: overlap needs SP), the CP K/V exchange (ring or all-gather, when
+    cp > 1), ZeRO stage 0-3 and FSDP hybrid shard groups (powers of two below dp), offload
+    sets (when asked for and the hardware has a second memory tier), and the NVLink
+    placement. Forward-only jobs drop recompute, ZeRO and virtual stages.
     """
+    if strategy not in ("1d", "2d"):
+        raise ValueError(f"unknown calibrated strategy {strategy!r}")
     n = int(n_gpus)
-    degrees = _degree_combos(job, n)
     L, B = job.n_layers, job.global_batch
     parts = []
-    for tp, cp, pp, dp in degrees.tolist():
+    for tp, second, pp, dp, nb in _degree_combos(job, n, strategy):
         local = B // dp
         mbs = np.array(_divisors_tuple(local), dtype=np.int64)
         stage = -(-L // pp)
@@ -329,31 +340,42 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
             policies += [(Recompute.SELECTIVE, 0), (Recompute.OP_SAC, 0), (Recompute.FULL, 0)]
             ks = sorted({int(round(stage * q)) for q in FIRST_K_FRACTIONS} - {0, stage})
             policies += [(Recompute.FIRST_K, k) for k in ks]
+        pol = np.array(policies, dtype=np.int64)
         for v in vpps:
             # interleaving needs the micro-batch count to be a multiple of pp
             ok = mbs if v == 1 else mbs[(local // mbs) % pp == 0]
             if len(ok) == 0:
                 continue
-            pol = np.array(policies, dtype=np.int64)
             block = empty_candidates(len(ok) * len(pol))
-            block["tp"], block["cp"], block["pp"], block["dp"] = tp, cp, pp, dp
-            block["vpp"] = v
+            block["tp"], block["pp"], block["dp"], block["vpp"] = tp, pp, dp, v
+            block["cp" if strategy == "1d" else "tp2"] = second
+            block["nb"] = nb
             block["mbs"] = np.repeat(ok, len(pol))
             block["recompute"] = np.tile(pol[:, 0], len(ok))
             block["recompute_layers"] = np.tile(pol[:, 1], len(ok))
             parts.append(block)
     base = np.concatenate(parts) if parts else empty_candidates(0)
-    axes = [_sp_axis(base), _zero_axis(base, job.training)]
+    axes = [_sp_axis(base, strategy == "1d"), _cp_comm_axis(base),
+            _zero_axis(base, job.training)]
     if host_memory and job.training:
         axes.append(_offload_axis(base))
-    axes.append(_nv_axis(base, nvlink_domain, ("tp", "cp", "dp", "pp")))
+    groups = ("tp", "cp", "dp", "pp") if strategy == "1d" else ("tp", "tp2", "dp", "pp")
+    axes.append(_nv_axis(base, nvlink_domain, groups))
     return CandidateSpace(base, axes)
 
 
-def _sp_axis(base: np.ndarray) -> InnerAxis:
-    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when tp > 1."""
+def _cp_comm_axis(base: np.ndarray) -> InnerAxis:
+    """K/V exchange of context parallelism: 0 ring, 1 all-gather (only when cp > 1)."""
+    options = np.zeros(2, dtype=[("cp_comm", "i4")])
+    options["cp_comm"] = (0, 1)
+    split = (base["cp"] > 1)[:, None]
+    return InnerAxis(options=options, valid=np.concatenate([np.ones_like(split), split], 1))
+
+
+def _sp_axis(base: np.ndarray, megatron: bool = True) -> InnerAxis:
+    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when Megatron tp > 1."""
     options = np.array([(0, 0), (1, 0), (1, 1)], dtype=[("sp", "i4"), ("tp_overlap", "i4")])
-    tp_on = (base["tp"] > 1)[:, None]
+    tp_on = (base["tp"] > 1)[:, None] & megatron
     valid = np.concatenate([np.ones_like(tp_on), tp_on, tp_on], axis=1)
     return InnerAxis(options=options, valid=valid)
 
@@ -391,7 +413,5 @@ def enumerate_space(profile: str, job: Job, n_gpus: int, strategy: str,
     if profile == "nersc2024":
         return enumerate_nersc(job, n_gpus, strategy, nvlink_domain)
     if profile == "calibrated":
-        if strategy != "1d":
-            raise ValueError(f"unknown calibrated strategy {strategy!r}")
-        return enumerate_calibrated(job, n_gpus, nvlink_domain, host_memory)
+        return enumerate_calibrated(job, n_gpus, nvlink_domain, host_memory, strategy)
     raise KeyError(f"unknown cost profile {profile!r}")

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__, fmt
+from ._alloc import keep_heap
 from .catalog import load_hardware, load_job
 from .cost import PROFILES
 from .errors import SweepError
@@ -507,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    keep_heap()  # no page-fault churn between blocks (sweep/_alloc.py)
     try:
         return int(args.func(args) or 0)
     except SweepError as exc:

@@ -71,7 +71,7 @@ def parse_config(text: str) -> dict[str, int]:
         except ValueError:
             raise SweepError(f"--config: {key}: expected an integer, got {value.strip()!r}") from None
         lower = 0 if key in ("recompute", "recompute_layers", "zero", "shard_group", "sp",
-                             "tp_overlap", "offload") else 1
+                             "tp_overlap", "offload", "cp_comm") else 1
         if v < lower:
             raise SweepError(f"--config: {key}: expected an integer >= {lower}, got {v}")
         out[key] = v
@@ -111,10 +111,10 @@ def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> 
 
 def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int]) -> str:
     """First calibrated search rule (candidates.enumerate_calibrated) the configuration breaks."""
-    tp, cp, pp, mbs = (cfg.get(k, 1) for k in ("tp", "cp", "pp", "mbs"))
-    model = tp * cp * pp
+    tp, tp2, cp, pp, mbs = (cfg.get(k, 1) for k in ("tp", "tp2", "cp", "pp", "mbs"))
+    model = tp * tp2 * cp * pp
     if "dp" not in cfg and n % model:
-        return f"tp x cp x pp = {model} does not divide {n} GPUs"
+        return f"tp x tp2 x cp x pp = {model} does not divide {n} GPUs"
     dp = cfg.get("dp", n // model)
     H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
                          job.n_layers, job.global_batch)
@@ -122,7 +122,8 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
     vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
     group = cfg.get("shard_group", 0)
     checks = [
-        (dp * model == n, f"dp x tp x cp x pp = {dp * model}, not {n} GPUs"),
+        (dp * model == n, f"dp x tp x tp2 x cp x pp = {dp * model}, not {n} GPUs"),
+        (tp2 == 1 or cp == 1, "2d (tp2 > 1) has no separate context parallelism"),
         (H % tp == 0 and f % tp == 0, f"tp = {tp} must divide heads ({H}) and ffn ({f})"),
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),

@@ -38,6 +38,7 @@ CANDIDATE_FIELDS = [
     ("sp", "i1", "Megatron sequence parallelism in the TP region (0/1)"),
     ("tp_overlap", "i1", "TP communication overlapped with GEMMs (0/1)"),
     ("offload", "i1", "bit mask: 1 weights, 2 activations, 4 optimizer to the second tier"),
+    ("cp_comm", "i1", "context-parallel K/V exchange: 0 ring (overlapped), 1 all-gather"),
 ]
 CANDIDATE_DTYPE = np.dtype([(n, t) for n, t, _ in CANDIDATE_FIELDS])
 

@@ -75,6 +75,7 @@ class Stack:
     tp_overlap: bool
     buffers_GiB: float = 0.0
     fused_loss: bool = False
+    cp_comm: int = 0  # context parallelism's K/V exchange: 0 ring, 1 all-gather
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -97,7 +98,9 @@ STACKS = [
     # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
     (r"Composer", Stack("flash", False, True, "fp32", False, False, fused_loss=True)),
     (r"fms-fsdp", Stack("flash", False, True, "bf16", False, False)),
-    (r"torchtitan", Stack("flash", False, True, "fp32", True, False)),
+    # PyTorch context parallelism rotates K/V with all-gather by default (torchtitan
+    # context_parallel_rotate_method = "allgather")
+    (r"torchtitan", Stack("flash", False, True, "fp32", True, False, cp_comm=1)),
 ]
 
 
@@ -348,7 +351,7 @@ def express(row: Mapping[str, str]) -> Case | str:
         rows.append(dict(dp=dp, tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vp, recompute=rec,
                          recompute_layers=int(round(frac * layers_per_stage)), zero=zero[0],
                          shard_group=zero[1], sp=sp if tp > 1 else 0, tp_overlap=tp_overlap,
-                         **place))
+                         cp_comm=stack.cp_comm if cp > 1 else 0, **place))
     if not rows:
         return "no configuration satisfies the stated batch sizes"
     options = empty_candidates(len(rows))

@@ -57,7 +57,7 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         capacity = hw.hbm_capacity_bytes
         peak = hw.matrix_peak("fp16")
     elif profile == "calibrated":
-        x = calibrated.make_context(job, hw, hw.calibration)
+        x = calibrated.make_context(job, hw, hw.calibration, strategy)
         cols = calibrated.evaluate(x, candidates)
         capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
         peak = x["peak16"]
@@ -111,5 +111,6 @@ def op_table(profile: str, job: Job, hw: Hardware, strategy: str,
     if profile == "nersc2024":
         return nersc2024.op_table(job, hw, strategy, candidates)
     if profile == "calibrated":
-        return calibrated.op_table(calibrated.make_context(job, hw, hw.calibration), candidates)
+        return calibrated.op_table(calibrated.make_context(job, hw, hw.calibration, strategy),
+                                   candidates)
     raise KeyError(f"unknown cost profile {profile!r}")

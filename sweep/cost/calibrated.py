@@ -40,7 +40,9 @@ from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 __all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES", "DEFAULT_PARAMETERS",
            "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
 
-STRATEGIES = ("1d",)
+#: 1d: Megatron tensor parallelism (with context parallelism as a degree of its own);
+#: 2d: SUMMA over a tp x tp2 grid
+STRATEGIES = ("1d", "2d")
 
 #: calibrated parameters (per GPU generation) and their meaning; defaults are priors
 PARAMETERS = {
@@ -75,8 +77,10 @@ OPTIMIZER_STATE_BYTES = 12.0
 
 # ------------------------------------------------------------------------------ context
 
-def make_context(job: Job, hw: Hardware, params: Mapping[str, float]) -> dict[str, float]:
-    """Numbers the model needs, in SI, from a job, a hardware variant and parameters."""
+def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
+                 strategy: str = "1d") -> dict[str, float]:
+    """Numbers the model needs, in SI, from a job, a hardware variant, parameters and the
+    strategy (1d or 2d)."""
     p = {**DEFAULT_PARAMETERS, **params}
     fp8 = job.dtype == "fp8"
     return {
@@ -92,7 +96,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float]) -> dict[st
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
-        "fused_loss": float(job.fused_loss),
+        "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
         "buffers": job.buffers_GiB * 2.0**30,
         # hardware
         "peak16": hw.matrix_peak("bf16" if job.dtype in ("bf16", "fp8") else
@@ -132,23 +136,58 @@ def padded_vocab(vocab, t):
 
 # ------------------------------------------------------------------------------ one layer
 
-def _layer(x, c, b, T, Ta, t, sp, cp):
+def _summa_gemm(M, N, K, x, c, peak, eff, nb, t, t2):
+    """One GEMM (M x K)(K x N) as 2D SUMMA on a t x t2 grid with nb panels (van de Geijn and
+    Watts 1997): local output (M/t2 x N/t); per panel a local GEMM, a broadcast of the A
+    panel along the grid row (t) and of the B panel along the column (t2). Pipelined: only
+    the first panel's broadcasts are exposed unless communication outlasts the GEMMs
+    (nersc2024_model.md section 4). Backward: dgrad and wgrad panels, twice the broadcasts
+    (broadcast and reduce of each operand). Returns (fwd compute, bwd compute, fwd exposed
+    comm, bwd exposed comm) with M the local tokens."""
+    ab = x["act_bytes"]
+    comp_f = nb * gemm_s(M, N / t, K / nb, x, peak, eff)
+    comp_b = nb * (gemm_s(M, K / t, N / nb, x, peak, eff)
+                   + gemm_s(K / t2, N / t, M * t2 / nb, x, peak, eff))
+    tau = (collective_s("broadcast", M * K / nb * ab, t, c["nv_tp"], x)
+           + collective_s("broadcast", K / nb * N / t * ab, t2, c["nv_tp2"], x))
+    exp_f = tau + np.maximum(nb * tau - comp_f, 0.0)
+    exp_b = 2 * tau + np.maximum(2 * nb * tau - comp_b, 0.0)
+    return comp_f, comp_b, exp_f, exp_b
+
+
+def _layer(x, c, lay):
     """Per-layer, per-micro-batch times of one pipeline stage's layer (forward, backward,
-    recompute) and their breakdown. T tokens in the tensor-parallel region, Ta in the
-    norm / residual region (T / t with sequence parallelism, K22 section 4.2.2)."""
+    recompute) and their breakdown, for the layout in ``lay`` (_layout): T tokens in the
+    tensor-parallel region, Ta in the norm / residual region (T / t with sequence
+    parallelism, K22 section 4.2.2), queries split q_split ways with K/V exchanged in a ring
+    or all-gathered."""
+    b, T, Ta, t, t2, sp = lay["b"], lay["T"], lay["Ta"], lay["t"], lay["t2"], lay["sp"]
+    summa = lay["summa"]
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab = x["act_bytes"]
     f_up = f * (1.0 + x["swiglu"])  # SwiGLU: gate and up projections
     peak_lin = np.where(x["fp8"] > 0, x["peak8"] * x["fp8_eff"], x["peak16"])
     eff = x["gemm_eff"]
-    # the four GEMMs of a block, Megatron TP sharding (N21 section 2.3): (M, N, K)
-    shapes = [(T, (H + 2 * Kv) * d / t, e), (T, e, H * d / t), (T, f_up / t, e), (T, e, f / t)]
-    gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
-    gemm_f = sum(gemm_each)
-    gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
-                   for M, N, K in shapes]  # dgrad (M x N)(N x K), wgrad (K x M)(M x N)
-    gemm_b = sum(gemm_b_each)
-    flops_each = [2.0 * M * N * K for M, N, K in shapes]
+    # the four GEMMs of a block as (tokens, output width, input width)
+    full = [((H + 2 * Kv) * d, e), (e, H * d), (f_up, e), (e, f)]
+    if summa:
+        nb = np.asarray(c["nb"], dtype=np.float64)
+        parts = [_summa_gemm(T, N, K, x, c, peak_lin, eff, nb, t, t2) for N, K in full]
+        gemm_each = [p[0] for p in parts]
+        gemm_b_each = [p[1] for p in parts]
+        flops_each = [2.0 * T * N / t * K for N, K in full]
+        summa_f, summa_b = sum(p[2] for p in parts), sum(p[3] for p in parts)
+    else:
+        # Megatron TP sharding (N21 section 2.3): column-parallel QKV and up, row-parallel
+        # output and down projections
+        shapes = [(T, (H + 2 * Kv) * d / t, e), (T, e, H * d / t), (T, f_up / t, e),
+                  (T, e, f / t)]
+        gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
+        # backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N)
+        gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
+                       for M, N, K in shapes]
+        flops_each = [2.0 * M * N * K for M, N, K in shapes]
+    gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
     gemm_flops = sum(flops_each)
     # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
     # second one, in call order q, k, v, o, [gate, up | up], down): k, o and the up (SwiGLU)
@@ -159,17 +198,16 @@ def _layer(x, c, b, T, Ta, t, sp, cp):
         swiglu, gemm_each[2] / 2.0, gemm_each[3])
     op_sac_flops = flops_each[0] * Kv_share + flops_each[1] + np.where(
         swiglu, flops_each[2] / 2.0, flops_each[3])
-    # attention core on the local heads and query rows, all keys (ring attention for CP)
-    b_heads = b  # sequences of the micro-batch
+    # attention core on the local heads and query rows, all keys
     Hl, Kvl = H / t, np.maximum(Kv / t, 1.0)
-    q_len, kv_len = s / cp, s
+    q_len, kv_len = s / lay["q_split"], s
     causal_fraction = np.where(x["causal"] > 0, 0.5, 1.0)
     flash = x["flash"] > 0
-    fa_f = flash_attention_s(b_heads, Hl, q_len, kv_len, d, x, causal_fraction, False)
-    fa_b = flash_attention_s(b_heads, Hl, q_len, kv_len, d, x, causal_fraction, True)
+    fa_f = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, False)
+    fa_b = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, True)
     # materialized (Megatron core attention): two batched GEMMs, softmax and dropout over
     # the full score matrix; 5 bytes per score element stored (K22 table 2: 5 a s / h)
-    batch = b_heads * Hl
+    batch = b * Hl
     scores = batch * q_len * kv_len
     drop = x["dropout"]
     mat_core_f = gemm_s(q_len, kv_len, d, x, x["peak16"], eff, batch) + memory_s(
@@ -198,23 +236,37 @@ def _layer(x, c, b, T, Ta, t, sp, cp):
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
     elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
-    # tensor parallelism: 2 all-reduces (or AG + RS with SP) of the (b s, e) activation per
-    # pass (N21 section 2.3; K22 section 4.2.2), one more in backward with SP (re-gather)
-    tp_vol = T * e * ab
-    ar = collective_s("allreduce", tp_vol, t, c["nv_tp"], x)
-    tp_f = 2.0 * ar
-    tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
-    overlap = c["tp_overlap"] > 0
-    tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0) + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
-    tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0) + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
-    # context parallelism: ring attention passes K and V around the cp ranks, overlapped
-    # with the attention blocks (Liu et al. 2023); backward also returns dK, dV
-    kv_step = 2.0 * b_heads * Kvl * d * (s / cp) * ab
-    inside = c["nv_cp"] >= cp
-    cp_step = p2p_s(kv_step, inside, x)
-    cp_f = (cp - 1) * cp_step
-    cp_f_exp = np.where(cp > 1, np.maximum(cp_f - attn_f, 0) + cp_step, 0.0)
-    cp_b_exp = np.where(cp > 1, np.maximum(2 * cp_f - attn_b, 0) + cp_step, 0.0)
+    if summa:
+        # SUMMA broadcasts, plus the norms' row statistics (mean, variance in fp32) reduced
+        # across the t GPUs holding a row's columns, twice per pass
+        stats = 2.0 * collective_s("allreduce", 2.0 * T * 4.0, t, c["nv_tp"], x)
+        tp_f_exp, tp_b_exp = summa_f + stats, summa_b + stats
+    else:
+        # 2 all-reduces (or AG + RS with SP) of the (b s, e) activation per pass (N21
+        # section 2.3; K22 section 4.2.2), one more in backward with SP (re-gather)
+        ar = collective_s("allreduce", T * e * ab, t, c["nv_tp"], x)
+        tp_f = 2.0 * ar
+        tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
+        overlap = c["tp_overlap"] > 0
+        tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0)
+                            + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
+        tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
+                            + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
+    # K and V of the whole sequence for the local queries: a ring passes each shard around,
+    # overlapped with the attention blocks (Liu et al. 2023; backward also returns dK, dV),
+    # or one all-gather before attention and a reduce-scatter of dK, dV after it, exposed
+    # (Llama 3, arXiv 2407.21783 section 3.3.2)
+    group, domain = lay["kv_group"], lay["kv_domain"]
+    kv_full = 2.0 * b * Kvl * d * s * ab
+    step = p2p_s(kv_full / group, domain >= group, x)
+    ring_f = (group - 1) * step
+    ring_f_exp = np.maximum(ring_f - attn_f, 0) + step
+    ring_b_exp = np.maximum(2 * ring_f - attn_b, 0) + step
+    ag = collective_s("allgather", kv_full, group, domain, x)
+    rs = collective_s("reducescatter", kv_full, group, domain, x)
+    split = group > 1
+    cp_f_exp = np.where(split, np.where(lay["kv_allgather"], ag, ring_f_exp), 0.0)
+    cp_b_exp = np.where(split, np.where(lay["kv_allgather"], ag + rs, ring_b_exp), 0.0)
     fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp
     bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
     # activation recompute adds forward work to the backward pass (K22 section 5)
@@ -232,26 +284,48 @@ def _layer(x, c, b, T, Ta, t, sp, cp):
             "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
             "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
             "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
-            "recompute_flops": extra_flops}
+            "recompute_flops": extra_flops,
+            "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
 
 
 # ------------------------------------------------------------------------------ the step
 
 #: candidate columns the per-layer model depends on; a block of candidates has few distinct
 #: combinations, so the layer model runs once per combination (sweep.cost.dedup)
-LAYER_KEYS = ("tp", "cp", "mbs", "sp", "tp_overlap", "nv_tp", "nv_cp", "recompute")
+LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv_tp",
+              "nv_tp2", "nv_cp", "recompute")
+
+
+def _layout(x, c):
+    """How one layer's work is split: 1D Megatron TP (tokens T per TP rank, Ta in the norm
+    region, queries split over cp) or 2D SUMMA (tokens over tp2, widths over tp; queries
+    over tp2 with K/V all-gathered, as the NERSC 2D strategy's attention)."""
+    t, t2, cp, b = (np.asarray(c[k], dtype=np.float64) for k in ("tp", "tp2", "cp", "mbs"))
+    s = x["s"]
+    summa = bool(np.any(np.asarray(x.get("summa", 0.0)) > 0))
+    if summa:
+        T = b * s / t2
+        return {"b": b, "t": t, "t2": t2, "summa": True, "T": T, "Ta": T / t,
+                "sp": np.ones(np.shape(T), dtype=bool), "q_split": t2, "kv_group": t2,
+                "kv_domain": np.asarray(c["nv_tp2"], dtype=np.float64),
+                "kv_allgather": np.ones(np.shape(T), dtype=bool)}
+    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
+    T = b * s / cp
+    return {"b": b, "t": t, "t2": np.ones_like(t), "summa": False, "T": T,
+            "Ta": np.where(sp, T / t, T), "sp": sp, "q_split": cp, "kv_group": cp,
+            "kv_domain": np.asarray(c["nv_cp"], dtype=np.float64),
+            "kv_allgather": np.asarray(c["cp_comm"]) > 0}
 
 
 def _layer_terms(x, c):
-    """Per-micro-batch times of one layer (_layer), the embedding and the LM head."""
-    t, cp, b = (np.asarray(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
-    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
-    e, s, ab = x["e"], x["s"], x["act_bytes"]
+    """Per-micro-batch times of one layer (_layer), the embedding and the LM head, and the
+    activation bytes a layer keeps."""
+    lo = _layout(x, c)
+    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    e, ab = x["e"], x["act_bytes"]
     V = padded_vocab(x["V"], t)
     training = x["training"] > 0
-    T = b * s / cp
-    Ta = np.where(sp, T / t, T)
-    lay = _layer(x, c, b, T, Ta, t, sp, cp)
+    lay = _layer(x, c, lo)
     # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
     # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
     has_vocab = V > 0
@@ -264,11 +338,12 @@ def _layer_terms(x, c):
     head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, x["gemm_eff"])
                       + gemm_s(e, V / t, T, x, peak, x["gemm_eff"])
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
-    lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b)
+    lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b, T=T, Ta=Ta)
     # activations one layer keeps: under the candidate's policy, none, full recompute
-    lay.update(act_layer=_activation_bytes_per_layer(x, c, T, Ta, t, sp, c["recompute"]),
-               act_none=_activation_bytes_per_layer(x, c, T, Ta, t, sp, Recompute.NONE),
-               act_ckpt=_activation_bytes_per_layer(x, c, T, Ta, t, sp, Recompute.FULL))
+    lay.update(
+        act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
+        act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
+        act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
     return lay
 
 
@@ -311,17 +386,16 @@ def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     """(RESULT columns, the parts op_table itemises)."""
     dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64) for k in ("dp", "tp", "cp", "pp", "mbs"))
+    t2 = np.asarray(c["tp2"], dtype=np.float64)
     v = np.asarray(c["vpp"], dtype=np.float64)
-    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
-    L, e, s, B = x["L"], x["e"], x["s"], x["B"]
+    L, e, B = x["L"], x["e"], x["B"]
     V = padded_vocab(x["V"], t)
     ab = x["act_bytes"]
     training = x["training"] > 0
     layers = np.ceil(L / pp)  # the most loaded stage (Megatron-DeepSpeed allows uneven stages)
     m = B / (dp * b)  # micro-batches per iteration
-    T = b * s / cp
-    Ta = np.where(sp, T / t, T)
     lay = _layer_terms_dedup(x, c)
+    T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = np.asarray(c["recompute"])
     k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
     rec = lay["recompute_other"] * layers + lay["recompute_full"] * k_full
@@ -343,7 +417,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # reduce-scatter the gradients, prefetched one layer ahead (Zhao et al. 2023 section 4).
     # Under pipeline parallelism the stage's weights stay gathered across micro-batches
     # (reshard_after_forward=False) and gradients are reduced once, like ZeRO-2.
-    w_layer, norms_layer = _params_per_layer(x, t)
+    w_layer, norms_layer = _params_per_layer(x, t * t2)  # 2D SUMMA shards over both
     p_layer = w_layer + norms_layer
     ag_layer = collective_s("allgather", p_layer * ab, shard, per_domain_shard, x)
     rs_layer = collective_s("reducescatter", p_layer * x["grad_comm_bytes"], shard,
@@ -416,8 +490,11 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     cp_t = m * layers * (lay["cp_f"] + per_layer_b * lay["cp_b"])
     fsdp_t = m * (fsdp_f + fsdp_b)
     other = steady - compute - memory_t - tp_t - cp_t - fsdp_t  # recompute, vocab, imbalance
+    # executed FLOPs per GPU: the stage's layers, plus the LM head GEMMs (forward and two
+    # backward) averaged over the pipeline stages
+    head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
     flops = m * layers * (lay["flops_f"] + np.where(
-        training, lay["flops_b"] + lay["recompute_flops"], 0.0))
+        training, lay["flops_b"] + lay["recompute_flops"], 0.0)) + m * head_flops / pp
     mem = _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay)
     out = {
         "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
@@ -483,12 +560,11 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
 
 # ------------------------------------------------------------------------------ memory
 
-def _activation_bytes_per_layer(x, c, T, Ta, t, sp, recompute):
+def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     """Activations one layer keeps for its backward, per micro-batch, by recompute policy
-    (per-op accounting in the spirit of K22 table 2 and section 5)."""
+    (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways."""
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab, drop = x["act_bytes"], x["dropout"]
-    cp = np.asarray(c["cp"], dtype=np.float64)
     f_up = f * (1.0 + x["swiglu"])
     gemm_in = np.where(sp, Ta, T) * e * ab  # norm outputs feeding qkv / up (sharded with SP)
     norm_in = 2.0 * Ta * e * ab
@@ -549,7 +625,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
     # recomputed activations themselves
     # recomputed layers, whose activations replace their checkpoint while they are live
     working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
-                                    none_layer - ckpt_layer, 0.0)
+                                    none_layer - ckpt_layer, 0.0) + lay["kv_gathered"]
     acts = np.where(training, stored * in_flight + working, none_layer)
     # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
     # fused cross-entropy the 16-bit logits and their in-place gradient

@@ -101,16 +101,22 @@ def _bandwidth(group, per_domain, x: Mapping):
 
 
 def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray:
-    """Ring all-gather / reduce-scatter ((n-1)/n V / B) or all-reduce (twice that) of a
-    buffer of ``nbytes`` (the full, un-sharded size) over ``group`` GPUs, plus (n-1) steps of
-    latency (the scale-out latency once the group spans domains). Zero for a group of one.
+    """Ring all-gather / reduce-scatter ((n-1)/n V / B), all-reduce (twice that) or
+    broadcast (V / B) of a buffer of ``nbytes`` (the full, un-sharded size) over ``group``
+    GPUs, plus (n-1) steps of latency (the scale-out latency once the group spans domains).
+    Zero for a group of one.
     """
     n = np.asarray(group, dtype=np.float64)
     g = np.minimum(np.asarray(per_domain, dtype=np.float64), n)
-    factor = {"allgather": 1.0, "reducescatter": 1.0, "allreduce": 2.0}[kind]
     bw = _bandwidth(n, g, x)
     lat = np.where(g >= n, x["nvl_lat"], x["net_lat"])
-    t = factor * ((n - 1.0) / np.maximum(n, 1.0) * nbytes / bw + (n - 1.0) * lat)
+    if kind == "broadcast":
+        # pipelined ring broadcast: the whole buffer crosses every link once (NCCL's
+        # broadcast bus bandwidth equals its algorithm bandwidth)
+        t = nbytes / bw + (n - 1.0) * lat
+    else:
+        factor = {"allgather": 1.0, "reducescatter": 1.0, "allreduce": 2.0}[kind]
+        t = factor * ((n - 1.0) / np.maximum(n, 1.0) * nbytes / bw + (n - 1.0) * lat)
     return np.where((n > 1) & (np.asarray(nbytes) > 0), t, 0.0)
 
 

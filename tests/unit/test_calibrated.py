@@ -45,7 +45,8 @@ def cand(n=1, **kw):
     c["dp"] = c["tp"] = c["pp"] = c["mbs"] = 1
     for k, v in kw.items():
         c[k] = v
-    for nv, g in (("nv_tp", "tp"), ("nv_cp", "cp"), ("nv_dp", "dp"), ("nv_pp", "pp")):
+    for nv, g in (("nv_tp", "tp"), ("nv_tp2", "tp2"), ("nv_cp", "cp"), ("nv_dp", "dp"),
+                  ("nv_pp", "pp")):
         if nv not in kw:
             c[nv] = np.minimum(c[g], 8)
     return {k: c[k].astype(np.int64) for k in CANDIDATE_DTYPE.names}
@@ -287,16 +288,16 @@ def test_op_table_adds_up_to_the_step_time():
 
 # ------------------------------------------------------------------------------ properties
 
-def _sample(job_name="llama3_8b", hw_name="H100-SXM", n=64, k=3000, seed=1):
+def _sample(job_name="llama3_8b", hw_name="H100-SXM", n=64, k=3000, seed=1, strategy="1d"):
     job, hw = load_job(job_name), load_hardware(hw_name)
-    space = enumerate_calibrated(job, n, hw.nvlink_domain)
+    space = enumerate_calibrated(job, n, hw.nvlink_domain, strategy=strategy)
     pick = np.sort(np.random.default_rng(seed).choice(space.size, k, replace=False))
     cols = space.columns(0, space.size)
     return job, hw, n, {k: v[pick] for k, v in cols.items()}
 
 
-def _eval(job, hw, n, c):
-    return evaluate_columns("calibrated", job, hw, "1d", n, c)
+def _eval(job, hw, n, c, strategy="1d"):
+    return evaluate_columns("calibrated", job, hw, strategy, n, c)
 
 
 def test_more_recompute_never_raises_memory_or_lowers_time():
@@ -323,12 +324,13 @@ def test_zero3_never_raises_memory_without_pipelining():
         assert np.all(z3["mem_bytes"] <= other["mem_bytes"])
 
 
-def test_more_bandwidth_is_never_slower():
-    job, hw, n, c = _sample("llama3_70b", "H100-SXM", 256)
-    before = _eval(job, hw, n, c)["step_time_s"]
+@pytest.mark.parametrize("strategy", ["1d", "2d"])
+def test_more_bandwidth_is_never_slower(strategy):
+    job, hw, n, c = _sample("llama3_70b", "H100-SXM", 256, strategy=strategy)
+    before = _eval(job, hw, n, c, strategy)["step_time_s"]
     for field in ("hbm_bytes_per_s", "nvlink_bytes_per_s", "scaleout_bytes_per_s"):
         faster = dataclasses.replace(hw, **{field: 2 * getattr(hw, field)})
-        after = _eval(job, faster, n, c)["step_time_s"]
+        after = _eval(job, faster, n, c, strategy)["step_time_s"]
         assert np.all(after <= before * (1 + 1e-12)), field
 
 
@@ -343,11 +345,12 @@ def test_fp8_never_slows_compute_bound_gemms():
     assert np.all(t8 <= t16)
 
 
-def test_a_block_equals_its_rows_evaluated_one_by_one():
-    job, hw, n, c = _sample(k=400)
-    block = _eval(job, hw, n, c)
+@pytest.mark.parametrize("strategy", ["1d", "2d"])
+def test_a_block_equals_its_rows_evaluated_one_by_one(strategy):
+    job, hw, n, c = _sample(k=400, strategy=strategy)
+    block = _eval(job, hw, n, c, strategy)
     for i in range(0, 400, 37):
-        row = _eval(job, hw, n, {k: v[i:i + 1] for k, v in c.items()})
+        row = _eval(job, hw, n, {k: v[i:i + 1] for k, v in c.items()}, strategy)
         for k in ("step_time_s", "mem_bytes", "t_tp_comm_s", "t_dp_comm_s", "reason"):
             assert row[k][0] == block[k][i], k
 
@@ -380,3 +383,56 @@ def test_search_space_rules():
     assert set(np.unique(c["recompute"]).tolist()) == {0, 1, 2, 3, 4}
     with_host = enumerate_calibrated(job, 256, 8, host_memory=True)
     assert with_host.size == 8 * space.size
+
+
+# ------------------------------------------------------------------------------ 2D, CP
+
+def test_broadcast_is_one_buffer_per_link():
+    x = ctx()
+    assert collective_s("broadcast", 8e8, 8, 8, x) == pytest.approx(8e8 / 100e9 + 7e-6,
+                                                                     rel=1e-12)
+
+
+def test_summa_gemm_panels_and_exposed_broadcasts():
+    x = ctx()
+    c = cand(tp=2, tp2=2, nb=2)
+    comp_f, comp_b, exp_f, exp_b = (float(np.ravel(v)[0]) for v in calibrated._summa_gemm(
+        1280.0, 2560.0, 2560.0, x, c, 100e12, 0.5, 2.0, 2.0, 2.0))
+    # per panel: a (1280 x 1280)(1280 x 1280) GEMM; 10 x 10 tiles fill the 100 SMs
+    panel = 2 * 1280**3 / 50e12
+    assert comp_f == pytest.approx(2 * panel, rel=1e-12)
+    # per panel: A (1280 x 1280) along the row, B (1280 x 1280) along the column, 2 GPUs each
+    tau = 2 * (1280 * 1280 * 2 / 100e9 + 1e-6)
+    assert exp_f == pytest.approx(tau + max(2 * tau - 2 * panel, 0), rel=1e-12)
+    assert comp_b == pytest.approx(2 * comp_f, rel=1e-12)
+    assert exp_b == pytest.approx(2 * tau + max(4 * tau - comp_b, 0), rel=1e-12)
+
+
+def test_2d_shards_weights_over_the_grid_and_tokens_over_tp2():
+    x2 = calibrated.make_context(TINY, TOY, PARAMS, "2d")
+    one = calibrated.evaluate(x2, cand(tp=2, tp2=1, nb=2))
+    four = calibrated.evaluate(x2, cand(tp=2, tp2=2, nb=2))
+    # (the norms' weights stay replicated: 0.1 % of the layer)
+    assert four["mem_weights_bytes"][0] == pytest.approx(one["mem_weights_bytes"][0] / 2,
+                                                          rel=1e-3)
+    assert four["mem_activations_bytes"][0] < 0.55 * one["mem_activations_bytes"][0]
+    assert four["t_cp_comm_s"][0] > 0 and one["t_cp_comm_s"][0] == 0  # K/V over tp2
+
+
+def test_context_parallel_all_gather_of_keys_and_values():
+    ring, gather = run(cp=2), run(cp=2, cp_comm=1)
+    kv = 2 * 1 * 8 * 128 * 1024 * 2  # K and V of one sequence, 8 heads of 128, 2 bytes
+    ag = 1 / 2 * kv / 100e9 + 1e-6
+    # per layer: all-gather forward; all-gather and reduce-scatter of dK, dV backward
+    assert gather["t_cp_comm_s"] == pytest.approx(8 * 2 * 3 * ag, rel=1e-9)
+    assert gather["mem_activations_bytes"] == ring["mem_activations_bytes"] + kv
+
+
+def test_2d_search_space_rules():
+    job = load_job("llama3_70b")
+    space = enumerate_calibrated(job, 256, 8, strategy="2d")
+    c = space.columns(0, space.size)
+    assert np.all(c["dp"] * c["tp"] * c["tp2"] * c["pp"] == 256) and np.all(c["cp"] == 1)
+    assert np.all(c["sp"] == 0) and np.all(c["cp_comm"] == 0)
+    assert np.all((8192 % c["tp2"] == 0) & (c["nb"] >= np.maximum(c["tp"], c["tp2"])))
+    assert (c["tp2"] > 1).any()

@@ -27,7 +27,7 @@ def test_gpu_forms():
     assert spec_of(gpus={"from": 8, "to": 32, "step": 8}).gpus == (8, 16, 24, 32)
     assert spec_of(gpus=[1024, 256, 1024]).gpus == (256, 1024)
     # default profile: calibrated, with its one strategy; otherwise all of the profile's
-    assert spec_of().cost_model == "calibrated" and spec_of().strategies == ("1d",)
+    assert spec_of().cost_model == "calibrated" and spec_of().strategies == ("1d", "2d")
     assert spec_of(cost_model="nersc2024").strategies == ("1d", "2d", "2d-seqp")
 
 
