@@ -132,6 +132,42 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- plot, report
+
+def _plot_options(args: argparse.Namespace):
+    from .plot import PlotOptions
+
+    return PlotOptions(metric=args.metric, tokens=args.tokens, strategy=args.strategy,
+                       jobs=args.job or (), hardware=args.hardware or (), n_gpus=args.gpus,
+                       x=args.x, y=args.y)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import save
+    from .results import open_results
+
+    res = open_results(args.results)
+    data = save(res, args.kind, args.output, _plot_options(args))
+    if args.data:
+        data.to_csv(args.data, index=False)
+    note = f" ({res.note})" if res.note else ""
+    print(f"wrote {args.output}: {args.kind}, {len(data)} points{note}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+    from .results import open_results
+
+    res = open_results(args.results)
+    out = write_report(res, args.output, args.kind or None)
+    print(f"wrote {out['dir']}/index.html with {len(out['figures'])} figure(s): "
+          f"{', '.join(out['figures']) or 'none'}" + (f" ({res.note})" if res.note else ""))
+    for kind, why in out["skipped"].items():
+        print(f"  no {kind}: {why}")
+    return 0
+
+
 # --------------------------------------------------------------------------- validate
 
 def _calibration_params(cases) -> dict:
@@ -262,25 +298,67 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- run / reduce / show
 
-class _Progress:
-    """Rank 0 progress lines on stderr, at most every ``every_s`` seconds."""
+def _reaches_terminal(stream) -> bool:
+    """Whether text written to ``stream`` ends on a terminal: the stream is one, or (under
+    mpiexec / srun, which forward the ranks' output through pipes) the launcher's stderr
+    is. Linux /proc walk of the parent processes; False where that is not available."""
+    import os
 
-    def __init__(self, every_s: float = 5.0) -> None:
+    if hasattr(stream, "isatty") and stream.isatty():
+        return True
+    if stream is not sys.stderr:
+        return False
+    pid = os.getpid()
+    for _ in range(4):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
+            if pid <= 1:
+                return False
+            target = os.readlink(f"/proc/{pid}/fd/2")
+        except (OSError, ValueError, IndexError):
+            return False
+        if target.startswith(("/dev/pts/", "/dev/tty")):
+            return True
+    return False
+
+
+class _Progress:
+    """Progress of the whole run (all ranks) on rank 0's stderr: a tqdm bar with ETA on a
+    terminal, plain log lines at most every ``every_s`` seconds otherwise (batch jobs)."""
+
+    def __init__(self, every_s: float = 10.0, stream=None) -> None:
         self.every_s = every_s
+        self.stream = stream or sys.stderr
         self.last = 0.0
+        self.bar = None
+        self.tty = _reaches_terminal(self.stream)
 
     def __call__(self, p: dict) -> None:
         import time
 
+        total, done = p["candidates"], p["candidates_done"]
+        if self.tty:
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="cand", unit_scale=True, file=self.stream,
+                                desc=f"sweep ({p['ranks']} rank{'s' if p['ranks'] > 1 else ''})",
+                                smoothing=0.1, mininterval=0.5, leave=False)
+            self.bar.update(done - self.bar.n)
+            if p["ranks_done"] == p["ranks"]:
+                self.bar.close()
+            return
         now = time.monotonic()
-        if now - self.last < self.every_s and p["units_done"] < p["units"]:
+        last = p["ranks_done"] == p["ranks"]
+        if now - self.last < self.every_s and not last:
             return
         self.last = now
-        frac = p["candidates_done"] / p["candidates"] if p["candidates"] else 1.0
+        frac = done / total if total else 1.0
         eta = p["elapsed_s"] * (1 - frac) / frac if frac > 0 else float("nan")
-        print(f"[{p['elapsed_s']:7.1f} s] rank 0: {p['units_done']}/{p['units']} units, "
-              f"{100 * frac:5.1f}% of its candidates, ETA {eta:.0f} s", file=sys.stderr,
-              flush=True)
+        print(f"[{p['elapsed_s']:7.1f} s] {100 * frac:5.1f}% of {total:,} candidates, "
+              f"{p['ranks_done']}/{p['ranks']} ranks done, ETA {eta:.0f} s",
+              file=self.stream, flush=True)
 
 
 def _print_run_summary(s) -> None:
@@ -478,6 +556,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nvlink-domain", type=_positive_int, help="override the NVLink domain size")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_predict)
+
+    from .plot import KINDS
+
+    pt = sub.add_parser("plot", help="draw one kind of figure from a sweep.h5")
+    pt.add_argument("results", help="sweep.h5 (complete or partial)")
+    pt.add_argument("--kind", required=True, choices=KINDS)
+    pt.add_argument("-o", "--output", required=True, help="FILE.png, .svg or .pdf")
+    pt.add_argument("--metric", default="samples_per_s",
+                    help="scaling: samples_per_s | tokens_per_s | step_time_s | days")
+    pt.add_argument("--tokens", type=float, default=0.0,
+                    help="scaling --metric days: tokens to train on (e.g. 1e12)")
+    pt.add_argument("--strategy", help="only this strategy (default: best over strategies)")
+    pt.add_argument("--job", action="append", help="only this job (repeatable)")
+    pt.add_argument("--hardware", action="append",
+                    help="only this hardware variant label or base (repeatable)")
+    pt.add_argument("--gpus", type=_positive_int, help="heatmap: GPU count (default largest)")
+    pt.add_argument("--x", help="heatmap: swept axis across (default: the first)")
+    pt.add_argument("--y", help="heatmap: swept axis up (default: the second)")
+    pt.add_argument("--data", help="also write the plotted numbers to this CSV")
+    pt.set_defaults(func=_cmd_plot)
+
+    rp = sub.add_parser("report", help="every figure that fits and an index.html")
+    rp.add_argument("results", help="sweep.h5 (complete or partial)")
+    rp.add_argument("-o", "--output", required=True, help="report folder (replaced)")
+    rp.add_argument("--kind", action="append", choices=KINDS,
+                    help="only these kinds (repeatable; default: every kind that fits)")
+    rp.set_defaults(func=_cmd_report)
 
     v = sub.add_parser("validate", help="predict measured training runs; error per row and "
                        "source, memory, OOM, leave-one-source-out")

@@ -38,16 +38,31 @@ class SerialComm:
     def abort(self, code: int = 1) -> None:
         raise SystemExit(code)
 
+    def post(self, obj: Any) -> None:
+        """Progress to rank 0 (nothing to do with one rank)."""
+
+    def collect(self) -> list[Any]:
+        """Progress posted by the other ranks (none)."""
+        return []
+
+    def settle(self, timeout_s: float | None = None) -> bool:
+        """Wait for this rank's posts to be delivered (none)."""
+        return True
+
 
 class MpiComm:
     """Wraps an mpi4py communicator (a duplicate of COMM_WORLD, so our traffic is ours)."""
 
     is_mpi = True
 
+    #: message tag of progress posts (on our duplicate communicator, so no clash)
+    PROGRESS_TAG = 77
+
     def __init__(self, comm: Any) -> None:
         self._comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self._posts: list[Any] = []
 
     def _wait(self, request: Any, timeout_s: float | None) -> bool:
         start = time.monotonic()
@@ -77,6 +92,26 @@ class MpiComm:
 
     def abort(self, code: int = 1) -> None:
         self._comm.Abort(code)
+
+    def post(self, obj: Any) -> None:
+        """Send a progress record to rank 0 without waiting for it to be received."""
+        self._posts = [r for r in self._posts if not r.Test()]
+        self._posts.append(self._comm.isend(obj, dest=0, tag=self.PROGRESS_TAG))
+
+    def collect(self) -> list[Any]:
+        """On rank 0: every progress record that has arrived, oldest first."""
+        from mpi4py import MPI
+
+        out = []
+        while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=self.PROGRESS_TAG):
+            out.append(self._comm.recv(source=MPI.ANY_SOURCE, tag=self.PROGRESS_TAG))
+        return out
+
+    def settle(self, timeout_s: float | None = None) -> bool:
+        """Wait (politely) until rank 0 has received this rank's posts."""
+        ok = all(self._wait(r, timeout_s) for r in self._posts)
+        self._posts = []
+        return ok
 
 
 def launched_tasks() -> int:

@@ -185,6 +185,62 @@ class _StopFlag:
             signal.signal(sig, old)
 
 
+class _Tracker:
+    """Progress of the whole run on rank 0: the other ranks post their evaluated counts
+    (non-blocking, at most every POST_EVERY_S, and once more when done); rank 0 adds them to
+    its own and calls ``options.progress`` with the total. Rank 0 keeps reporting while it
+    waits for the last rank, until every rank's final post has arrived."""
+
+    POST_EVERY_S = 0.5
+
+    def __init__(self, comm, callback, total: int, start: float) -> None:
+        self.comm, self.callback, self.total, self.start = comm, callback, total, start
+        self.done = {r: 0 for r in range(comm.size)}
+        self.finished: set[int] = set()
+        self.last_post = 0.0
+
+    def _report(self) -> None:
+        if self.callback is not None:
+            self.callback({"candidates_done": sum(self.done.values()),
+                           "candidates": self.total, "ranks": self.comm.size,
+                           "ranks_done": len(self.finished),
+                           "elapsed_s": time.monotonic() - self.start})
+
+    def _receive(self) -> None:
+        for rec in self.comm.collect():
+            self.done[rec["rank"]] = rec["done"]
+            if rec["final"]:
+                self.finished.add(rec["rank"])
+
+    def update(self, evaluated: int, final: bool) -> None:
+        if self.comm.rank == 0:
+            self.done[0] = evaluated
+            if final:
+                self.finished.add(0)
+            self._receive()
+            self._report()
+        elif final or time.monotonic() - self.last_post >= self.POST_EVERY_S:
+            self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final})
+            self.last_post = time.monotonic()
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Rank 0: wait (reporting) for every rank's final post; others: for delivery."""
+        if self.comm.rank != 0:
+            self.comm.settle(timeout_s)
+            return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delay = 1e-3
+        while len(self.finished) < self.comm.size:
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
+            before = len(self.finished), sum(self.done.values())
+            self._receive()
+            if (len(self.finished), sum(self.done.values())) != before:
+                self._report()
+
+
 def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSummary:
     """Run (or resume) a sweep on ``comm``; see the module docstring.
 
@@ -228,6 +284,8 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     busy = 0.0
     last_flush = time.monotonic()
     total_mine = int((mine["stop"] - mine["start"]).sum())
+    tracker = _Tracker(comm, options.progress, int((pending["stop"] - pending["start"]).sum()),
+                       start_wall)
     stopped = None
     # fault injection for the test of the abort path: the named rank fails on its first unit
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
@@ -248,17 +306,15 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
             busy += dt
             evaluated += result.evaluated
             state.add(unit, result, dt, comm.rank)
-            if options.progress is not None and comm.rank == 0:
-                options.progress({"units_done": i + 1, "units": len(mine),
-                                  "candidates_done": evaluated, "candidates": total_mine,
-                                  "elapsed_s": time.monotonic() - start_wall,
-                                  "ranks": comm.size})
+            tracker.update(evaluated, final=False)
             if time.monotonic() - last_flush >= options.checkpoint_s:
                 flush(False)
                 last_flush = time.monotonic()
         if stopped is None and stop.signal is not None:
             stopped = stop.signal
     flush(stopped is None)
+    tracker.update(evaluated, final=True)
+    tracker.finish(timeout_s=20.0 if stopped is not None else None)
     if stopped is not None:
         comm.barrier(timeout_s=20.0)  # give the other ranks time to save too, never hang
         raise Interrupted(f"stopped by signal {stopped} after saving progress to {my_part}; "

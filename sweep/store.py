@@ -148,3 +148,19 @@ def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not p.is_file():
         raise StoreError(f"{p}: no such results file")
     return _read(p, "results")
+
+
+def read_columns(path: Path) -> dict[str, dict[str, Any]]:
+    """Units and meanings of every column of a results file's tables: {column: {...}}."""
+    import json
+
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            for name in ("cases", "top"):
+                raw = f[name].attrs.get("columns") if name in f else None
+                if raw is not None:
+                    out.update(json.loads(raw))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: unreadable or corrupt HDF5 file ({exc})") from None
+    return out

@@ -77,3 +77,15 @@ def test_bad_spec_exits_2_on_every_rank(tmp_path):
     assert proc.returncode == 2
     assert "gpus[1]: expected a positive integer, got 0" in proc.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_rank_zero_reports_progress_of_all_ranks(tmp_path):
+    """Off a terminal, rank 0 logs the whole run's progress, the last line once every rank
+    has finished: the total counts candidates of every rank, not just rank 0's."""
+    proc = mpiexec(2, "run", SMALL, "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "ranks done" in ln]
+    assert lines, proc.stderr
+    with h5py.File(tmp_path / "p" / "sweep.h5", "r") as f:
+        total = int(f.attrs["candidates_total"])
+    assert lines[-1].endswith(f"100.0% of {total:,} candidates, 2/2 ranks done, ETA 0 s")

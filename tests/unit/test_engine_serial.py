@@ -96,8 +96,11 @@ def test_sigterm_then_resume_equals_uninterrupted(finished, tmp_path):
     run = tmp_path / "again"
     sent = []
 
-    def progress(p):  # a real SIGTERM to this process after a few units
-        if p["units_done"] == 5 and not sent:
+    calls = []
+
+    def progress(p):  # a real SIGTERM to this process after a few units (one call each)
+        calls.append(p["candidates_done"])
+        if len(calls) == 5 and not sent:
             sent.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -1,0 +1,409 @@
+"""``sweep plot``: the figures of a design-space study, drawn from a reduced ``sweep.h5``.
+
+Every kind returns the figure and the table of the numbers it drew (a DataFrame), so the
+tests can check the plotted data against the HDF5 tables:
+
+* ``scaling``    throughput (or time to train) vs GPU count, one line per hardware variant
+                 and job, log axes, each line's ideal-scaling reference dashed;
+* ``breakdown``  stacked fractions of the best configuration's step time vs GPU count;
+* ``memory``     stacked memory per GPU of the best configuration vs GPU count, with capacity;
+* ``heatmap``    best throughput over two swept hardware axes at one GPU count;
+* ``strategies`` speed-up of each strategy's best over the 1d best vs GPU count;
+* ``layout``     the best configuration's TP / TP2 / CP / PP / DP degrees vs GPU count.
+
+"Best" is over strategies (``Results.best_per_system``) unless a strategy is chosen. Needs
+matplotlib and pandas (``pip install 'sweep[plot]'``); uses matplotlib's object API only (no
+pyplot state), so it is safe in any process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SweepError
+from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results
+
+__all__ = ["KINDS", "FORMATS", "PlotOptions", "draw", "save", "kinds_that_fit", "why_not"]
+
+KINDS = ("scaling", "breakdown", "memory", "heatmap", "strategies", "layout")
+FORMATS = (".png", ".svg", ".pdf")
+#: panels drawn at most (a variant grid of hundreds gets its first panels and a note)
+MAX_PANELS = 12
+GiB = 2.0**30
+
+
+@dataclass
+class PlotOptions:
+    """Choices a user can make on the command line."""
+
+    metric: str = "samples_per_s"  # scaling: samples_per_s | tokens_per_s | step_time_s | days
+    tokens: float = 0.0  # scaling with metric "days": tokens to train on
+    strategy: str | None = None  # only this strategy (default: best over strategies)
+    jobs: Sequence[str] = ()  # only these jobs
+    hardware: Sequence[str] = ()  # only these hardware variants (labels or bases)
+    n_gpus: int | None = None  # heatmap: GPU count (default: the largest)
+    x: str | None = None  # heatmap axes (default: the first two swept axes)
+    y: str | None = None
+
+
+def _mpl():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - matplotlib is in the plot / test extras
+        raise SweepError("sweep plot needs matplotlib: pip install 'sweep[plot]'") from None
+    return Figure
+
+
+def _best(res: Results, opts: PlotOptions):
+    best = res.best() if opts.strategy else res.best_per_system()
+    if opts.strategy:
+        best = best[best["strategy"] == opts.strategy]
+    if opts.jobs:
+        best = best[best["job"].isin(list(opts.jobs))]
+    if opts.hardware:
+        keep = list(opts.hardware)
+        best = best[best["hardware"].isin(keep) | best["base"].isin(keep)]
+    if best.empty:
+        raise SweepError(f"{res.path}: no feasible configuration matches the selection")
+    return best.sort_values(["job", "variant_id", "n_gpus"], kind="mergesort")
+
+
+def _panels(best) -> tuple[list[tuple[str, int]], str]:
+    keys = list(dict.fromkeys(zip(best["job"], best["variant_id"])))
+    note = ""
+    if len(keys) > MAX_PANELS:
+        note = (f" (first {MAX_PANELS} of {len(keys)} job x hardware panels; "
+                f"select with --hardware / --job)")
+        keys = keys[:MAX_PANELS]
+    return keys, note
+
+
+def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(width * cols, height * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def _label(best, job: str, variant: int) -> str:
+    row = best[(best["job"] == job) & (best["variant_id"] == variant)].iloc[0]
+    return f"{job} on {row['hardware']}"
+
+
+def _short_labels(best, sub) -> list[str]:
+    """Variant labels with only what differs between variants (base, swept values)."""
+    import json
+
+    swept = [json.loads(v) for v in sub["swept"]]
+    all_swept = [json.loads(v) for v in best["swept"]]
+    varying = [k for k in (all_swept[0] if all_swept else {})
+               if len({round(float(d.get(k, 0.0)), 12) for d in all_swept}) > 1]
+    bases_vary = best["base"].nunique() > 1
+    out = []
+    for base, hw, d in zip(sub["base"], sub["hardware"], swept):
+        parts = ([str(base)] if bases_vary else []) + [f"{k}={float(d[k]):.3g}" for k in varying]
+        out.append(" ".join(parts) if parts else str(hw))
+    return out
+
+
+def _title(res: Results, what: str, note: str = "") -> str:
+    partial = " [PARTIAL RUN]" if not res.complete else ""
+    return f"{res.name}: {what} ({res.cost_model}){note}{partial}"
+
+
+def _gpu_axis(ax, gpus) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(int(g) for g in gpus)))
+    ax.set_xticklabels([str(int(g)) for g in sorted(set(int(g) for g in gpus))],
+                       rotation=45, fontsize=7)
+    ax.set_xlabel("GPUs")
+
+
+# ------------------------------------------------------------------------------ kinds
+
+def _scaling(res: Results, opts: PlotOptions):
+    Figure = _mpl()
+    best = _best(res, opts)
+    metric = opts.metric
+    labels = {"samples_per_s": "throughput [samples/s]", "tokens_per_s": "throughput [tokens/s]",
+              "step_time_s": "time per iteration [s]", "days": "time to train [days]"}
+    if metric not in labels:
+        raise SweepError(f"--metric: {metric!r}; valid: {', '.join(labels)}")
+    if metric == "days" and opts.tokens <= 0:
+        raise SweepError("--metric days needs --tokens (tokens to train on, e.g. 1e12)")
+    best = best.copy()
+    best["value"] = (opts.tokens / best["tokens_per_s"] / 86400.0 if metric == "days"
+                     else best[metric])
+    jobs = list(dict.fromkeys(best["job"]))
+    fig, axes = _grid(Figure, len(jobs), 6.0, 4.2)
+    rows = []
+    for ax, job in zip(axes, jobs):
+        sub = best[best["job"] == job]
+        variants = list(dict.fromkeys(sub["variant_id"]))
+        for k, variant in enumerate(variants[:20]):
+            line = sub[sub["variant_id"] == variant].sort_values("n_gpus")
+            x, y = line["n_gpus"].to_numpy(float), line["value"].to_numpy(float)
+            color = f"C{k % 10}"
+            ax.plot(x, y, "o-", color=color, label=line["hardware"].iloc[0], ms=3)
+            # ideal scaling from the line's smallest GPU count
+            grow = x / x[0]
+            ideal = y[0] / grow if metric in ("step_time_s", "days") else y[0] * grow
+            ax.plot(x, ideal, ":", color=color, lw=0.8)
+            rows += [{"job": job, "variant_id": variant, "hardware": line["hardware"].iloc[0],
+                      "n_gpus": int(g), "value": float(v), "ideal": float(i),
+                      "case_id": int(cid)}
+                     for g, v, i, cid in zip(x, y, ideal, line["case_id"])]
+        _gpu_axis(ax, sub["n_gpus"])
+        ax.set_yscale("log")
+        ax.set_ylabel(labels[metric])
+        ax.set_title(job, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, title="dotted: ideal scaling", title_fontsize=6)
+    fig.suptitle(_title(res, f"{labels[metric]} vs GPU count"), fontsize=10)
+    return fig, rows
+
+
+#: bars drawn at most per panel when the x axis is the hardware variant
+MAX_BARS = 40
+
+
+def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
+    """Stacked bars per panel: x = GPU count, one panel per (job, variant); or, when the
+    sweep has one GPU count, x = hardware variant, one panel per job."""
+    Figure = _mpl()
+    best = _best(res, opts)
+    by_variant = best["n_gpus"].nunique() == 1
+    if by_variant:
+        jobs = list(dict.fromkeys(best["job"]))
+        keys = [(job, None) for job in jobs]
+        n_var = best.groupby("job")["variant_id"].nunique().max()
+        note = (f" (first {MAX_BARS} of {n_var} variants; select with --hardware)"
+                if n_var > MAX_BARS else "")
+        fig, axes = _grid(Figure, len(keys), max(4.6, 0.28 * min(n_var, MAX_BARS) + 2), 4.2)
+    else:
+        keys, note = _panels(best)
+        fig, axes = _grid(Figure, len(keys))
+    rows = []
+    for ax, (job, variant) in zip(axes, keys):
+        if by_variant:
+            sub = best[best["job"] == job].sort_values("variant_id").head(MAX_BARS)
+            ticks = _short_labels(best, sub)
+            xlabel = f"hardware variant ({int(sub['n_gpus'].iloc[0])} GPUs)"
+            title = job
+        else:
+            sub = best[(best["job"] == job) & (best["variant_id"] == variant)] \
+                .sort_values("n_gpus")
+            ticks = [str(int(g)) for g in sub["n_gpus"]]
+            xlabel = "GPUs"
+            title = _label(best, job, variant)
+        pos = np.arange(len(sub))
+        bottom = np.zeros(len(sub))
+        values = {}
+        if what == "breakdown":
+            total = sum(sub[c].to_numpy(float) for c in parts)
+            for c in parts:
+                values[c] = sub[c].to_numpy(float) / total
+        else:
+            for c in parts:
+                values[c] = sub[c].to_numpy(float) / GiB
+        for k, (c, label) in enumerate(parts.items()):
+            if not np.any(values[c]):
+                continue
+            ax.bar(pos, values[c], bottom=bottom, color=f"C{k}", label=label, width=0.8)
+            bottom = bottom + values[c]
+        if what == "memory":
+            cap = sub["hbm_capacity_bytes"].to_numpy(float) / GiB
+            ax.plot(pos, cap, "k_", ms=14, mew=1.5, ls="none", label="HBM capacity")
+            ax.set_ylabel("memory per GPU [GiB]")
+        else:
+            ax.set_ylabel("fraction of step time")
+            ax.set_ylim(0, 1)
+        ax.set_xticks(pos)
+        tilt = by_variant and len(ticks) > 6
+        ax.set_xticklabels(ticks, rotation=80 if tilt else (0 if by_variant else 45),
+                           fontsize=7, ha="right" if tilt else "center")
+        ax.set_xlabel(xlabel)
+        ax.set_title(title, fontsize=8)
+        for i, (cid, g, v) in enumerate(zip(sub["case_id"], sub["n_gpus"], sub["variant_id"])):
+            rows.append({"job": job, "variant_id": int(v), "n_gpus": int(g),
+                         "case_id": int(cid), **{c: float(values[c][i]) for c in parts}})
+    # one legend for all panels, below them
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    order = [lab for lab in list(parts.values()) + ["HBM capacity"] if lab in handles]
+    per_row = max(1, min(len(order), int(fig.get_figwidth() / 1.7)))
+    fig.legend([handles[lab] for lab in order], order, loc="outside lower center",
+               ncols=per_row, fontsize=7)
+    title = ("time breakdown of the best configuration" if what == "breakdown"
+             else "memory per GPU of the best configuration")
+    fig.suptitle(_title(res, title, note), fontsize=10)
+    return fig, rows
+
+
+def _breakdown(res: Results, opts: PlotOptions):
+    return _stacked(res, opts, TIME_PARTS, "breakdown")
+
+
+def _memory(res: Results, opts: PlotOptions):
+    return _stacked(res, opts, MEMORY_PARTS, "memory")
+
+
+def _heatmap(res: Results, opts: PlotOptions):
+    Figure = _mpl()
+    axes_swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
+    x = opts.x or (axes_swept[0] if axes_swept else None)
+    y = opts.y or (axes_swept[1] if len(axes_swept) > 1 else None)
+    if x is None or y is None:
+        raise SweepError(f"{res.path}: a heatmap needs two swept hardware axes; this sweep "
+                         f"has {', '.join(axes_swept) or 'none'}")
+    jobs = list(opts.jobs) or sorted(res.best()["job"].unique())
+    fig, axs = _grid(Figure, len(jobs), 5.5, 4.4)
+    rows = []
+    for ax, job in zip(axs, jobs):
+        table = res.grid("samples_per_s", x, y, n_gpus=opts.n_gpus, job=job,
+                         strategy=opts.strategy)
+        n = opts.n_gpus or int(res.best()[res.best()["job"] == job]["n_gpus"].max())
+        data = table.to_numpy(float)
+        im = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
+        # at most ~10 labelled ticks per axis
+        for values, set_ticks, set_labels, rot in (
+                (table.columns, ax.set_xticks, ax.set_xticklabels, 45),
+                (table.index, ax.set_yticks, ax.set_yticklabels, 0)):
+            step = max(1, math.ceil(len(values) / 10))
+            ticks = list(range(0, len(values), step))
+            set_ticks(ticks)
+            set_labels([f"{values[i]:.4g}" for i in ticks], rotation=rot, fontsize=7)
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{job}, {n} GPUs", fontsize=9)
+        fig.colorbar(im, ax=ax, label="best throughput [samples/s]")
+        for (i, yv) in enumerate(table.index):
+            for (j, xv) in enumerate(table.columns):
+                rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),
+                             "samples_per_s": float(data[i, j])})
+    fig.suptitle(_title(res, f"best throughput over {x} x {y}"), fontsize=10)
+    return fig, rows
+
+
+def _strategies(res: Results, opts: PlotOptions):
+    Figure = _mpl()
+    best = res.best()
+    if opts.jobs:
+        best = best[best["job"].isin(list(opts.jobs))]
+    strategies = list(dict.fromkeys(best["strategy"]))
+    if "1d" not in strategies or len(strategies) < 2:
+        raise SweepError(f"{res.path}: speed-ups over 1d need 1d and another strategy; this "
+                         f"sweep has {', '.join(strategies) or 'none'}")
+    key = ["job", "variant_id", "n_gpus"]
+    base = best[best["strategy"] == "1d"].set_index(key)["samples_per_s"]
+    keys, note = _panels(best)
+    fig, axes = _grid(Figure, len(keys))
+    rows = []
+    for ax, (job, variant) in zip(axes, keys):
+        sub = best[(best["job"] == job) & (best["variant_id"] == variant)]
+        for k, strat in enumerate(s for s in strategies if s != "1d"):
+            line = sub[sub["strategy"] == strat].sort_values("n_gpus")
+            ref = np.array([base.get((job, variant, g), np.nan) for g in line["n_gpus"]])
+            speedup = line["samples_per_s"].to_numpy(float) / ref
+            ax.plot(line["n_gpus"], speedup, "o-", color=f"C{k + 1}", label=strat, ms=3)
+            rows += [{"job": job, "variant_id": int(variant), "strategy": strat, "n_gpus": int(g),
+                      "speedup": float(v)} for g, v in zip(line["n_gpus"], speedup)]
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        _gpu_axis(ax, sub["n_gpus"])
+        ax.set_ylabel("speed-up over 1d (best vs best)")
+        ax.set_title(_label(best, job, variant), fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(_title(res, "strategy speed-up over 1D tensor parallelism", note), fontsize=10)
+    return fig, rows
+
+
+def _layout(res: Results, opts: PlotOptions):
+    Figure = _mpl()
+    best = _best(res, opts)
+    keys, note = _panels(best)
+    fig, axes = _grid(Figure, len(keys))
+    rows = []
+    for ax, (job, variant) in zip(axes, keys):
+        sub = best[(best["job"] == job) & (best["variant_id"] == variant)].sort_values("n_gpus")
+        for k, d in enumerate(DEGREES):
+            vals = sub[d].to_numpy(float)
+            if d != "dp" and np.all(vals == 1):
+                continue
+            ax.plot(sub["n_gpus"], vals, "o-", color=f"C{k}", label=d.upper(), ms=3)
+        for _, r in sub.iterrows():
+            rows.append({"job": job, "variant_id": int(variant), "n_gpus": int(r["n_gpus"]),
+                         "case_id": int(r["case_id"]), **{d: int(r[d]) for d in DEGREES}})
+        _gpu_axis(ax, sub["n_gpus"])
+        ax.set_yscale("log", base=2)
+        ax.set_ylabel("parallel degree")
+        ax.set_title(_label(best, job, variant), fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(_title(res, "layout of the best configuration", note), fontsize=10)
+    return fig, rows
+
+
+_KIND = {"scaling": _scaling, "breakdown": _breakdown, "memory": _memory,
+         "heatmap": _heatmap, "strategies": _strategies, "layout": _layout}
+
+
+def draw(res: Results, kind: str, opts: PlotOptions | None = None):
+    """(matplotlib Figure, DataFrame of the plotted numbers) for one kind."""
+    if kind not in _KIND:
+        raise SweepError(f"--kind: unknown kind {kind!r}; valid: {', '.join(KINDS)}")
+    from .results import _pandas
+
+    fig, rows = _KIND[kind](res, opts or PlotOptions())
+    return fig, _pandas().DataFrame(rows)
+
+
+def save(res: Results, kind: str, out: str | Path, opts: PlotOptions | None = None):
+    """Draw ``kind`` and write it to ``out`` (.png, .svg or .pdf, atomically); returns the
+    plotted numbers."""
+    out = Path(out)
+    if out.suffix.lower() not in FORMATS:
+        raise SweepError(f"-o: {out.name}: the file name must end in {', '.join(FORMATS)}")
+    if not out.parent.is_dir():
+        raise SweepError(f"-o: {out.parent} is not a directory")
+    fig, data = draw(res, kind, opts)
+    tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
+    fig.savefig(tmp, dpi=130)
+    tmp.replace(out)
+    return data
+
+
+def why_not(res: Results) -> dict[str, str]:
+    """Kinds that say nothing for this sweep, with the reason."""
+    best = res.best()
+    if best.empty:
+        return {k: "no case has a feasible configuration" for k in KINDS}
+    out = {}
+    if best["n_gpus"].nunique() < 2:
+        for k in ("scaling", "layout"):
+            out[k] = "the sweep has one GPU count"
+    swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
+    if len(swept) < 2:
+        out["heatmap"] = (f"needs two swept hardware axes; this sweep has "
+                          f"{', '.join(swept) or 'none'}")
+    strategies = set(best["strategy"])
+    if "1d" not in strategies or len(strategies) < 2:
+        out["strategies"] = (f"needs 1d and another strategy; this sweep has "
+                             f"{', '.join(sorted(strategies))}")
+    return out
+
+
+def kinds_that_fit(res: Results) -> list[str]:
+    """The kinds that say something for this sweep."""
+    skip = why_not(res)
+    return [k for k in KINDS if k not in skip]

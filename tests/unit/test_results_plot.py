@@ -1,0 +1,301 @@
+"""sweep.results, sweep plot and sweep report: the plotted numbers are the HDF5 numbers.
+
+The expected values are read from sweep.h5 with plain h5py, independently of sweep.results.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from sweep.cli import _Progress, main
+from sweep.errors import SweepError
+from sweep.parallel import SerialComm
+from sweep.plot import KINDS, PlotOptions, draw, kinds_that_fit, save, why_not
+from sweep.report import write_report
+from sweep.results import MEMORY_PARTS, TIME_PARTS, open_results
+from sweep.runner import RunOptions, run_sweep
+from tests.conftest import DATA
+
+GRID_SPEC = """
+name: grid
+jobs: [llama3_8b]
+gpus: [16, 32]
+hardware:
+  base: H100-SXM
+  grid:
+    hbm_GBps: [2000, 3350]
+    hbm_GiB: [40, 80]
+top_n: 3
+"""
+
+
+@pytest.fixture(scope="module")
+def nersc(tmp_path_factory):
+    """nersc2024: 2 systems x 2 NVLink sizes x 2 strategies (1d, 2d-seqp) x 2 GPU counts."""
+    out = tmp_path_factory.mktemp("nersc") / "small"
+    run_sweep(str(DATA / "specs" / "small.yaml"), SerialComm(), RunOptions(out_dir=out))
+    return out / "sweep.h5"
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """calibrated: HBM bandwidth x capacity on H100, 1d and 2d, 16 and 32 GPUs."""
+    d = tmp_path_factory.mktemp("grid")
+    (d / "grid.yaml").write_text(GRID_SPEC)
+    run_sweep(str(d / "grid.yaml"), SerialComm(), RunOptions(out_dir=d / "out"))
+    return d / "out" / "sweep.h5"
+
+
+def raw(path):
+    """(cases, top) straight from the file."""
+    with h5py.File(path, "r") as f:
+        return f["cases"][:], f["top"][:]
+
+
+def best_of(path):
+    """{case_id: place-0 row} from the file."""
+    _, top = raw(path)
+    return {int(r["case_id"]): r for r in top[top["place"] == 0]}
+
+
+# ------------------------------------------------------------------------------ results
+
+def test_results_tables_and_helpers(nersc):
+    cases, top = raw(nersc)
+    res = open_results(nersc)
+    assert res.complete and res.note == "" and res.cost_model == "nersc2024"
+    assert len(res.cases) == len(cases) and len(res.top) == len(top)
+    assert set(res.cases["strategy"]) == {"1d", "2d-seqp"}  # text decoded
+    best = res.best()
+    expected = best_of(nersc)
+    assert sorted(best["case_id"]) == sorted(expected)
+    for _, r in best.iterrows():
+        assert r["samples_per_s"] == expected[r["case_id"]]["samples_per_s"]
+        assert r["n_gpus"] == cases[cases["case_id"] == r["case_id"]]["n_gpus"][0]
+    per = res.best_per_system()
+    for (job, variant, n), group in best.groupby(["job", "variant_id", "n_gpus"]):
+        row = per[(per["job"] == job) & (per["variant_id"] == variant) & (per["n_gpus"] == n)]
+        assert len(row) == 1 and row["samples_per_s"].iloc[0] == group["samples_per_s"].max()
+
+
+def test_grid_over_two_swept_axes(grid):
+    res = open_results(grid)
+    assert set(res.swept_axes) == {"hbm_GBps", "hbm_GiB"}
+    table = res.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=32)
+    cases, top = raw(grid)
+    best = best_of(grid)
+    for c in cases[cases["n_gpus"] == 32]:
+        value = max(best[int(k["case_id"])]["samples_per_s"]
+                    for k in cases[(cases["n_gpus"] == 32)
+                                   & (cases["variant_id"] == c["variant_id"])]
+                    if int(k["case_id"]) in best)
+        assert table.loc[c["swept_hbm_GiB"], c["swept_hbm_GBps"]] == value
+    with pytest.raises(SweepError, match="'nvlink_domain' is not a swept axis"):
+        res.grid("samples_per_s", "nvlink_domain", "hbm_GiB")
+
+
+def test_partial_results_say_so(tmp_path):
+    spec = DATA / "specs" / "small.yaml"
+    out = tmp_path / "part"
+    calls = []
+
+    def stop_early(p):
+        calls.append(1)
+        if len(calls) == 3:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    from sweep.runner import Interrupted
+
+    with pytest.raises(Interrupted):
+        run_sweep(str(spec), SerialComm(), RunOptions(out_dir=out, progress=stop_early))
+    assert main(["reduce", str(out), "--partial"]) == 0
+    res = open_results(out / "sweep.h5")
+    assert not res.complete and res.note.startswith("partial results:")
+    assert (~res.cases["complete"]).any()
+    save(res, "breakdown", tmp_path / "b.png")  # plots work, titled as partial
+
+
+def test_open_results_errors(tmp_path):
+    with pytest.raises(SweepError, match="no such results file"):
+        open_results(tmp_path / "nope.h5")
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = 1
+    with pytest.raises(SweepError, match="not a sweep results file"):
+        open_results(tmp_path / "other.h5")
+
+
+# ------------------------------------------------------------------------------ plots
+
+def test_scaling_plots_best_throughput_and_ideal(nersc):
+    res = open_results(nersc)
+    fig, data = draw(res, "scaling")
+    best = best_of(nersc)
+    for _, r in data.iterrows():
+        assert r["value"] == best[r["case_id"]]["samples_per_s"]
+    # the first line on the axes is the first variant's measured curve
+    ax = fig.axes[0]
+    first = data[data["variant_id"] == data["variant_id"].iloc[0]]
+    assert np.array_equal(ax.lines[0].get_ydata(), first["value"].to_numpy())
+    assert np.allclose(ax.lines[1].get_ydata(), first["value"].iloc[0] * first["n_gpus"]
+                       / first["n_gpus"].iloc[0])
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "GPUs" and "samples/s" in ax.get_ylabel()
+    fig, days = draw(res, "scaling", PlotOptions(metric="days", tokens=1e12))
+    for _, r in days.iterrows():
+        assert r["value"] == pytest.approx(1e12 / best[r["case_id"]]["tokens_per_s"] / 86400)
+
+
+def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
+    res = open_results(nersc)
+    best = best_of(nersc)
+    _, data = draw(res, "breakdown")
+    for _, r in data.iterrows():
+        b = best[r["case_id"]]
+        total = sum(float(b[c]) for c in TIME_PARTS)
+        assert total == pytest.approx(float(b["step_time_s"]), rel=1e-9)
+        for c in TIME_PARTS:
+            assert r[c] == pytest.approx(float(b[c]) / total, rel=1e-12)
+    fig, mem = draw(res, "memory")
+    for _, r in mem.iterrows():
+        for c in MEMORY_PARTS:
+            assert r[c] == pytest.approx(float(best[r["case_id"]][c]) / 2**30, rel=1e-12)
+    # stacked bars: the top of the last bar of the first panel is the total memory
+    ax = fig.axes[0]
+    first = mem[(mem["job"] == mem["job"].iloc[0]) & (mem["variant_id"] == mem["variant_id"]
+                                                      .iloc[0])]
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert max(tops) == pytest.approx(max(sum(row[c] for c in MEMORY_PARTS)
+                                          for _, row in first.iterrows()), rel=1e-9)
+    assert ax.get_ylabel() == "memory per GPU [GiB]"
+
+
+def test_strategies_are_speedups_over_1d(nersc):
+    res = open_results(nersc)
+    cases, _ = raw(nersc)
+    best = best_of(nersc)
+    _, data = draw(res, "strategies")
+
+    def throughput(strategy, variant, n):
+        c = cases[(cases["strategy"] == strategy.encode()) & (cases["variant_id"] == variant)
+                  & (cases["n_gpus"] == n)]
+        return best[int(c["case_id"][0])]["samples_per_s"]
+
+    assert set(data["strategy"]) == {"2d-seqp"}
+    for _, r in data.iterrows():
+        assert r["speedup"] == pytest.approx(throughput("2d-seqp", r["variant_id"], r["n_gpus"])
+                                             / throughput("1d", r["variant_id"], r["n_gpus"]))
+
+
+def test_layout_and_heatmap(nersc, grid):
+    res = open_results(nersc)
+    per = res.best_per_system().set_index("case_id")
+    _, data = draw(res, "layout")
+    for _, r in data.iterrows():
+        assert all(r[d] == per.loc[r["case_id"], d] for d in ("tp", "cp", "pp", "dp"))
+    g = open_results(grid)
+    fig, heat = draw(g, "heatmap", PlotOptions(n_gpus=16))
+    table = g.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=16)
+    for _, r in heat.iterrows():
+        assert r["samples_per_s"] == table.loc[r["hbm_GiB"], r["hbm_GBps"]]
+    image = fig.axes[0].get_images()[0].get_array()
+    assert np.array_equal(np.asarray(image), table.to_numpy())
+
+
+def test_kinds_that_fit_and_why_not(nersc, grid):
+    assert kinds_that_fit(open_results(nersc)) == ["scaling", "breakdown", "memory",
+                                                   "strategies", "layout"]
+    assert "nvlink_domain" in why_not(open_results(nersc))["heatmap"]
+    assert kinds_that_fit(open_results(grid)) == list(KINDS)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"),
+                                           (".pdf", b"%PDF")])
+def test_file_formats(nersc, tmp_path, suffix, magic):
+    save(open_results(nersc), "scaling", tmp_path / f"s{suffix}")
+    assert (tmp_path / f"s{suffix}").read_bytes().startswith(magic)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_plot_command(nersc, tmp_path, capsys):
+    out = tmp_path / "m.png"
+    assert main(["plot", str(nersc), "--kind", "memory", "-o", str(out),
+                 "--data", str(tmp_path / "m.csv")]) == 0
+    assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
+    assert (tmp_path / "m.csv").read_text().startswith("job,variant_id,n_gpus,case_id")
+    assert main(["plot", str(nersc), "--kind", "heatmap", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs two swept hardware axes" in err
+    assert main(["plot", str(nersc), "--kind", "scaling", "-o", str(tmp_path / "x.jpg")]) == 2
+    assert "must end in .png, .svg, .pdf" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["plot", str(nersc), "--kind", "pie", "-o", str(out)])
+    assert exc.value.code == 2
+
+
+def test_report_folder(grid, tmp_path, capsys):
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "stale.txt").write_text("old")  # the folder is replaced as a whole
+    assert main(["report", str(grid), "-o", str(target)]) == 0
+    files = {p.name for p in target.iterdir()}
+    assert files == {"index.html", "best.csv"} | {f"{k}.png" for k in KINDS}
+    page = (target / "index.html").read_text()
+    for kind in KINDS:
+        assert f'src="{kind}.png"' in page
+    assert "Best configuration per case" in page and "llama3_8b" in page
+    best = (target / "best.csv").read_text().splitlines()
+    assert len(best) == 1 + len(best_of(grid))
+    out = write_report(open_results(grid), tmp_path / "two", ["scaling"])
+    assert set(out["figures"]) == {"scaling"} and out["skipped"]["memory"] == "not asked for"
+
+
+# ------------------------------------------------------------------------------ progress
+
+def test_progress_log_lines_off_a_terminal():
+    stream = io.StringIO()
+    progress = _Progress(every_s=3600, stream=stream)
+    progress({"candidates_done": 0, "candidates": 1000, "ranks": 2, "ranks_done": 0,
+              "elapsed_s": 0.1})
+    progress({"candidates_done": 500, "candidates": 1000, "ranks": 2, "ranks_done": 1,
+              "elapsed_s": 1.0})  # throttled
+    progress({"candidates_done": 1000, "candidates": 1000, "ranks": 2, "ranks_done": 2,
+              "elapsed_s": 2.0})  # the last one always prints
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[-1] == "[    2.0 s] 100.0% of 1,000 candidates, 2/2 ranks done, ETA 0 s"
+
+
+# ------------------------------------------------------------------------------ extras
+
+BLOCKED = """
+import sys
+sys.modules["pandas"] = None
+sys.modules["matplotlib"] = None
+from sweep.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_core_runs_without_pandas_and_matplotlib(tmp_path, nersc):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GRID_SPEC.replace("gpus: [16, 32]", "gpus: [8]"))
+    run = subprocess.run([sys.executable, "-c", BLOCKED, "run", str(spec), "--serial",
+                          "--out", str(tmp_path / "o"), "--quiet"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    show = subprocess.run([sys.executable, "-c", BLOCKED, "show", str(tmp_path / "o" / "sweep.h5"),
+                           "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert show.returncode == 0 and json.loads(show.stdout)["rows"]
+    plot = subprocess.run([sys.executable, "-c", BLOCKED, "plot", str(nersc), "--kind",
+                           "scaling", "-o", str(tmp_path / "x.png")], capture_output=True,
+                          text=True, timeout=120)
+    assert plot.returncode == 2 and "pip install 'sweep[" in plot.stderr
