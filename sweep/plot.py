@@ -119,6 +119,15 @@ def _title(res: Results, what: str, note: str = "") -> str:
     return f"{res.name}: {what} ({res.cost_model}){note}{partial}"
 
 
+def _finish_panel(ax, gpus, ylabel: str, title: str) -> None:
+    """GPU-count x axis, labels, grid and legend of a line panel."""
+    _gpu_axis(ax, gpus)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+
+
 def _gpu_axis(ax, gpus) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(int(g) for g in gpus)))
@@ -319,11 +328,8 @@ def _strategies(res: Results, opts: PlotOptions):
             rows += [{"job": job, "variant_id": int(variant), "strategy": strat, "n_gpus": int(g),
                       "speedup": float(v)} for g, v in zip(line["n_gpus"], speedup)]
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        _gpu_axis(ax, sub["n_gpus"])
-        ax.set_ylabel("speed-up over 1d (best vs best)")
-        ax.set_title(_label(best, job, variant), fontsize=8)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        _finish_panel(ax, sub["n_gpus"], "speed-up over 1d (best vs best)",
+                      _label(best, job, variant))
     fig.suptitle(_title(res, "strategy speed-up over 1D tensor parallelism", note), fontsize=10)
     return fig, rows
 
@@ -344,12 +350,8 @@ def _layout(res: Results, opts: PlotOptions):
         for _, r in sub.iterrows():
             rows.append({"job": job, "variant_id": int(variant), "n_gpus": int(r["n_gpus"]),
                          "case_id": int(r["case_id"]), **{d: int(r[d]) for d in DEGREES}})
-        _gpu_axis(ax, sub["n_gpus"])
         ax.set_yscale("log", base=2)
-        ax.set_ylabel("parallel degree")
-        ax.set_title(_label(best, job, variant), fontsize=8)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        _finish_panel(ax, sub["n_gpus"], "parallel degree", _label(best, job, variant))
     fig.suptitle(_title(res, "layout of the best configuration", note), fontsize=10)
     return fig, rows
 
