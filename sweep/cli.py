@@ -186,16 +186,23 @@ def _calibration_params(cases) -> dict:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .validate import DEFAULT_DATA, express, read_runs, render, report
 
+    import importlib.util
+
     data = args.data or DEFAULT_DATA
     rows = read_runs(data)
     cases = [c for c in (express(r) for r in rows) if not isinstance(c, str)]
-    rep = report(rows, _calibration_params(cases), loso=not args.no_loso)
+    loso = not args.no_loso
+    if loso and importlib.util.find_spec("scipy") is None:
+        loso = False
+        print("sweep validate: leave-one-source-out skipped: re-fitting needs scipy "
+              "(pip install 'sweep[validate]')", file=sys.stderr)
+    rep = report(rows, _calibration_params(cases), loso=loso)
     rep["data"] = str(data)
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
     print(f"sweep validate: {data} with the calibrated profile's parameters "
-          f"(hardware/calibration.yaml){'' if args.no_loso else '; LOSO re-fits per source'}")
+          f"(hardware/calibration.yaml){'; LOSO re-fits per source' if loso else ''}")
     print(render(rep, rows=not args.summary))
     return 0
 

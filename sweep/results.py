@@ -44,7 +44,8 @@ def _pandas():
     try:
         import pandas
     except ImportError:  # pragma: no cover - pandas is in the results / plot / test extras
-        raise SweepError("sweep.results needs pandas: pip install 'sweep[results]'") from None
+        raise SweepError("needs pandas: pip install 'sweep[results]' (tables) or "
+                         "'sweep[plot]' (plots and reports)") from None
     return pandas
 
 

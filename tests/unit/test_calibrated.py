@@ -436,3 +436,36 @@ def test_2d_search_space_rules():
     assert np.all(c["sp"] == 0) and np.all(c["cp_comm"] == 0)
     assert np.all((8192 % c["tp2"] == 0) & (c["nb"] >= np.maximum(c["tp"], c["tp2"])))
     assert (c["tp2"] > 1).any()
+
+
+def test_rmsnorm_has_half_the_norm_weights_and_eager_norms_cost_more():
+    rms = dataclasses.replace(TINY, norm="rmsnorm")
+    assert run(rms)["mem_weights_bytes"] == 2 * 2 * (P_LAYER - 2 * 1024)
+    eager = dataclasses.replace(rms, fused_kernels=False)
+    x_f, x_e = ctx(rms), ctx(eager)
+    rows_f = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x_f, cand())}
+    rows_e = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x_e, cand())}
+    key = "norms, activations, residuals"
+    assert rows_e[key] > 1.5 * rows_f[key]
+
+
+def test_embedding_and_lm_head_sit_on_the_first_and_last_stage():
+    job = dataclasses.replace(TINY, vocab=32768, n_layers=4, global_batch=16)
+    x = ctx(job)
+    lay = calibrated._layer_terms(x, cand())
+    head = float(np.ravel(lay["head_f"] + lay["head_b"])[0])
+    emb = float(np.ravel(lay["emb_f"] + lay["emb_b"])[0])
+    # at least the LM head's forward GEMM (1024 tokens x 32768 x 1024) at 50 TFLOP/s
+    assert head > 2 * 1024 * 32768 * 1024 / 50e12
+    single = run(job)
+    plain = run(dataclasses.replace(job, vocab=0))
+    # the untied embedding and head add 2 x 32768 x 1024 parameters to the Adam step:
+    # 30 bytes each at 0.5 TB/s
+    adam = single["t_optimizer_s"] - plain["t_optimizer_s"]
+    assert adam == pytest.approx(30 * 2 * 32768 * 1024 / 0.5e12, rel=1e-9)
+    assert single["step_time_s"] - plain["step_time_s"] == pytest.approx(
+        16 * (head + emb) + adam, rel=1e-9)
+    # two stages: the slower of (embedding + 2 layers, 2 layers + head) bounds the pipeline
+    rows = {r["name"]: float(r["time_s"][0])
+            for r in calibrated.op_table(x, cand(pp=2))}
+    assert rows["embedding"] == 0 and rows["LM head and loss"] == pytest.approx(16 * head)
