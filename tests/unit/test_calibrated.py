@@ -469,3 +469,15 @@ def test_embedding_and_lm_head_sit_on_the_first_and_last_stage():
     rows = {r["name"]: float(r["time_s"][0])
             for r in calibrated.op_table(x, cand(pp=2))}
     assert rows["embedding"] == 0 and rows["LM head and loss"] == pytest.approx(16 * head)
+
+
+def test_hybrid_shard_shards_within_groups_and_replicates_across():
+    P = 2 * P_LAYER
+    full, hybrid = run(dp=8, zero=3), run(dp=8, zero=3, shard_group=4)
+    # FSDP hybrid shard over groups of 4: fp32 master weights and Adam states / 4, not / 8
+    assert hybrid["mem_weights_bytes"] == 4 * P / 4 + 2 * 2 * P_LAYER
+    assert hybrid["mem_optimizer_bytes"] == 8 * P / 4
+    assert full["mem_optimizer_bytes"] == 8 * P / 8
+    # the gradient shards are then all-reduced across the 2 replicas: more DP traffic than
+    # the per-layer reduce-scatter alone, and none of it free
+    assert hybrid["t_dp_comm_s"] > 0 and full["t_dp_comm_s"] > 0
