@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from sweep.errors import SpecError
-from sweep.partition import assign_units, imbalance
+from sweep.partition import UNIT_OVERHEAD, assign_units, imbalance
 from sweep.plan import make_plan
 from sweep.spec import load_spec, parse_spec, resolved_yaml, spec_hash
 from sweep.variants import expand_variants
@@ -102,14 +102,26 @@ def test_useless_gpu_count_is_refused():
         make_plan(spec_of(gpus=[6, 4096]))
 
 
-def test_partition_is_contiguous_balanced_and_deterministic():
+def test_partition_is_dealt_in_balanced_runs_and_deterministic():
     rng = np.random.default_rng(0)
     sizes = rng.integers(1, 65536, 3000)
     for ranks in (1, 2, 3, 7, 64):
         owner = assign_units(sizes, ranks)
-        assert (np.diff(owner) >= 0).all() and set(owner) == set(range(ranks))
-        loads = np.bincount(owner, weights=sizes + 4096, minlength=ranks)
-        assert loads.max() - loads.mean() <= 65536 + 4096
+        assert set(owner) == set(range(ranks))
+        # 8 contiguous runs per rank, dealt in turn
+        runs = 1 + np.count_nonzero(np.diff(owner))
+        assert runs <= 8 * ranks and (ranks == 1 or runs >= min(8 * ranks, len(sizes)) // 2)
+        loads = np.bincount(owner, weights=sizes + UNIT_OVERHEAD, minlength=ranks)
+        assert loads.max() - loads.mean() <= 8 * (65536 + UNIT_OVERHEAD)
         assert (assign_units(sizes, ranks) == owner).all()
+    # one run per rank: contiguous, non-decreasing
+    owner = assign_units(sizes, 3, chunks=1)
+    assert (np.diff(owner) >= 0).all()
+    # a cost the estimate misses (the second half of the plan costs 1.5x per candidate)
+    # evens out when runs are dealt, not when each rank gets one block
+    true_cost = np.where(np.arange(3000) < 1500, 1.0, 1.5) * (sizes + UNIT_OVERHEAD)
+    dealt = np.bincount(assign_units(sizes, 2), weights=true_cost)
+    block = np.bincount(assign_units(sizes, 2, chunks=1), weights=true_cost)
+    assert imbalance(dealt) < 0.05 < imbalance(block)
     assert imbalance(np.array([1.0, 1.0])) == 0.0
     assert imbalance(np.array([3.0, 1.0])) == pytest.approx(0.5)
