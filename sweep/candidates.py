@@ -381,8 +381,9 @@ def _sp_axis(base: np.ndarray, megatron: bool = True) -> InnerAxis:
 
 
 def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
-    """(zero, shard_group): ZeRO 0-3 over the whole data x context group, and FSDP hybrid
-    shard over groups of 2, 4, ... GPUs (powers of two dividing dp, below it)."""
+    """(zero, shard_group): ZeRO 0-3 over the whole data x context group (when it has more
+    than one GPU), and FSDP hybrid shard over groups of 2, 4, ... of the dp ranks (powers of
+    two dividing dp, below it). Forward-only jobs: ZeRO 0 only."""
     dp_max = int(base["dp"].max()) if len(base) else 1
     groups = [g for g in (2 ** i for i in range(1, 31)) if g < dp_max]
     options = np.zeros(4 + len(groups), dtype=[("zero", "i4"), ("shard_group", "i4")])
@@ -390,13 +391,10 @@ def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
     options["zero"][4:] = 3
     options["shard_group"][4:] = groups
     dp = base["dp"].astype(np.int64)[:, None]
+    g = np.array(groups, dtype=np.int64)[None, :]
     valid = np.ones((len(base), len(options)), dtype=bool)
-    valid[:, 1:4] = dp > 1 if training else False  # sharding needs replicas (and training)
-    if not training:
-        valid[:, 1:] = False
-    if groups:
-        g = np.array(groups, dtype=np.int64)[None, :]
-        valid[:, 4:] = (dp % g == 0) & (g < dp) & training
+    valid[:, 1:4] = training & (dp * base["cp"].astype(np.int64)[:, None] > 1)
+    valid[:, 4:] = training & (dp % g == 0) & (g < dp)
     return InnerAxis(options=options, valid=valid)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import SweepError
 from .plot import KINDS, PlotOptions, kinds_that_fit, save, why_not
 from .results import Results
-from .show import RECOMPUTE_NAMES
+from .show import config_text
 
 __all__ = ["write_report", "CAPTIONS"]
 
@@ -42,20 +42,6 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 code{background:#f3f3f3;padding:0 3px}"""
 
 
-def _config(r) -> str:
-    parts = [f"dp={r['dp']}", f"tp={r['tp']}"]
-    for k in ("tp2", "cp", "pp", "vpp", "mbs", "nb"):
-        if r[k] != 1 or k in ("pp", "mbs"):
-            parts.append(f"{k}={r[k]}")
-    if r["recompute"]:
-        parts.append(f"recompute={RECOMPUTE_NAMES.get(int(r['recompute']), r['recompute'])}")
-    if r["zero"]:
-        parts.append(f"zero={r['zero']}" + (f"/{r['shard_group']}" if r["shard_group"] else ""))
-    if r["sp"]:
-        parts.append("sp" + ("+overlap" if r["tp_overlap"] else ""))
-    return " ".join(parts)
-
-
 def _summary_table(res: Results) -> str:
     best = res.best()
     cases = res.cases.sort_values("case_id")
@@ -67,7 +53,7 @@ def _summary_table(res: Results) -> str:
             cells += ["no feasible configuration", "", "", "", ""]
         else:
             r = b.iloc[0]
-            cells += [_config(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
+            cells += [config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
                       f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 2**30:.1f}"]
         if not c["complete"]:
             cells[-1] = f"{cells[-1]} (partial)"

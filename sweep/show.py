@@ -16,7 +16,7 @@ import numpy as np
 from . import fmt
 from .store import read_results
 
-__all__ = ["load_rows", "format_rows", "FORMATS"]
+__all__ = ["load_rows", "format_rows", "config_text", "FORMATS", "RECOMPUTE_NAMES"]
 
 FORMATS = ("table", "csv", "json")
 _CASE_COLS = ("case_id", "job", "hardware", "strategy", "n_gpus")
@@ -59,7 +59,8 @@ _RECOMPUTE = {1: "sel", 2: "full", 3: "first", 4: "op"}
 RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full", 3: "first-k", 4: "per-op"}
 
 
-def _config(r: dict) -> str:
+def config_text(r) -> str:
+    """A configuration in one short line (a row of /top as a mapping)."""
     parts = [f"{k}={r[k]}" for k in _DEGREES if k in ("dp", "tp", "pp", "mbs") or r[k] != 1]
     # knobs of the calibrated profile, shown when set
     if r.get("sp"):
@@ -70,6 +71,8 @@ def _config(r: dict) -> str:
     if r.get("zero"):
         parts.append(f"zero={r['zero']}" + (f"/{r['shard_group']}" if r.get("shard_group")
                                             else ""))
+    if r.get("cp_comm"):
+        parts.append("cp-allgather")
     if r.get("offload"):
         parts.append(f"offload={r['offload']}")
     return " ".join(parts)
@@ -98,7 +101,7 @@ def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:
         if r.get("place") is None:
             table.append(head + ["-", "no feasible configuration", "", "", "", "", ""])
             continue
-        table.append(head + [r["place"] + 1, _config(r), _placement(r),
+        table.append(head + [r["place"] + 1, config_text(r), _placement(r),
                              fmt.seconds(r["step_time_s"]), f"{r['samples_per_s']:.5g}",
                              fmt.percent(r["mfu"]), f"{r['mem_bytes'] / 1e9:.1f}"])
     note = "" if attrs.get("complete") else "\n(partial results: the run is not complete)"

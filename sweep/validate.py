@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .candidates import divisors
 from .catalog import list_names, load_hardware
 from .cost import calibrated
 from .errors import SweepError
@@ -202,7 +203,8 @@ def _recompute(text: str, row) -> tuple[list[tuple[int, float]], str | None]:
         if mfu and hfu:
             # HFU / MFU = (3 + p) / 3 when a fraction p of the blocks is recomputed
             frac = min(max(3.0 * (hfu / mfu - 1.0), 0.0), 1.0)
-            return [(Recompute.FIRST_K, frac)], f"recomputed block fraction {frac:.2f} from HFU/MFU"
+            return [(Recompute.FIRST_K, frac)], \
+                f"recomputed block fraction {frac:.2f} from HFU/MFU"
         return [(Recompute.FIRST_K, 0.5)], "recomputed block fraction 0.5 assumed"
     if t.startswith("selective"):
         return [(Recompute.SELECTIVE, 0.0)], None
@@ -212,11 +214,14 @@ def _recompute(text: str, row) -> tuple[list[tuple[int, float]], str | None]:
     return [], f"recompute {text!r} not understood"
 
 
-def _zero(text: str, dp: int) -> tuple[int, int] | None:
-    """(ZeRO stage, shard group; 0 = the whole DP group) from the zero_fsdp column."""
+def _zero(text: str, node: int) -> tuple[int, int] | None:
+    """(ZeRO stage, shard group; 0 = the whole DP group) from the zero_fsdp column; HSDP
+    without a stated group shards within a node of ``node`` GPUs."""
     t = text.lower()
+    if not t:
+        return 1, 0  # unstated: distributed optimizer (the caller notes the assumption)
     if "hsdp" in t:
-        return 3, 8
+        return 3, node
     m = re.search(r"dp_shard=(\d+)", t)
     if m:
         return 3, int(m.group(1))
@@ -226,8 +231,8 @@ def _zero(text: str, dp: int) -> tuple[int, int] | None:
         return 2, 0
     if "zero-1" in t or "distributed optimizer" in t:
         return 1, 0
-    if t.startswith("none") or not t:
-        return (1, 0) if not t else (0, 0)
+    if t.startswith("none"):
+        return 0, 0
     return None
 
 
@@ -240,10 +245,6 @@ def _placement(order: Sequence[tuple[str, int]], node: int) -> dict[str, int]:
         out["nv_" + name] = max(inside, 1)
         left //= max(inside, 1)
     return out
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _grad_dtype(row, stack: Stack) -> str:
@@ -314,7 +315,7 @@ def express(row: Mapping[str, str]) -> Case | str:
             hw = apply_overrides(hw, overrides, "interconnect")
     node = _int(row, "gpus_per_node") or hw.nvlink_domain
     hw = dataclasses.replace(hw, nvlink_domain=node)
-    zero = _zero(row.get("zero_fsdp", ""), dp)
+    zero = _zero(row.get("zero_fsdp", ""), node)
     if zero is None:
         return f"sharding {row['zero_fsdp']!r} not understood"
     if not row.get("zero_fsdp"):
@@ -329,7 +330,7 @@ def express(row: Mapping[str, str]) -> Case | str:
     tp_overlap = 1 if tp > 1 and (stack.tp_overlap or "asyncTP" in row["id"]) else 0
     local = B // dp
     mbs_given = _int(row, "micro_batch")
-    mbs_options = [mbs_given] if mbs_given else _divisors(local)
+    mbs_options = [mbs_given] if mbs_given else divisors(local).tolist()
     if not mbs_given:
         assumptions.append("micro-batch unstated: best feasible")
     layers_per_stage = int(np.ceil(job.n_layers / pp))
@@ -337,7 +338,8 @@ def express(row: Mapping[str, str]) -> Case | str:
     if vp_given:
         vp_options = [vp_given]
     elif pp > 1 and row.get("source") in ("Narayanan2021", "MegatronLM-README-H100"):
-        vp_options = [v for v in _divisors(layers_per_stage) if v <= 8]
+        # these sources ran the interleaved schedule without publishing v (their .md)
+        vp_options = [v for v in divisors(layers_per_stage).tolist() if v <= 8]
         assumptions.append("virtual stages unstated: best feasible")
     else:
         vp_options = [1]
@@ -417,7 +419,7 @@ class Evaluator:
 
     def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
         """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
-        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve", 2.0**30)}
+        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve_bytes", 2.0**30)}
         for gen, values in params.items():
             mask = np.ones(len(self.owner), bool) if gen == "memory" else self.generation == gen
             for k, v in values.items():

@@ -60,7 +60,7 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         x = calibrated.make_context(job, hw, hw.calibration, strategy)
         cols = calibrated.evaluate(x, candidates)
         capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
-        peak = x["peak16"]
+        peak = x["peak16_flops_per_s"]
     else:
         raise KeyError(f"unknown cost profile {profile!r}")
     for name, _, _, _ in METRIC_FIELDS:

@@ -6,9 +6,9 @@ production stacks do: GQA/MQA, GELU or SwiGLU MLPs, LayerNorm or RMSNorm, causal
 attention computed by FlashAttention or materialized, embedding + LM head + loss on the
 first/last pipeline stage, activation recompute (none, selective, per-op, full, first-k
 layers), Megatron sequence parallelism, TP communication overlap, context parallelism (ring
-attention), pipeline 1F1B and interleaved schedules, ZeRO-1/2/3 and FSDP (full and hybrid
-shard), bf16 and fp8 GEMMs, the Adam step, offload to a second memory tier, and forward-only
-inference.
+or all-gather of K and V), 2D SUMMA tensor parallelism, pipeline 1F1B and interleaved
+schedules, ZeRO-1/2/3 and FSDP (full and hybrid shard), bf16 and fp8 GEMMs, the Adam step,
+offload to a second memory tier, and forward-only inference.
 
 Hardware efficiency is physical: GEMM time from tile and wave quantization (kernels.py),
 memory-bound ops at an achievable HBM fraction, hierarchical ring collectives over the NVLink
@@ -16,8 +16,9 @@ domain and the NICs, fixed per-kernel overhead. A few parameters per GPU generat
 calibrated on public measured runs (``hardware/calibration.yaml``; sweep.calibration).
 
 Everything here is vectorised over candidates, and the evaluation context ``x`` (job,
-hardware, calibration numbers) may itself hold arrays, one entry per candidate: that is how
-``sweep validate`` evaluates every measured run in one call. Pure numpy.
+hardware, calibration numbers; SI units: FLOP/s, B/s, s, bytes, named in the keys) may itself
+hold arrays, one entry per candidate: that is how ``sweep validate`` evaluates every measured
+run in one call. Pure numpy.
 
 Sources cited below: Korthikanti et al. 2022 (arXiv 2205.05198) "K22"; Narayanan et al. 2021
 (arXiv 2104.04473) "N21"; Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054); Zhao et al. 2023,
@@ -37,8 +38,8 @@ from ..schema import Reason, Recompute
 from .dedup import unique_rows
 from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
-__all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES", "DEFAULT_PARAMETERS",
-           "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
+__all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES",
+           "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
 
 #: 1d: Megatron tensor parallelism (with context parallelism as a degree of its own);
 #: 2d: SUMMA over a tp x tp2 grid
@@ -83,6 +84,11 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     strategy (1d or 2d)."""
     p = {**DEFAULT_PARAMETERS, **params}
     fp8 = job.dtype == "fp8"
+    # GEMM peak of the job's 16-bit (or fp32 -> TF32) datatype; fp8 GEMMs use peak8
+    if job.dtype == "fp32":
+        peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
+    else:
+        peak16 = hw.matrix_peak("fp16" if job.dtype == "fp16" else "bf16")
     return {
         # job
         "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": job.n_heads,
@@ -97,23 +103,21 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
         "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
-        "buffers": job.buffers_GiB * 2.0**30,
+        "buffers_bytes": job.buffers_GiB * 2.0**30,
         # hardware
-        "peak16": hw.matrix_peak("bf16" if job.dtype in ("bf16", "fp8") else
-                                 ("fp32" if job.dtype == "fp32" else "fp16"))
-        if job.dtype != "fp32" else hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16")),
-        "peak8": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
-        "vpeak": hw.vector_peak("bf16" if job.dtype != "fp32" else "fp32"),
-        "hbm_bw": hw.hbm_bytes_per_s, "hbm_cap": hw.hbm_capacity_bytes,
-        "nvl_bw": hw.nvlink_bytes_per_s, "nvl_lat": hw.nvlink_latency_s,
-        "net_bw": hw.scaleout_bytes_per_s, "net_lat": hw.scaleout_latency_s,
+        "peak16_flops_per_s": peak16,
+        "peak8_flops_per_s": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
+        "vpeak_flops_per_s": hw.vector_peak("bf16" if job.dtype != "fp32" else "fp32"),
+        "hbm_Bps": hw.hbm_bytes_per_s, "hbm_bytes": hw.hbm_capacity_bytes,
+        "nvl_Bps": hw.nvlink_bytes_per_s, "nvl_lat_s": hw.nvlink_latency_s,
+        "net_Bps": hw.scaleout_bytes_per_s, "net_lat_s": hw.scaleout_latency_s,
         "nics": hw.nics_per_gpu, "sm_count": float(hw.sm_count),
         "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
-        "host_cap": hw.host_memory_bytes, "host_bw": hw.host_link_bytes_per_s,
+        "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
         "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
-        "fp8_eff": p["fp8_eff"], "reserve": p["reserve_GiB"] * 2.0**30,
+        "fp8_eff": p["fp8_eff"], "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
     }
 
@@ -166,7 +170,8 @@ def _layer(x, c, lay):
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab = x["act_bytes"]
     f_up = f * (1.0 + x["swiglu"])  # SwiGLU: gate and up projections
-    peak_lin = np.where(x["fp8"] > 0, x["peak8"] * x["fp8_eff"], x["peak16"])
+    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * x["fp8_eff"],
+                        x["peak16_flops_per_s"])
     eff = x["gemm_eff"]
     # the four GEMMs of a block as (tokens, output width, input width)
     full = [((H + 2 * Kv) * d, e), (e, H * d), (f_up, e), (e, f)]
@@ -210,13 +215,13 @@ def _layer(x, c, lay):
     batch = b * Hl
     scores = batch * q_len * kv_len
     drop = x["dropout"]
-    mat_core_f = gemm_s(q_len, kv_len, d, x, x["peak16"], eff, batch) + memory_s(
+    mat_core_f = gemm_s(q_len, kv_len, d, x, x["peak16_flops_per_s"], eff, batch) + memory_s(
         scores * (2 * ab + drop * (2 * ab + 1)), x, 1 + drop)
-    mat_f = mat_core_f + gemm_s(q_len, d, kv_len, x, x["peak16"], eff, batch)
-    mat_b = (gemm_s(q_len, d, kv_len, x, x["peak16"], eff, batch)
-             + gemm_s(kv_len, d, q_len, x, x["peak16"], eff, batch)
-             + gemm_s(q_len, kv_len, d, x, x["peak16"], eff, batch)
-             + gemm_s(kv_len, d, q_len, x, x["peak16"], eff, batch)
+    mat_f = mat_core_f + gemm_s(q_len, d, kv_len, x, x["peak16_flops_per_s"], eff, batch)
+    mat_b = (gemm_s(q_len, d, kv_len, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(q_len, kv_len, d, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16_flops_per_s"], eff, batch)
              + memory_s(scores * (3 * ab + drop * (2 * ab + 1)), x, 1 + drop))
     attn_f = np.where(flash, fa_f, mat_f)
     attn_b = np.where(flash, fa_b, mat_b)
@@ -332,7 +337,7 @@ def _layer_terms(x, c):
     emb_f = np.where(has_vocab, memory_s(2.0 * T * e * ab, x, 1.0)
                      + collective_s("allreduce", T * e * ab, t, c["nv_tp"], x), 0.0)
     emb_b = np.where(has_vocab & training, memory_s(3.0 * T * e * ab, x, 2.0), 0.0)
-    peak = x["peak16"]
+    peak = x["peak16_flops_per_s"]
     head_f = np.where(has_vocab, gemm_s(T, V / t, e, x, peak, x["gemm_eff"])
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
     head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, x["gemm_eff"])
@@ -366,7 +371,6 @@ def _layer_terms_dedup(x, c):
             for k, v in sub.items()}
 
 
-
 def _params_per_layer(x, t):
     """(TP-sharded GEMM weights, replicated norm weights) of one block."""
     e, f, H, Kv, d = x["e"], x["f"], x["H"], x["Kv"], x["d"]
@@ -385,7 +389,8 @@ def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
 
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     """(RESULT columns, the parts op_table itemises)."""
-    dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64) for k in ("dp", "tp", "cp", "pp", "mbs"))
+    dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64)
+                        for k in ("dp", "tp", "cp", "pp", "mbs"))
     t2 = np.asarray(c["tp2"], dtype=np.float64)
     v = np.asarray(c["vpp"], dtype=np.float64)
     L, e, B = x["L"], x["e"], x["B"]
@@ -403,8 +408,6 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     bwd_mid = np.where(training, lay["bwd"] * layers + rec, 0.0)
     has_vocab = V > 0
     emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
-    head_b = np.where(training, head_b, 0.0)
-    emb_b = np.where(training, emb_b, 0.0)
     # weights are replicated over the context-parallel ranks too, so gradients are reduced
     # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
     # data-parallel-with-context-parallel group; torchtitan's dp_shard_cp mesh)
@@ -473,14 +476,14 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # offload to the second memory tier (Calculon-style): optimizer states streamed in and
     # out every step; activations and weights per layer, hidden behind that layer's compute
     off = np.asarray(c["offload"])
-    host_bw = np.maximum(x["host_bw"], 1.0)
+    host_Bps = np.maximum(x["host_Bps"], 1.0)
     opt_state = OPTIMIZER_STATE_BYTES * p_opt
-    t_off = np.where(off & 4, 2.0 * opt_state / host_bw, 0.0)
+    t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
     act_layer = lay["act_layer"]
     t_off = t_off + np.where(off & 2, layers * m * np.maximum(
-        2.0 * act_layer / host_bw - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
     t_off = t_off + np.where(off & 1, layers * m * np.maximum(
-        2.0 * p_layer * ab / host_bw - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+        2.0 * p_layer * ab / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
@@ -504,8 +507,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         "hardware_flops": flops,
     }
     out.update({k: v for k, v in mem.items() if k not in ("host_bytes", "mem_reported_bytes")})
-    over_hbm = mem["mem_bytes"] > x["hbm_cap"]
-    over_host = mem.pop("host_bytes") > x["host_cap"]
+    over_hbm = mem["mem_bytes"] > x["hbm_bytes"]
+    over_host = mem.pop("host_bytes") > x["host_cap_bytes"]
     out["mem_reported_bytes"] = mem.pop("mem_reported_bytes")
     out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
                              np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
@@ -622,8 +625,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
     stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_layer,
                       layers * act_layer)
     # backward: the gradients of one layer's activations, and for recomputed layers the
-    # recomputed activations themselves
-    # recomputed layers, whose activations replace their checkpoint while they are live
+    # recomputed activations themselves, which replace their checkpoint while they are live
     working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
                                     none_layer - ckpt_layer, 0.0) + lay["kv_gathered"]
     acts = np.where(training, stored * in_flight + working, none_layer)
@@ -638,7 +640,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
     acts = np.where(off & 2, 2 * act_layer, acts)
     weights = np.where(off & 1, 2 * p_layer * ab, weights)
     activations = acts + logits
-    other = np.broadcast_to(np.asarray(x["reserve"] + x["buffers"], dtype=np.float64),
+    other = np.broadcast_to(np.asarray(x["reserve_bytes"] + x["buffers_bytes"], dtype=np.float64),
                             np.shape(activations))
     total = weights + grads + optimizer + activations + other
     return {"mem_bytes": total, "mem_weights_bytes": weights, "mem_grads_bytes": grads,

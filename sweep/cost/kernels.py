@@ -59,11 +59,11 @@ def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0) -> np.ndarray:
         best = np.maximum(best, pad * waves)
     k_pad = k / (_ceil_div(k, K_TILE) * K_TILE)
     aligned = (np.mod(n, TC_ALIGN) == 0) & (np.mod(k, TC_ALIGN) == 0)
-    peak = np.where(aligned, peak, np.minimum(peak, x["vpeak"]))
+    peak = np.where(aligned, peak, np.minimum(peak, x["vpeak_flops_per_s"]))
     flops = 2.0 * batch * m * n * k
     # (an empty GEMM, e.g. the LM head of a job without vocabulary, takes no math time)
     t_math = flops / np.maximum(peak * efficiency * best * k_pad, 1e-300)
-    t_mem = batch * x["act_bytes"] * (m * k + k * n + m * n) / (x["hbm_bw"] * x["hbm_eff"])
+    t_mem = batch * x["act_bytes"] * (m * k + k * n + m * n) / (x["hbm_Bps"] * x["hbm_eff"])
     return np.maximum(t_math, t_mem) + x["kernel_s"]
 
 
@@ -78,12 +78,12 @@ def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_frac
     d_pad = head_dim / (_ceil_div(head_dim, FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN)
     blocks = b * heads * _ceil_div(q_len, FLASH_Q_BLOCK)
     eff = x["attn_eff"] * d_pad * _wave_efficiency(blocks, x["sm_count"])
-    return flops / (x["peak16"] * eff) + x["kernel_s"]
+    return flops / (x["peak16_flops_per_s"] * eff) + x["kernel_s"]
 
 
 def memory_s(nbytes, x: Mapping, kernels=1.0) -> np.ndarray:
     """Memory-bound kernels: bytes / (HBM bandwidth x achievable fraction) + launches."""
-    return np.asarray(nbytes, dtype=np.float64) / (x["hbm_bw"] * x["hbm_eff"]) \
+    return np.asarray(nbytes, dtype=np.float64) / (x["hbm_Bps"] * x["hbm_eff"]) \
         + kernels * x["kernel_s"]
 
 
@@ -94,8 +94,8 @@ def _bandwidth(group, per_domain, x: Mapping):
     NCCL runs one ring per NIC, so a domain's members share per_domain x NICs of scale-out
     bandwidth; the slower of the two tiers bounds the ring (NCCL bus-bandwidth model).
     """
-    nvl = x["nvl_bw"] * x["nvl_eff"]
-    net = x["net_bw"] * x["net_eff"] * x["nics"] * per_domain
+    nvl = x["nvl_Bps"] * x["nvl_eff"]
+    net = x["net_Bps"] * x["net_eff"] * x["nics"] * per_domain
     one_domain = per_domain >= group
     return np.where(one_domain, nvl, np.where(per_domain <= 1, net, np.minimum(nvl, net)))
 
@@ -109,7 +109,7 @@ def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray
     n = np.asarray(group, dtype=np.float64)
     g = np.minimum(np.asarray(per_domain, dtype=np.float64), n)
     bw = _bandwidth(n, g, x)
-    lat = np.where(g >= n, x["nvl_lat"], x["net_lat"])
+    lat = np.where(g >= n, x["nvl_lat_s"], x["net_lat_s"])
     if kind == "broadcast":
         # pipelined ring broadcast: the whole buffer crosses every link once (NCCL's
         # broadcast bus bandwidth equals its algorithm bandwidth)
@@ -122,6 +122,6 @@ def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray
 
 def p2p_s(nbytes, inside_domain, x: Mapping) -> np.ndarray:
     """One point-to-point send: latency + bytes / link bandwidth (NVLink or one NIC)."""
-    nvl = x["nvl_lat"] + nbytes / (x["nvl_bw"] * x["nvl_eff"])
-    net = x["net_lat"] + nbytes / (x["net_bw"] * x["net_eff"] * np.maximum(x["nics"], 1e-9))
+    nvl = x["nvl_lat_s"] + nbytes / (x["nvl_Bps"] * x["nvl_eff"])
+    net = x["net_lat_s"] + nbytes / (x["net_Bps"] * x["net_eff"] * np.maximum(x["nics"], 1e-9))
     return np.where(inside_domain, nvl, net)

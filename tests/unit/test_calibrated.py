@@ -268,8 +268,8 @@ def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
     x16 = ctx()
     fp8 = dataclasses.replace(TINY, dtype="fp8")
     x8 = ctx(fp8)
-    t16 = gemm_s(1280, 1280, 1280, x16, x16["peak16"], 0.5)
-    t8 = gemm_s(1280, 1280, 1280, x8, x8["peak8"] * x8["fp8_eff"], 0.5)
+    t16 = gemm_s(1280, 1280, 1280, x16, x16["peak16_flops_per_s"], 0.5)
+    t8 = gemm_s(1280, 1280, 1280, x8, x8["peak8_flops_per_s"] * x8["fp8_eff"], 0.5)
     assert t8 == pytest.approx(t16 / 2, rel=1e-12)
     assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
 
@@ -340,8 +340,8 @@ def test_fp8_never_slows_compute_bound_gemms():
     x8 = calibrated.make_context(dataclasses.replace(job, dtype="fp8"), hw, hw.calibration)
     m = np.array([1024, 4096, 8192, 16384])[:, None]
     n = np.array([1024, 3584, 8192, 28672])[None, :]
-    t16 = gemm_s(m, n, 8192, x16, x16["peak16"], x16["gemm_eff"])
-    t8 = gemm_s(m, n, 8192, x8, x8["peak8"] * x8["fp8_eff"], x8["gemm_eff"])
+    t16 = gemm_s(m, n, 8192, x16, x16["peak16_flops_per_s"], x16["gemm_eff"])
+    t8 = gemm_s(m, n, 8192, x8, x8["peak8_flops_per_s"] * x8["fp8_eff"], x8["gemm_eff"])
     assert np.all(t8 <= t16)
 
 
@@ -379,6 +379,9 @@ def test_search_space_rules():
     assert np.all(((512 // c["dp"][inter]) // c["mbs"][inter]) % c["pp"][inter] == 0)
     assert np.all(c["tp_overlap"] <= c["sp"]) and np.all(c["sp"][c["tp"] == 1] == 0)
     assert np.all((c["shard_group"] == 0) | (c["zero"] == 3))
+    # ZeRO shards over data x context parallel ranks: also with dp = 1 and cp > 1
+    assert (c["zero"][(c["dp"] == 1) & (c["cp"] > 1)] == 3).any()
+    assert not c["zero"][c["dp"] * c["cp"] == 1].any()
     assert not c["offload"].any()
     assert set(np.unique(c["recompute"]).tolist()) == {0, 1, 2, 3, 4}
     with_host = enumerate_calibrated(job, 256, 8, host_memory=True)
