@@ -184,13 +184,13 @@ def _calibration_params(cases) -> dict:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .validate import DEFAULT_DATA, express, read_runs, render, report
+    from .validate import DEFAULT_DATA, express_all, read_runs, render, report
 
     import importlib.util
 
     data = args.data or DEFAULT_DATA
     rows = read_runs(data)
-    cases = [c for c in (express(r) for r in rows) if not isinstance(c, str)]
+    cases, _ = express_all(rows)
     loso = not args.no_loso
     if loso and importlib.util.find_spec("scipy") is None:
         loso = False
@@ -210,11 +210,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibration import GENERATIONS, fill_generations, fit, write_calibration
     from .catalog import CALIBRATION_FILE, REPO_ROOT
-    from .validate import DEFAULT_DATA, express, read_runs, render, report
+    from .validate import DEFAULT_DATA, express_all, read_runs, render, report
 
     data = args.data or DEFAULT_DATA
     rows = read_runs(data)
-    cases = [c for c in (express(r) for r in rows) if not isinstance(c, str)]
+    cases, _ = express_all(rows)
     if not cases:
         raise SweepError(f"{data}: no row can be expressed; nothing to calibrate on")
     result = fit(cases, start=_calibration_params(cases))

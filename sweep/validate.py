@@ -33,8 +33,8 @@ from .hardware import Hardware, apply_overrides
 from .job import Job
 from .schema import CANDIDATE_DTYPE, Reason, Recompute, empty_candidates
 
-__all__ = ["DEFAULT_DATA", "Case", "read_runs", "express", "Evaluator", "REQUIRED_COLUMNS",
-           "METRICS", "report", "render", "spearman"]
+__all__ = ["DEFAULT_DATA", "Case", "read_runs", "express", "express_all", "flops_convention",
+           "Evaluator", "REQUIRED_COLUMNS", "METRICS", "report", "render", "spearman"]
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "measured_training_runs.csv"
 REQUIRED_COLUMNS = (
@@ -77,6 +77,15 @@ class Stack:
     buffers_GiB: float = 0.0
     fused_loss: bool = False
     cp_comm: int = 0  # context parallelism's K/V exchange: 0 ring, 1 all-gather
+    #: from this date (YYYY-MM) on, the stack's compile option also compiles the loss, so the
+    #: fp32 upcast of the logits is fused into the cross-entropy (a fused loss)
+    compiled_loss_since: str = ""
+    #: without a stated micro-batch count, the pipeline splits the local batch into as many
+    #: micro-batches as there are pipeline stages, p x v (torchtitan's
+    #: pipeline_parallel_microbatches default)
+    microbatches_are_stages: bool = False
+    #: virtual stages per GPU of an interleaved schedule that does not state them (0: unknown)
+    interleaved_v: int = 0
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -100,8 +109,12 @@ STACKS = [
     (r"Composer", Stack("flash", False, True, "fp32", False, False, fused_loss=True)),
     (r"fms-fsdp", Stack("flash", False, True, "bf16", False, False)),
     # PyTorch context parallelism rotates K/V with all-gather by default (torchtitan
-    # context_parallel_rotate_method = "allgather")
-    (r"torchtitan", Stack("flash", False, True, "fp32", True, False, cp_comm=1)),
+    # context_parallel_rotate_method = "allgather"); training.compile also compiles the loss
+    # since April 2025 (pytorch/torchtitan PR #1033, build_loss_fn); pipelines default to
+    # p x v micro-batches and, interleaved, v = 2 stages per rank (generate_split_points)
+    (r"torchtitan", Stack("flash", False, True, "fp32", True, False, cp_comm=1,
+                          compiled_loss_since="2025-04", microbatches_are_stages=True,
+                          interleaved_v=2)),
 ]
 
 
@@ -292,6 +305,9 @@ def express(row: Mapping[str, str]) -> Case | str:
         "fp16" if precision.startswith("fp16") else "bf16")
     heads = dims["n_heads"]
     kv = _int(row, "n_kv_heads") or heads
+    compiled = row.get("compile", "") == "yes"
+    compiled_loss = compiled and bool(stack.compiled_loss_since) \
+        and row.get("date", "") >= stack.compiled_loss_since
     job = Job(
         name=row["id"], n_layers=dims["n_layers"], hidden=dims["hidden"],
         ffn_hidden=dims["ffn_hidden"], n_heads=heads, n_kv_heads=kv,
@@ -305,8 +321,9 @@ def express(row: Mapping[str, str]) -> Case | str:
                                                       "BLOOM-prequel"),
         tied_embeddings="untied" not in arch, dtype=dtype,
         attention_kernel=stack.attention_kernel,
-        fused_kernels=stack.fused_kernels or row.get("compile", "") == "yes",
-        dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB, fused_loss=stack.fused_loss,
+        fused_kernels=stack.fused_kernels or compiled,
+        dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB,
+        fused_loss=stack.fused_loss or compiled_loss,
         grad_dtype=_grad_dtype(row, stack),
         source=row.get("source_ref", ""))
     hw = load_hardware(hw_name)
@@ -329,24 +346,44 @@ def express(row: Mapping[str, str]) -> Case | str:
     sp = 1 if sp_text == "yes" or (not sp_text and stack.default_sp) else 0
     tp_overlap = 1 if tp > 1 and (stack.tp_overlap or "asyncTP" in row["id"]) else 0
     local = B // dp
-    mbs_given = _int(row, "micro_batch")
-    mbs_options = [mbs_given] if mbs_given else divisors(local).tolist()
-    if not mbs_given:
-        assumptions.append("micro-batch unstated: best feasible")
     layers_per_stage = int(np.ceil(job.n_layers / pp))
     vp_given = _int(row, "vp")
+    interleaved = "interleaved" in row.get("pp_schedule", "").lower()
     if vp_given:
         vp_options = [vp_given]
-    elif pp > 1 and row.get("source") in ("Narayanan2021", "MegatronLM-README-H100"):
-        # these sources ran the interleaved schedule without publishing v (their .md)
-        vp_options = [v for v in divisors(layers_per_stage).tolist() if v <= 8]
+    elif pp > 1 and interleaved and stack.interleaved_v:
+        vp_options = [stack.interleaved_v]
+        assumptions.append(f"virtual stages unstated: {stack.interleaved_v} (the stack's "
+                           "default)")
+    elif pp > 1 and (interleaved or row.get("source") in ("Narayanan2021",
+                                                          "MegatronLM-README-H100")):
+        # an interleaved schedule without its v (these two sources ran it, their .md)
+        vp_options = [v for v in divisors(layers_per_stage).tolist()
+                      if v <= 8 and (v > 1 or not interleaved)]
         assumptions.append("virtual stages unstated: best feasible")
     else:
         vp_options = [1]
+    mbs_given = _int(row, "micro_batch")
+    stage_rule = not mbs_given and pp > 1 and stack.microbatches_are_stages
+
+    def mbs_options(vp: int) -> list[int]:
+        if mbs_given:
+            return [mbs_given]
+        if stage_rule:
+            return [local // (pp * vp)] if local % (pp * vp) == 0 else []
+        return divisors(local).tolist()
+
+    if stage_rule:
+        assumptions.append("micro-batch unstated: local batch / (p x v) micro-batches "
+                           "(the stack's default)")
+    elif not mbs_given:
+        assumptions.append("micro-batch unstated: best feasible")
     place = _placement([("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)], node)
     rows = []
-    for mbs, vp, (rec, frac) in itertools.product(mbs_options, vp_options, recomputes):
-        if mbs > local or local % mbs:
+    choices = [(mbs, vp, rf) for vp in vp_options for mbs in mbs_options(vp)
+               for rf in recomputes]
+    for mbs, vp, (rec, frac) in choices:
+        if mbs < 1 or mbs > local or local % mbs:
             continue
         if vp > 1 and (local // mbs) % pp:  # interleaving needs m % p == 0 (Megatron)
             continue
@@ -372,20 +409,76 @@ def express(row: Mapping[str, str]) -> Case | str:
         if value is None or value <= 0:
             continue
         if metric == "tflops_per_gpu":
-            definition = row.get("tflops_definition", "")
-            if "Eq.3" in definition or "Eq. 3" in definition:
-                case.flops = megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden,
-                                                job.vocab)
-            elif "MFU = tflops/989" in definition:
-                case.flops = megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden,
-                                                 job.ffn_hidden, heads, kv, job.head_dim,
-                                                 job.vocab, swiglu)
-            else:
+            convention = flops_convention(row)
+            if convention is None:
                 continue
+            case.flops = _iteration_flops(convention, job, B)
         case.metric, case.measured = metric, value
         return case
+    # MFU alone: model TFLOP/s per GPU = MFU x the peak the source divided by
+    mfu, peak = _num(row, "mfu"), _num(row, "peak_tflops_used")
+    if mfu and peak and flops_convention(row) == "model":
+        case.flops = _iteration_flops("model", job, B)
+        case.metric, case.measured = "tflops_per_gpu", mfu * peak
+        case.assumptions.append(f"MFU {mfu:g} x {peak:g} TFLOP/s peak compared as model "
+                                "TFLOP/s per GPU")
+        return case
     return "no time-based metric with a known convention (iteration time, tokens/s, " \
-           "samples/s or TFLOP/s with its formula)"
+           "samples/s, TFLOP/s or MFU with its formula)"
+
+
+def flops_convention(row: Mapping[str, str]) -> str | None:
+    """Which FLOP count a row's TFLOP/s or MFU uses (the ``tflops_definition`` column):
+    "eq3" (Megatron eq. 3, recompute forward counted), "model" (no recompute: Megatron-Core's
+    formula; Korthikanti 2022 section 6), or None when not recognised."""
+    definition = row.get("tflops_definition", "")
+    if "Eq.3" in definition or "Eq. 3" in definition:
+        return "eq3"
+    lower = definition.lower()
+    if "mfu = tflops/989" in lower or ("model flops" in lower and "no recompute" in lower):
+        return "model"
+    # the Megatron-LM README's MFU (its model table divides model TFLOP/s by 989)
+    if "mfu per readme" in lower and "Megatron" in row.get("framework", ""):
+        return "model"
+    return None
+
+
+def _iteration_flops(convention: str, job: Job, B: int) -> float:
+    if convention == "eq3":
+        return megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden, job.vocab)
+    return megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden, job.ffn_hidden,
+                               job.n_heads, job.n_kv_heads, job.head_dim, job.vocab,
+                               job.mlp == "swiglu")
+
+
+#: columns that identify a sibling run: the same model on the same GPUs, laid out alike
+SIBLING_KEYS = ("n_layers", "hidden", "n_heads", "seq_len", "gpu", "n_gpus", "tp", "pp")
+
+
+def express_all(rows: Sequence[Mapping[str, str]]) -> tuple[list[Case], list[dict]]:
+    """Every row expressed (``express``), or listed with its reason. A row without a global
+    batch borrows it from a sibling row of the same data (SIBLING_KEYS equal) that has
+    one, and says so."""
+    cases, unexpressed = [], []
+    for r in rows:
+        row = dict(r)
+        sibling = None
+        if not (row.get("global_batch_seqs") or "").strip():
+            sibling = next((o for o in rows if (o.get("global_batch_seqs") or "").strip()
+                            and all(o.get(k) == row.get(k) for k in SIBLING_KEYS)), None)
+            if sibling is not None:
+                row["global_batch_seqs"] = sibling["global_batch_seqs"]
+        c = express(row)
+        if isinstance(c, str):
+            unexpressed.append({"id": r.get("id", ""), "source": r.get("source", ""),
+                                "reason": c})
+            continue
+        if sibling is not None:
+            c.row = r
+            c.assumptions.append(f"global batch unstated: {sibling['global_batch_seqs']} "
+                                 f"from {sibling.get('id', 'a sibling run')}")
+        cases.append(c)
+    return cases, unexpressed
 
 
 def metric_of(case: Case, step_time_s: np.ndarray) -> np.ndarray:
@@ -476,14 +569,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     """
     from .calibration import fill_generations, fit, predictions
 
-    cases, unexpressed = [], []
-    for r in rows:
-        c = express(r)
-        if isinstance(c, str):
-            unexpressed.append({"id": r.get("id", ""), "source": r.get("source", ""),
-                                "reason": c})
-        else:
-            cases.append(c)
+    cases, unexpressed = express_all(rows)
     if not cases:
         raise SweepError("no row of the data can be expressed")
     ev = Evaluator(cases)
