@@ -63,7 +63,13 @@ _BOOL_FIELDS = {
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text"}
-_FLOAT_FIELDS = {"buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB"}
+_FLOAT_FIELDS = {
+    "buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB",
+    "zero3_live_params": "ZeRO-3: most gathered parameters held at once (DeepSpeed "
+                         "stage3_max_live_parameters); 0 = two whole layers (FSDP prefetch)",
+    "grad_bucket_params": "ZeRO-2/3: unsharded gradients held before their reduce-scatter "
+                          "(DeepSpeed reduce_bucket_size); 0 = one whole layer",
+}
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class Job:
     grad_dtype: str = "fp32"  # gradients: fp32, bf16, or mixed (bf16 + fp32 accumulation)
     training: bool = True  # false: forward-only inference
     buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
+    zero3_live_params: float = 0.0  # ZeRO-3 gathered-parameter cap; 0: two whole layers
+    grad_bucket_params: float = 0.0  # ZeRO-2/3 unsharded-gradient cap; 0: one whole layer
     source: str = ""
 
     @property

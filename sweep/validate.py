@@ -86,6 +86,9 @@ class Stack:
     microbatches_are_stages: bool = False
     #: virtual stages per GPU of an interleaved schedule that does not state them (0: unknown)
     interleaved_v: int = 0
+    #: ZeRO-3 gathered-parameter and unsharded-gradient caps, in parameters (0: whole layers)
+    zero3_live_params: float = 0.0
+    grad_bucket_params: float = 0.0
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -99,7 +102,10 @@ STACKS = [
     (r"Megatron-LM \(2022\)", Stack("materialized", True, False, "fp32", False, False)),
     (r"Megatron-DeepSpeed", Stack("materialized", True, False, "fp32", False, False,
                                   DEEPSPEED_BUCKETS_GiB)),
-    (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False)),
+    # DeepSpeed ZeRO-3 defaults: stage3_max_live_parameters 1e9, reduce_bucket_size 5e8
+    # (DeepSpeed configuration docs)
+    (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False,
+                                zero3_live_params=1e9, grad_bucket_params=5e8)),
     # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
     # NeMo's framework string names it too)
     (r"NeMo", Stack("flash", True, True, "bf16", True, True)),
@@ -323,6 +329,7 @@ def express(row: Mapping[str, str]) -> Case | str:
         attention_kernel=stack.attention_kernel,
         fused_kernels=stack.fused_kernels or compiled,
         dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB,
+        zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         grad_dtype=_grad_dtype(row, stack),
         source=row.get("source_ref", ""))

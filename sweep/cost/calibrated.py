@@ -104,6 +104,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
         "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
         "buffers_bytes": job.buffers_GiB * 2.0**30,
+        "zero3_live_params": job.zero3_live_params or np.inf,
+        "grad_bucket_params": job.grad_bucket_params or np.inf,
         # hardware
         "peak16_flops_per_s": peak16,
         "peak8_flops_per_s": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
@@ -605,10 +607,15 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP
+    # (DeepSpeed caps what is gathered at stage3_max_live_parameters and the unsharded
+    # gradients at reduce_bucket_size elements: DeepSpeed configuration docs, ZeRO section)
     fsdp_pp = (zero == 3) & (pp > 1)
-    gathered = np.where(fsdp_pp, p_stage * ab, 2 * p_layer * ab)
+    gathered = np.where(fsdp_pp, p_stage * ab,
+                        np.minimum(2 * p_layer, x["zero3_live_params"]) * ab)
     weights = np.where(zero == 3, p_stage * 4.0 / shard + gathered, p_stage * w_b)
-    grads = np.select([fsdp_pp, zero >= 2], [p_stage * g_b, p_stage * g_b / shard + p_layer * g_b],
+    grads = np.select([fsdp_pp, zero >= 2],
+                      [p_stage * g_b, p_stage * g_b / shard
+                       + np.minimum(p_layer, x["grad_bucket_params"]) * g_b],
                       p_stage * g_b)
     opt_shard = np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard

@@ -484,3 +484,20 @@ def test_hybrid_shard_shards_within_groups_and_replicates_across():
     # the gradient shards are then all-reduced across the 2 replicas: more DP traffic than
     # the per-layer reduce-scatter alone, and none of it free
     assert hybrid["t_dp_comm_s"] > 0 and full["t_dp_comm_s"] > 0
+
+
+def test_deepspeed_caps_gathered_weights_and_gradient_buckets():
+    P = 2 * P_LAYER
+    fsdp = run(dp=8, zero=3)
+    capped_job = dataclasses.replace(TINY, zero3_live_params=1000.0, grad_bucket_params=500.0)
+    ds = run(job=capped_job, dp=8, zero=3)
+    # at most 1000 parameters gathered (not two layers) and 500 unsharded gradients (not one
+    # layer): everything else as FSDP
+    assert ds["mem_weights_bytes"] == 4 * P / 8 + 2 * 1000
+    assert ds["mem_grads_bytes"] == 4 * P / 8 + 4 * 500
+    assert fsdp["mem_bytes"] - ds["mem_bytes"] == 2 * (2 * P_LAYER - 1000) + 4 * (P_LAYER - 500)
+    # a cap above a layer changes nothing, and the step time never depends on it
+    roomy = run(job=dataclasses.replace(TINY, zero3_live_params=1e12, grad_bucket_params=1e12),
+                dp=8, zero=3)
+    assert roomy["mem_bytes"] == fsdp["mem_bytes"]
+    assert ds["step_time_s"] == fsdp["step_time_s"]
