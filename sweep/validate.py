@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -390,7 +389,7 @@ def express(row: Mapping[str, str]) -> Case | str:
     choices = [(mbs, vp, rf) for vp in vp_options for mbs in mbs_options(vp)
                for rf in recomputes]
     for mbs, vp, (rec, frac) in choices:
-        if mbs < 1 or mbs > local or local % mbs:
+        if mbs > local or local % mbs:
             continue
         if vp > 1 and (local // mbs) % pp:  # interleaving needs m % p == 0 (Megatron)
             continue
@@ -451,6 +450,7 @@ def flops_convention(row: Mapping[str, str]) -> str | None:
 
 
 def _iteration_flops(convention: str, job: Job, B: int) -> float:
+    """FLOPs of one iteration of B sequences counted by ``convention`` (flops_convention)."""
     if convention == "eq3":
         return megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden, job.vocab)
     return megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden, job.ffn_hidden,

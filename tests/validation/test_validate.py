@@ -123,8 +123,8 @@ def test_a_row_without_global_batch_borrows_a_siblings(rows):
     sibling = next(r for r in rows if r["id"] == "nar21_t2_12")  # 530B, 2240 GPUs, TP8 PP35
     cases, unexpressed = express_all(abstract + [sibling])
     assert not unexpressed and len(cases) == 3
-    for c in cases[:2]:
-        assert c.job.global_batch == 2240 and c.row is abstract[cases.index(c)]
+    for c, row in zip(cases[:2], abstract):
+        assert c.job.global_batch == 2240 and c.row is row
         assert "global batch unstated: 2240 from nar21_t2_12" in c.assumptions
 
 
