@@ -69,6 +69,10 @@ _FLOAT_FIELDS = {
                          "stage3_max_live_parameters); 0 = two whole layers (FSDP prefetch)",
     "grad_bucket_params": "ZeRO-2/3: unsharded gradients held before their reduce-scatter "
                           "(DeepSpeed reduce_bucket_size); 0 = one whole layer",
+    "grad_accum_bytes": "memory traffic per parameter and micro-batch to accumulate gradients "
+                        "outside the weight-gradient GEMMs, bytes: 0 = fused into the GEMM "
+                        "(Megatron gradient_accumulation_fusion), 6 = autograd adds into "
+                        "16-bit gradients, 18 = DeepSpeed BF16Optimizer's fp32 cast and add",
 }
 
 
@@ -103,6 +107,7 @@ class Job:
     buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
     zero3_live_params: float = 0.0  # ZeRO-3 gathered-parameter cap; 0: two whole layers
     grad_bucket_params: float = 0.0  # ZeRO-2/3 unsharded-gradient cap; 0: one whole layer
+    grad_accum_bytes: float = 0.0  # per parameter and micro-batch, outside the GEMMs
     source: str = ""
 
     @property

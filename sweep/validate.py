@@ -88,6 +88,9 @@ class Stack:
     #: ZeRO-3 gathered-parameter and unsharded-gradient caps, in parameters (0: whole layers)
     zero3_live_params: float = 0.0
     grad_bucket_params: float = 0.0
+    #: gradients accumulate across micro-batches outside the weight-gradient GEMMs (the
+    #: DeepSpeed engine), not fused into them (Megatron gradient_accumulation_fusion)
+    unfused_grad_accum: bool = False
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -100,7 +103,7 @@ STACKS = [
     (r"Megatron-LM \(2021\)", Stack("materialized", True, False, "fp32", False, False)),
     (r"Megatron-LM \(2022\)", Stack("materialized", True, False, "fp32", False, False)),
     (r"Megatron-DeepSpeed", Stack("materialized", True, False, "fp32", False, False,
-                                  DEEPSPEED_BUCKETS_GiB)),
+                                  DEEPSPEED_BUCKETS_GiB, unfused_grad_accum=True)),
     # DeepSpeed ZeRO-3 defaults: stage3_max_live_parameters 1e9, reduce_bucket_size 5e8
     # (DeepSpeed configuration docs)
     (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False,
@@ -276,6 +279,13 @@ def _grad_dtype(row, stack: Stack) -> str:
     return stack.grad_dtype
 
 
+#: bytes moved per parameter and micro-batch to accumulate gradients outside the GEMMs:
+#: autograd adds each micro-batch's 16-bit gradient into .grad (read 2 + 2, write 2);
+#: DeepSpeed BF16Optimizer.update_hp_grads casts it to fp32 (read 2, write 4) and adds it
+#: into the fp32 buffer (read 4 + 4, write 4) (deepspeed/runtime/bf16_optimizer.py)
+UNFUSED_ACCUM_BYTES = {"bf16": 6.0, "mixed": 18.0}
+
+
 def express(row: Mapping[str, str]) -> Case | str:
     """A measured run as a Case, or the reason it cannot be expressed."""
     if row.get("outcome", "ok") not in ("ok", "OOM"):
@@ -313,6 +323,7 @@ def express(row: Mapping[str, str]) -> Case | str:
     compiled = row.get("compile", "") == "yes"
     compiled_loss = compiled and bool(stack.compiled_loss_since) \
         and row.get("date", "") >= stack.compiled_loss_since
+    grad_dtype = _grad_dtype(row, stack)
     job = Job(
         name=row["id"], n_layers=dims["n_layers"], hidden=dims["hidden"],
         ffn_hidden=dims["ffn_hidden"], n_heads=heads, n_kv_heads=kv,
@@ -330,8 +341,8 @@ def express(row: Mapping[str, str]) -> Case | str:
         dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
-        grad_dtype=_grad_dtype(row, stack),
-        source=row.get("source_ref", ""))
+        grad_dtype=grad_dtype, source=row.get("source_ref", ""),
+        grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum)
     hw = load_hardware(hw_name)
     for pattern, overrides in INTERCONNECT:
         if re.search(pattern, row.get("interconnect", "")):

@@ -101,6 +101,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # bytes of gradient per parameter held, and sent by data-parallel collectives
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
+        "grad_accum_bytes": job.grad_accum_bytes,
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
         "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
         "buffers_bytes": job.buffers_GiB * 2.0**30,
@@ -383,6 +384,13 @@ def _params_per_layer(x, t):
     return (gemm + biases) / t, norms
 
 
+def _tensors_per_layer(x):
+    """Parameter tensors of one block: four (SwiGLU: five) weight matrices, their biases,
+    two norms (weight, and bias for LayerNorm)."""
+    mats = 4.0 + x["swiglu"]
+    return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
+
+
 def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
     """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
     ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones."""
@@ -435,10 +443,19 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     fsdp_b = np.where(fsdp & training, np.where(
         over, layers * np.maximum(ag_layer + rs_layer - lay["bwd"], 0) + rs_layer,
         layers * (ag_layer + rs_layer)), 0.0)
-    first = fwd_mid + bwd_mid + emb_f + emb_b + fsdp_f + fsdp_b
-    last = fwd_mid + bwd_mid + head_f + head_b + fsdp_f + fsdp_b
-    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_f + fsdp_b
-    mid = fwd_mid + bwd_mid + fsdp_f + fsdp_b
+    # gradient accumulation outside the weight-gradient GEMMs (job key grad_accum_bytes):
+    # after every micro-batch, a memory-bound pass over the stage's parameters, one kernel
+    # per parameter tensor (autograd's in-place add; DeepSpeed BF16Optimizer's cast + add)
+    accum_on = training & (x["grad_accum_bytes"] > 0)
+    accum = np.where(accum_on, memory_s(x["grad_accum_bytes"] * layers * p_layer, x,
+                                        layers * _tensors_per_layer(x)), 0.0)
+    accum_vocab = np.where(accum_on & has_vocab,
+                           memory_s(x["grad_accum_bytes"] * V * e / t, x, 1.0), 0.0)
+    first = fwd_mid + bwd_mid + emb_f + emb_b + fsdp_f + fsdp_b + accum + accum_vocab
+    last = fwd_mid + bwd_mid + head_f + head_b + fsdp_f + fsdp_b + accum + accum_vocab
+    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_f + fsdp_b + accum \
+        + (2.0 - x["tied"]) * accum_vocab
+    mid = fwd_mid + bwd_mid + fsdp_f + fsdp_b + accum
     multi = pp > 1
     t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
@@ -516,6 +533,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
                              np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
+             "accum": accum, "accum_vocab": accum_vocab,
              "first": first, "last": last, "mid": mid, "multi": multi}
     return out, parts
 
@@ -555,6 +573,10 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
     add("embedding", m * np.where(first_slowest, p["emb"], 0.0), "memory_s")
     add("LM head and loss", m * np.where(last_slowest, p["head"], 0.0))
     add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
+    vocab_stages = np.where(p["multi"], np.where(first_slowest | last_slowest, 1.0, 0.0),
+                            2.0 - x["tied"])
+    add("gradient accumulation", m * (p["accum"] + vocab_stages * p["accum_vocab"]),
+        "memory_s")
     for name, key in (("pipeline bubble", "t_bubble_s"), ("pipeline p2p", "t_pp_comm_s"),
                       ("data-parallel comm", None), ("optimizer step", "t_optimizer_s"),
                       ("offload traffic", "t_offload_s")):

@@ -274,8 +274,10 @@ def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
     assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
 
 
-def test_op_table_adds_up_to_the_step_time():
+@pytest.mark.parametrize("accum_bytes", [0.0, 18.0])
+def test_op_table_adds_up_to_the_step_time(accum_bytes):
     job, hw = load_job("llama3_8b"), load_hardware("H100-SXM")
+    job = dataclasses.replace(job, grad_accum_bytes=accum_bytes)
     space = enumerate_calibrated(job, 64, 8)
     cols = space.columns(0, space.size)
     pick = np.random.default_rng(0).choice(space.size, 200, replace=False)
@@ -501,3 +503,21 @@ def test_deepspeed_caps_gathered_weights_and_gradient_buckets():
                 dp=8, zero=3)
     assert roomy["mem_bytes"] == fsdp["mem_bytes"]
     assert ds["step_time_s"] == fsdp["step_time_s"]
+
+
+def test_unfused_gradient_accumulation_is_a_pass_per_micro_batch():
+    fused = run(mbs=1)
+    deepspeed_bf16 = run(job=dataclasses.replace(TINY, grad_accum_bytes=18.0), mbs=1)
+    # 8 micro-batches, each ending with 18 B per parameter of the 2 layers at
+    # 0.5 x 1000 GB/s (kernel_us = 0)
+    assert deepspeed_bf16["step_time_s"] - fused["step_time_s"] == pytest.approx(
+        8 * 18 * 2 * P_LAYER / 500e9, rel=1e-9)
+    # it is per micro-batch: 4 micro-batches of 2 sequences pay half of it
+    fused2 = run(mbs=2)
+    ds2 = run(job=dataclasses.replace(TINY, grad_accum_bytes=18.0), mbs=2)
+    assert ds2["step_time_s"] - fused2["step_time_s"] == pytest.approx(
+        4 * 18 * 2 * P_LAYER / 500e9, rel=1e-9)
+    # inference accumulates nothing
+    infer = dataclasses.replace(TINY, training=False)
+    assert run(job=dataclasses.replace(infer, grad_accum_bytes=18.0))["step_time_s"] == \
+        run(job=infer)["step_time_s"]

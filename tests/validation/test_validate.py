@@ -66,9 +66,10 @@ def test_rankings_within_the_benchmark_tables(shipped):
     for table in ("MosaicML-llm-foundry / A100 80GB", "MosaicML-llm-foundry / H100 80GB BF16",
                   "NeMo-24.07-perf", "IBM-fms-fsdp", "Korthikanti2022"):
         assert all(r >= 0.9 for g, r in rho.items() if g.startswith(table)), table
-    # BLOOM topology sweeps: reported, not yet at 0.8 (README: single noisy snapshots)
+    # BLOOM topology sweeps: 5 of 9 at 0.8 or better; not all (README: single noisy
+    # snapshots, TP 8 at micro-batch 2)
     bloom = [r for g, r in rho.items() if g.startswith("BLOOM")]
-    assert len(bloom) == 9 and np.median(bloom) >= 0.4
+    assert len(bloom) == 9 and np.median(bloom) >= 0.8 and sum(r >= 0.8 for r in bloom) >= 5
 
 
 def test_calibration_file_was_fitted_on_the_shipped_data():
@@ -150,6 +151,20 @@ def test_torchtitan_compiles_its_loss_from_april_2025(rows):
         new, job=dataclasses.replace(new.job, fused_loss=False))])
     saved = ev_off.run()["mem_bytes"][0] - ev_new.run()["mem_bytes"][0]
     assert saved == pytest.approx(2 * 2 * 2 * 8192 * 128256)
+
+
+def test_deepspeed_accumulates_gradients_outside_the_gemms(rows):
+    by_id = {r["id"]: r for r in rows}
+    # same 12288 x 106 run, fp16 then DeepSpeed BF16Optimizer (02-27 / 02-28)
+    fp16, bf16 = express(by_id["bloom_prequel_51"]), express(by_id["bloom_prequel_52"])
+    assert (fp16.job.grad_accum_bytes, bf16.job.grad_accum_bytes) == (6.0, 18.0)
+    # Megatron-LM fuses the accumulation into the weight-gradient GEMM
+    assert express(by_id["nar21_t1_1"]).job.grad_accum_bytes == 0.0
+    # the measured fp16 -> bf16 slow-down, +5.0 %, is predicted within 2 points
+    t = Evaluator([fp16, bf16]).run()["step_time_s"]
+    measured = float(by_id["bloom_prequel_52"]["iter_time_s"]) / float(
+        by_id["bloom_prequel_51"]["iter_time_s"])
+    assert abs(t[1] / t[0] - measured) < 0.02
 
 
 # ------------------------------------------------------------------------------ CLI
