@@ -302,9 +302,18 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
                 panels = summa_nb_options(tp, second, e)
             for pp in _divisors_tuple(n // (tp * second)):
                 dp = n // (tp * second * pp)
-                if pp <= L and B % dp == 0:
+                if B % dp == 0 and last_stage_layers(job, pp) >= 1:
                     rows.extend((tp, second, pp, dp, nb) for nb in panels)
     return rows
+
+
+def last_stage_layers(job: Job, pp: int) -> int:
+    """Layers the last of ``pp`` pipeline stages holds when every other stage holds
+    ceil(items / pp) (items: the layers, plus the embedding and the LM head with
+    ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse."""
+    slots = 2 if job.embedding_slots and job.vocab and pp > 1 else 0
+    items = job.n_layers + slots
+    return items - (pp - 1) * -(-items // pp) - slots // 2
 
 
 def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,

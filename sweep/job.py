@@ -59,6 +59,9 @@ _BOOL_FIELDS = {
     "fused_kernels": "norms / activations / residuals fused (TE, apex, torch.compile)",
     "dp_overlap": "data-parallel communication overlapped with compute",
     "fused_loss": "fused cross-entropy: 16-bit logits and gradient, no fp32 copy",
+    "embedding_slots": "the pipeline split counts the embedding and the LM head as a layer "
+                       "each (Megatron-DeepSpeed type:transformer|embedding, Megatron-Core "
+                       "account_for_embedding/loss_in_pipeline_split)",
     "training": "false = forward only (inference)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
@@ -108,6 +111,7 @@ class Job:
     zero3_live_params: float = 0.0  # ZeRO-3 gathered-parameter cap; 0: two whole layers
     grad_bucket_params: float = 0.0  # ZeRO-2/3 unsharded-gradient cap; 0: one whole layer
     grad_accum_bytes: float = 0.0  # per parameter and micro-batch, outside the GEMMs
+    embedding_slots: bool = False  # pipeline split counts embedding and LM head as layers
     source: str = ""
 
     @property

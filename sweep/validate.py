@@ -342,7 +342,10 @@ def express(row: Mapping[str, str]) -> Case | str:
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         grad_dtype=grad_dtype, source=row.get("source_ref", ""),
-        grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum)
+        grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
+        # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
+        # and the LM head take a pipeline slot each (the row's notes say so)
+        embedding_slots=bool(re.search(r"type:transformer\|embed", row.get("notes", ""))))
     hw = load_hardware(hw_name)
     for pattern, overrides in INTERCONNECT:
         if re.search(pattern, row.get("interconnect", "")):

@@ -102,6 +102,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
         "grad_accum_bytes": job.grad_accum_bytes,
+        "embedding_slots": float(job.embedding_slots),
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
         "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
         "buffers_bytes": job.buffers_GiB * 2.0**30,
@@ -407,13 +408,34 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     V = padded_vocab(x["V"], t)
     ab = x["act_bytes"]
     training = x["training"] > 0
-    layers = np.ceil(L / pp)  # the most loaded stage (Megatron-DeepSpeed allows uneven stages)
+    has_vocab = V > 0
+    multi = pp > 1
+    # layers per pipeline stage: a uniform split gives every stage ceil(items / p) and the
+    # last stage the remainder (Megatron-DeepSpeed; BLOOM chronicle: 78 layers over 12 stages,
+    # "the last stage has 1 block, while the rest have 7"); with embedding slots the
+    # embedding and the LM head count as one item each (Megatron-DeepSpeed
+    # --pp-partition-method type:transformer|embedding; Megatron-Core
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split)
+    slot = np.where(multi & has_vocab & (x["embedding_slots"] > 0), 1.0, 0.0)
+    items = L + 2.0 * slot
+    layers = np.ceil(items / pp)  # a middle stage: the most layers
+    layers_first = layers - slot
+    layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
     m = B / (dp * b)  # micro-batches per iteration
     lay = _layer_terms_dedup(x, c)
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = np.asarray(c["recompute"])
-    k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
-    rec = lay["recompute_other"] * layers + lay["recompute_full"] * k_full
+
+    def recompute_s(n):
+        """Recompute time of n layers (first-k: the first k of them in full)."""
+        k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
+        return lay["recompute_other"] * n + lay["recompute_full"] * k_full
+
+    def body_s(n):
+        """Forward and backward (with recompute) of n layers, per micro-batch."""
+        return lay["fwd"] * n + np.where(training, lay["bwd"] * n + recompute_s(n), 0.0)
+
+    rec = recompute_s(layers)
     fwd_mid = lay["fwd"] * layers
     bwd_mid = np.where(training, lay["bwd"] * layers + rec, 0.0)
     has_vocab = V > 0
@@ -447,18 +469,24 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # after every micro-batch, a memory-bound pass over the stage's parameters, one kernel
     # per parameter tensor (autograd's in-place add; DeepSpeed BF16Optimizer's cast + add)
     accum_on = training & (x["grad_accum_bytes"] > 0)
-    accum = np.where(accum_on, memory_s(x["grad_accum_bytes"] * layers * p_layer, x,
-                                        layers * _tensors_per_layer(x)), 0.0)
+    accum_layer = np.where(accum_on, memory_s(x["grad_accum_bytes"] * p_layer, x,
+                                              _tensors_per_layer(x)), 0.0)
     accum_vocab = np.where(accum_on & has_vocab,
                            memory_s(x["grad_accum_bytes"] * V * e / t, x, 1.0), 0.0)
-    first = fwd_mid + bwd_mid + emb_f + emb_b + fsdp_f + fsdp_b + accum + accum_vocab
-    last = fwd_mid + bwd_mid + head_f + head_b + fsdp_f + fsdp_b + accum + accum_vocab
-    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_f + fsdp_b + accum \
-        + (2.0 - x["tied"]) * accum_vocab
-    mid = fwd_mid + bwd_mid + fsdp_f + fsdp_b + accum
-    multi = pp > 1
+    fsdp_fb = fsdp_f + fsdp_b  # (FSDP only without pipeline stages)
+    first = body_s(layers_first) + accum_layer * layers_first + emb_f + emb_b + fsdp_fb \
+        + accum_vocab
+    last = body_s(layers_last) + accum_layer * layers_last + head_f + head_b + fsdp_fb \
+        + accum_vocab
+    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_fb \
+        + accum_layer * layers + (2.0 - x["tied"]) * accum_vocab
+    mid = fwd_mid + bwd_mid + fsdp_fb + accum_layer * layers
     t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
+    # the stage that bounds the steady state (ties: first, then last), and its layers
+    first_slowest = ~multi | (first >= np.maximum(last, mid))
+    last_slowest = ~multi | (~first_slowest & (last >= mid))
+    n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
     # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
     # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
     steady = m * t_max
@@ -471,7 +499,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
     # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)
     vocab_params = np.where(has_vocab, V * e / t, 0.0) * np.where(multi, 1.0, 2.0 - x["tied"])
-    p_stage = layers * p_layer + vocab_params
+    p_edge = layers_first * p_layer + vocab_params  # the first stage (the last holds as much)
+    p_stage = np.maximum(p_edge, layers * p_layer)
     grad_vol = p_stage * x["grad_comm_bytes"]
     replicas = dpc / shard
     replica_domain = np.maximum(dpc_domain / shard, 1.0)
@@ -506,10 +535,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
-    compute = m * layers * (lay["compute_f"] + per_layer_b * lay["compute_b"])
-    memory_t = m * layers * (lay["memory_f"] + per_layer_b * lay["memory_b"])
-    tp_t = m * layers * (lay["tp_f"] + per_layer_b * lay["tp_b"])
-    cp_t = m * layers * (lay["cp_f"] + per_layer_b * lay["cp_b"])
+    compute = m * n_slow * (lay["compute_f"] + per_layer_b * lay["compute_b"])
+    memory_t = m * n_slow * (lay["memory_f"] + per_layer_b * lay["memory_b"])
+    tp_t = m * n_slow * (lay["tp_f"] + per_layer_b * lay["tp_b"])
+    cp_t = m * n_slow * (lay["cp_f"] + per_layer_b * lay["cp_b"])
     fsdp_t = m * (fsdp_f + fsdp_b)
     other = steady - compute - memory_t - tp_t - cp_t - fsdp_t  # recompute, vocab, imbalance
     # executed FLOPs per GPU: the stage's layers, plus the LM head GEMMs (forward and two
@@ -517,7 +546,13 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
     flops = m * layers * (lay["flops_f"] + np.where(
         training, lay["flops_b"] + lay["recompute_flops"], 0.0)) + m * head_flops / pp
-    mem = _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay)
+    # memory: the first stage (embedding, and the logits of the last); with embedding slots a
+    # middle stage holds one layer more and no vocabulary, and may be the larger
+    mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True)
+    if np.any(slot > 0):
+        mem_mid = _memory(x, c, T, t, layers, m, p_layer, layers * p_layer, shard, lay, False)
+        larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
+        mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
     out = {
         "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
         "t_memory_s": memory_t + np.minimum(other, 0.0), "t_tp_comm_s": tp_t,
@@ -533,8 +568,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
                              np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
-             "accum": accum, "accum_vocab": accum_vocab,
-             "first": first, "last": last, "mid": mid, "multi": multi}
+             "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
+             "rec_slow": recompute_s(n_slow), "first_slowest": first_slowest,
+             "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
+             "multi": multi}
     return out, parts
 
 
@@ -544,12 +581,10 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
     ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
     other_s, flops, weight_bytes, act_bytes (the last three 0 where not itemised)."""
     out, p = _step(x, c)
-    lay, m, layers = p["lay"], p["m"], p["layers"]
+    lay, m = p["lay"], p["m"]
     bwd = np.where(p["training"], 1.0, 0.0)
-    # which stage bounds the steady state (ties: first, then last)
-    first_slowest = ~p["multi"] | (p["first"] >= np.maximum(p["last"], p["mid"]))
-    last_slowest = ~p["multi"] | (~first_slowest & (p["last"] >= p["mid"]))
-    reps = m * layers
+    first_slowest, last_slowest = p["first_slowest"], p["last_slowest"]
+    reps = m * p["n_slow"]
     zero = np.zeros(np.shape(out["step_time_s"]))
     rows = []
 
@@ -569,13 +604,14 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
         "memory_s")
     add("TP communication (exposed)", reps * (lay["tp_f"] + bwd * lay["tp_b"]), "tp_comm_s")
     add("CP communication (exposed)", reps * (lay["cp_f"] + bwd * lay["cp_b"]), "cp_comm_s")
-    add("activation recompute", m * bwd * p["rec"])
+    add("activation recompute", m * bwd * p["rec_slow"])
     add("embedding", m * np.where(first_slowest, p["emb"], 0.0), "memory_s")
     add("LM head and loss", m * np.where(last_slowest, p["head"], 0.0))
     add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
     vocab_stages = np.where(p["multi"], np.where(first_slowest | last_slowest, 1.0, 0.0),
                             2.0 - x["tied"])
-    add("gradient accumulation", m * (p["accum"] + vocab_stages * p["accum_vocab"]),
+    add("gradient accumulation", m * (p["accum_layer"] * p["n_slow"]
+                                      + vocab_stages * p["accum_vocab"]),
         "memory_s")
     for name, key in (("pipeline bubble", "t_bubble_s"), ("pipeline p2p", "t_pp_comm_s"),
                       ("data-parallel comm", None), ("optimizer step", "t_optimizer_s"),
@@ -617,9 +653,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
 
-def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
-    """Bytes per GPU on the most loaded stage: weights, gradients, optimizer state (ZeRO
-    sharding), activations of the micro-batches in flight, logits, reserve."""
+def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
+    """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
+    gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
+    (as many as the first stage holds), logits if ``vocab_stage``, reserve."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = np.asarray(c["zero"])
@@ -661,7 +698,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay):
     # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
     # fused cross-entropy the 16-bit logits and their in-place gradient
     logit_bytes = np.where(x["fused_loss"] > 0, ab * (1.0 + training), 4.0 * (1.0 + training))
-    logits = np.where(x["V"] > 0, T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
+    logits = np.where(vocab_stage & (x["V"] > 0),
+                      T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
     off = np.asarray(c["offload"])
     host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
         + np.where(off & 1, weights, 0.0)

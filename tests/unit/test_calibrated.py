@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sweep.candidates import enumerate_calibrated
+from sweep.candidates import enumerate_calibrated, last_stage_layers
 from sweep.catalog import load_hardware, load_job
 from sweep.cost import calibrated, evaluate_columns, op_table
 from sweep.cost.kernels import collective_s, flash_attention_s, gemm_s, p2p_s
@@ -274,10 +274,10 @@ def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
     assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
 
 
-@pytest.mark.parametrize("accum_bytes", [0.0, 18.0])
-def test_op_table_adds_up_to_the_step_time(accum_bytes):
+@pytest.mark.parametrize("accum_bytes,slots", [(0.0, False), (18.0, True)])
+def test_op_table_adds_up_to_the_step_time(accum_bytes, slots):
     job, hw = load_job("llama3_8b"), load_hardware("H100-SXM")
-    job = dataclasses.replace(job, grad_accum_bytes=accum_bytes)
+    job = dataclasses.replace(job, grad_accum_bytes=accum_bytes, embedding_slots=slots)
     space = enumerate_calibrated(job, 64, 8)
     cols = space.columns(0, space.size)
     pick = np.random.default_rng(0).choice(space.size, 200, replace=False)
@@ -388,6 +388,13 @@ def test_search_space_rules():
     assert set(np.unique(c["recompute"]).tolist()) == {0, 1, 2, 3, 4}
     with_host = enumerate_calibrated(job, 256, 8, host_memory=True)
     assert with_host.size == 8 * space.size
+    # uneven stages are allowed, but every stage holds a layer: 80 layers over 32 stages
+    # would be 3 each and none left for the last ones
+    pps = set(np.unique(c["pp"]).tolist())
+    assert {16, 32, 64} & pps == {16}
+    assert [last_stage_layers(job, pp) for pp in (6, 12, 24, 32)] == [10, 3, -12, -13]
+    # with embedding slots 82 items: 12 stages of 7 leave 5 for the last (and its head)
+    assert last_stage_layers(dataclasses.replace(job, embedding_slots=True), 12) == 4
 
 
 # ------------------------------------------------------------------------------ 2D, CP
@@ -521,3 +528,38 @@ def test_unfused_gradient_accumulation_is_a_pass_per_micro_batch():
     infer = dataclasses.replace(TINY, training=False)
     assert run(job=dataclasses.replace(infer, grad_accum_bytes=18.0))["step_time_s"] == \
         run(job=infer)["step_time_s"]
+
+
+def test_an_uneven_pipeline_split_leaves_the_remainder_on_the_last_stage():
+    def no_opt(job, **kw):
+        r = run(job=job, **kw)
+        return r["step_time_s"] - r["t_optimizer_s"]
+
+    three, four = (dataclasses.replace(TINY, n_layers=n) for n in (3, 4))
+    # one layer's forward + backward per micro-batch, from single-stage runs (8 micro-batches)
+    layer = (no_opt(dataclasses.replace(TINY, n_layers=2)) -
+             no_opt(dataclasses.replace(TINY, n_layers=1))) / 8
+    # 3 layers over 2 stages: 2 + 1; 4 layers: 2 + 2. The steady state is the same (2 layers
+    # bound it) and the bubble, one mean stage, is half a layer shorter
+    assert no_opt(three, pp=2) - no_opt(four, pp=2) == pytest.approx(-0.5 * layer, rel=1e-9)
+    # the first stage holds (and keeps the activations of) 2 layers in both
+    assert run(job=three, pp=2)["mem_weights_bytes"] == run(job=four, pp=2)["mem_weights_bytes"]
+
+
+def test_embedding_slots_take_a_layer_off_the_first_and_last_stages():
+    job = dataclasses.replace(TINY, n_layers=7, vocab=32000)
+    slots = dataclasses.replace(job, embedding_slots=True)
+    # 7 layers over 3 stages: 3 + 3 + 1 (and the LM head); with the embedding and the head
+    # counted as one layer each, 9 items: embedding + 2, 3, 2 + head
+    plain, slotted = run(job=job, pp=3), run(job=slots, pp=3)
+    # the first stage, the larger (a 32000 x 1024 embedding outweighs a layer), holds one
+    # layer's 16-bit weights fewer
+    assert plain["mem_weights_bytes"] - slotted["mem_weights_bytes"] == 2 * P_LAYER
+    # ... and the LM head, 2.6 layers' worth here, now shares the last stage with 2 layers,
+    # not 1: that stage bounds the pipeline, 4.6 layers' worth instead of 3.6
+    assert slotted["step_time_s"] > plain["step_time_s"]
+    # without pipeline stages, or without a vocabulary, slots change nothing
+    assert run(job=slots)["step_time_s"] == run(job=job)["step_time_s"]
+    nov = dataclasses.replace(TINY, n_layers=4)
+    assert run(job=dataclasses.replace(nov, embedding_slots=True), pp=2)["step_time_s"] == \
+        run(job=nov, pp=2)["step_time_s"]
