@@ -322,7 +322,7 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
 
     Base rows: TP (divides heads and the MLP width; KV heads split or replicated), CP (1d:
     2 cp divides the sequence) or TP2 (2d SUMMA: divides the sequence and the weight
-    widths; panels nb as the NERSC rule), PP (at most the layers; uneven stages allowed),
+    widths; panels nb as the NERSC rule), PP (uneven stages allowed, each with a layer),
     DP (divides the global batch), micro-batch (divides the per-replica batch), virtual
     stages (divide the stage's layers, micro-batches a multiple of pp: Megatron's interleaved
     schedule), and the recompute policy (none, selective, per-op, full, first-k for k = 1/4,

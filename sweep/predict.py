@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .candidates import enumerate_space
+from .candidates import enumerate_space, last_stage_layers
 from .cost import evaluate_columns, op_table, pack_results
 from .errors import SweepError
 from .hardware import Hardware
@@ -128,7 +128,9 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),
         (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
-        (pp <= L, f"pp = {pp} exceeds the {L} layers"),
+        (last_stage_layers(job, pp) >= 1,
+         f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
+         f" / {pp}) layers leave the last without one"),
         (B % dp == 0, f"dp = {dp} must divide the global batch ({B})"),
         (local and local % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
         (vpp == 1 or (pp > 1 and L % pp == 0 and (L // pp) % vpp == 0),

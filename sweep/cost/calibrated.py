@@ -438,7 +438,6 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     rec = recompute_s(layers)
     fwd_mid = lay["fwd"] * layers
     bwd_mid = np.where(training, lay["bwd"] * layers + rec, 0.0)
-    has_vocab = V > 0
     emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
     # weights are replicated over the context-parallel ranks too, so gradients are reduced
     # and ZeRO / FSDP shards over the data x context group (Megatron-Core's

@@ -70,3 +70,11 @@ def test_console_script_and_module_entry_points():
     for cmd in ([str(script), "--version"], [sys.executable, "-m", "sweep", "--version"]):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and out.stdout.startswith("sweep ")
+
+
+def test_predict_names_a_pipeline_split_that_leaves_a_stage_empty(capsys):
+    # 80 layers over 32 stages: 31 stages of 3 hold 93 > 80, the last holds none
+    code, out, err = run(capsys, "predict", "--job", "llama3_70b", "--hardware", "H100-SXM",
+                         "--gpus", "256", "--config", "tp=8,pp=32")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "32 stages of ceil(80 / 32) layers leave the last without one" in err
