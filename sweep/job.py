@@ -58,6 +58,8 @@ _BOOL_FIELDS = {
     "tied_embeddings": "LM head shares the embedding matrix",
     "fused_kernels": "norms / activations / residuals fused (TE, apex, torch.compile)",
     "dp_overlap": "data-parallel communication overlapped with compute",
+    "pp_overlap": "interleaved pipelines overlap their p2p sends with compute (Megatron-Core "
+                  "overlap_p2p_comm)",
     "fused_loss": "fused cross-entropy: 16-bit logits and gradient, no fp32 copy",
     "embedding_slots": "the pipeline split counts the embedding and the LM head as a layer "
                        "each (Megatron-DeepSpeed type:transformer|embedding, Megatron-Core "
@@ -104,6 +106,7 @@ class Job:
     attention_kernel: str = "flash"  # flash (FlashAttention) or materialized score matrix
     fused_kernels: bool = True  # elementwise ops fused (TE / apex / torch.compile)
     dp_overlap: bool = True  # gradient / parameter collectives overlapped with compute
+    pp_overlap: bool = True  # interleaved pipelines overlap p2p with compute
     fused_loss: bool = False  # fused cross-entropy (no fp32 logits copy)
     grad_dtype: str = "fp32"  # gradients: fp32, bf16, or mixed (bf16 + fp32 accumulation)
     training: bool = True  # false: forward-only inference

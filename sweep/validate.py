@@ -88,6 +88,8 @@ class Stack:
     #: ZeRO-3 gathered-parameter and unsharded-gradient caps, in parameters (0: whole layers)
     zero3_live_params: float = 0.0
     grad_bucket_params: float = 0.0
+    #: interleaved pipelines overlap their p2p with compute (Megatron-Core overlap_p2p_comm)
+    pp_overlap: bool = False
     #: gradients accumulate across micro-batches outside the weight-gradient GEMMs (the
     #: DeepSpeed engine), not fused into them (Megatron gradient_accumulation_fusion)
     unfused_grad_accum: bool = False
@@ -109,9 +111,10 @@ STACKS = [
     (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False,
                                 zero3_live_params=1e9, grad_bucket_params=5e8)),
     # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
-    # NeMo's framework string names it too)
-    (r"NeMo", Stack("flash", True, True, "bf16", True, True)),
-    (r"Megatron-Core", Stack("flash", True, True, "fp32", True, True)),
+    # NeMo's framework string names it too); both overlap the interleaved pipeline's p2p
+    # (NeMo configs: overlap_p2p_comm true, batch_p2p_comm false; Megatron-LM's default)
+    (r"NeMo", Stack("flash", True, True, "bf16", True, True, pp_overlap=True)),
+    (r"Megatron-Core", Stack("flash", True, True, "fp32", True, True, pp_overlap=True)),
     # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
     # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
     (r"Composer", Stack("flash", False, True, "fp32", False, False, fused_loss=True)),
@@ -338,7 +341,7 @@ def express(row: Mapping[str, str]) -> Case | str:
         tied_embeddings="untied" not in arch, dtype=dtype,
         attention_kernel=stack.attention_kernel,
         fused_kernels=stack.fused_kernels or compiled,
-        dp_overlap=stack.dp_overlap, buffers_GiB=stack.buffers_GiB,
+        dp_overlap=stack.dp_overlap, pp_overlap=stack.pp_overlap, buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         grad_dtype=grad_dtype, source=row.get("source_ref", ""),

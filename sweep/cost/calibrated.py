@@ -103,6 +103,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
         "grad_accum_bytes": job.grad_accum_bytes,
         "embedding_slots": float(job.embedding_slots),
+        "pp_overlap": float(job.pp_overlap),
         "dp_overlap": float(job.dp_overlap), "training": float(job.training),
         "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
         "buffers_bytes": job.buffers_GiB * 2.0**30,
@@ -493,7 +494,14 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # pipeline p2p: the stage-boundary activation (scatter-gather over TP ranks, N21 4.1),
     # forward and backward, at every virtual stage boundary of every micro-batch
     p2p_bytes = T * e * ab / t
-    p2p = np.where(multi, (1.0 + training) * v * m * p2p_s(p2p_bytes, c["nv_pp"] > 1, x), 0.0)
+    p2p_one = p2p_s(p2p_bytes, c["nv_pp"] > 1, x)
+    # interleaved schedules can overlap it with the next chunk's compute (Megatron-Core
+    # overlap_p2p_comm, on by default for interleaving): then only the pipeline fill and drain
+    # and any excess over a chunk's forward stay exposed
+    hidden = (x["pp_overlap"] > 0) & (v > 1)
+    exposed = np.where(hidden, (pp - 1.0) * p2p_one
+                       + v * m * np.maximum(p2p_one - fwd_mid / v, 0.0), v * m * p2p_one)
+    p2p = np.where(multi, (1.0 + training) * exposed, 0.0)
     # data parallelism: ZeRO-0 all-reduces the gradients; ZeRO-1/2 (and FSDP under PP)
     # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
     # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)

@@ -563,3 +563,17 @@ def test_embedding_slots_take_a_layer_off_the_first_and_last_stages():
     nov = dataclasses.replace(TINY, n_layers=4)
     assert run(job=dataclasses.replace(nov, embedding_slots=True), pp=2)["step_time_s"] == \
         run(job=nov, pp=2)["step_time_s"]
+
+
+def test_interleaved_p2p_overlap_leaves_the_fill_and_drain_exposed():
+    job = dataclasses.replace(TINY, n_layers=4)
+    # one stage-boundary activation, 1024 tokens x 1024 x 2 B over NVLink (100 GB/s, 1 us)
+    one = 1e-6 + 1024 * 1024 * 2 / 100e9
+    serial = dataclasses.replace(job, pp_overlap=False)
+    # 8 micro-batches x 2 virtual stages x (forward + backward) transfers, all exposed
+    assert run(job=serial, pp=2, vpp=2)["t_pp_comm_s"] == pytest.approx(32 * one, rel=1e-9)
+    # overlapped with the next chunk's compute: the fill and drain, (p - 1) each way, remain
+    assert run(job=job, pp=2, vpp=2)["t_pp_comm_s"] == pytest.approx(2 * one, rel=1e-9)
+    # 1F1B without interleaving overlaps nothing
+    assert run(job=job, pp=2)["t_pp_comm_s"] == run(job=serial, pp=2)["t_pp_comm_s"] == \
+        pytest.approx(16 * one, rel=1e-9)
