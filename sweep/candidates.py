@@ -20,9 +20,9 @@ import numpy as np
 from .job import Job
 from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
-__all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors", "ordered_factorizations", "enumerate_nersc",
-           "enumerate_calibrated", "FIRST_K_FRACTIONS",
-           "summa_nb_options", "NERSC_STRATEGIES"]
+__all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
+           "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
+           "last_stage_layers", "FIRST_K_FRACTIONS", "summa_nb_options", "NERSC_STRATEGIES"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -310,7 +310,8 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
 def last_stage_layers(job: Job, pp: int) -> int:
     """Layers the last of ``pp`` pipeline stages holds when every other stage holds
     ceil(items / pp) (items: the layers, plus the embedding and the LM head with
-    ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse."""
+    ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse.
+    The cost core's ``layers_last`` (cost/calibrated.py) is the same rule, vectorized."""
     slots = 2 if job.embedding_slots and job.vocab and pp > 1 else 0
     items = job.n_layers + slots
     return items - (pp - 1) * -(-items // pp) - slots // 2

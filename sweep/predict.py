@@ -69,7 +69,8 @@ def parse_config(text: str) -> dict[str, int]:
         try:
             v = int(value)
         except ValueError:
-            raise SweepError(f"--config: {key}: expected an integer, got {value.strip()!r}") from None
+            raise SweepError(f"--config: {key}: expected an integer, "
+                             f"got {value.strip()!r}") from None
         lower = 0 if key in ("recompute", "recompute_layers", "zero", "shard_group", "sp",
                              "tp_overlap", "offload", "cp_comm") else 1
         if v < lower:

@@ -421,6 +421,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     items = L + 2.0 * slot
     layers = np.ceil(items / pp)  # a middle stage: the most layers
     layers_first = layers - slot
+    # (candidates.last_stage_layers is the same rule for one candidate)
     layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
     m = B / (dp * b)  # micro-batches per iteration
     lay = _layer_terms_dedup(x, c)
@@ -478,9 +479,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         + accum_vocab
     last = body_s(layers_last) + accum_layer * layers_last + head_f + head_b + fsdp_fb \
         + accum_vocab
-    single = fwd_mid + bwd_mid + emb_f + emb_b + head_f + head_b + fsdp_fb \
-        + accum_layer * layers + (2.0 - x["tied"]) * accum_vocab
-    mid = fwd_mid + bwd_mid + fsdp_fb + accum_layer * layers
+    mid = body_s(layers) + accum_layer * layers + fsdp_fb
+    single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab
     t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
     # the stage that bounds the steady state (ties: first, then last), and its layers
@@ -498,10 +498,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # interleaved schedules can overlap it with the next chunk's compute (Megatron-Core
     # overlap_p2p_comm, on by default for interleaving): then only the pipeline fill and drain
     # and any excess over a chunk's forward stay exposed
-    hidden = (x["pp_overlap"] > 0) & (v > 1)
-    exposed = np.where(hidden, (pp - 1.0) * p2p_one
-                       + v * m * np.maximum(p2p_one - fwd_mid / v, 0.0), v * m * p2p_one)
-    p2p = np.where(multi, (1.0 + training) * exposed, 0.0)
+    p2p_overlapped = (x["pp_overlap"] > 0) & (v > 1)
+    p2p_exposed_s = np.where(p2p_overlapped, (pp - 1.0) * p2p_one
+                             + v * m * np.maximum(p2p_one - fwd_mid / v, 0.0), v * m * p2p_one)
+    p2p = np.where(multi, (1.0 + training) * p2p_exposed_s, 0.0)
     # data parallelism: ZeRO-0 all-reduces the gradients; ZeRO-1/2 (and FSDP under PP)
     # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
     # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)
