@@ -304,7 +304,8 @@ def express(row: Mapping[str, str]) -> Case | str:
                                       "seq_len", "n_gpus", "global_batch_seqs")}
     for k, v in dims.items():
         if v is None:
-            return f"{k} unknown"
+            text = (row.get(k) or "").strip()
+            return f"{k} {text!r} is not a whole number" if text else f"{k} unknown"
     assumptions: list[str] = []
     n = dims["n_gpus"]
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
@@ -601,7 +602,9 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
 
     cases, unexpressed = express_all(rows)
     if not cases:
-        raise SweepError("no row of the data can be expressed")
+        why = "; ".join(f"{u['id'] or '(no id)'}: {u['reason']}" for u in unexpressed[:3])
+        more = f" (and {len(unexpressed) - 3} more)" if len(unexpressed) > 3 else ""
+        raise SweepError(f"no row of the data can be expressed: {why}{more}")
     ev = Evaluator(cases)
     ev.set_parameters(params)
     pred, out = predictions(ev)

@@ -205,6 +205,18 @@ def test_validate_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "missing column(s): framework" in err
 
 
+def test_validate_nothing_expressible_names_the_rows_and_why(tmp_path, rows, capsys):
+    bad = dict(rows[0], id="typo_run", n_gpus="abc")
+    with open(tmp_path / "typo.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerow(bad)
+    assert main(["validate", "--data", str(tmp_path / "typo.csv"), "--no-loso"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "typo_run: n_gpus 'abc' is not a whole number" in err
+
+
 def test_calibrate_writes_a_loadable_parameter_file(tmp_path, rows, capsys):
     _subset(rows, tmp_path / "mine.csv")
     target = tmp_path / "calibration.yaml"
