@@ -592,6 +592,42 @@ def spearman(a, b) -> float:
     return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
 
 
+#: columns that are measurements or provenance, not the configuration of a run
+NOT_CONFIG = frozenset({
+    "id", "source_ref", "table", "date", "tflops_per_gpu", "mfu", "hfu",
+    "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s", "iter_time_s",
+    "mem_per_gpu_GB", "outcome", "inferred_fields", "notes"})
+
+
+def replicates(cases: Sequence[Case]) -> list[dict]:
+    """Groups of runs that are the same configuration as far as the model can tell (same
+    source, job, hardware, GPU count, options, assumptions), measured more than once, and how
+    far apart their measurements are: the noise floor under any model's error."""
+    groups: dict[tuple, list[Case]] = {}
+    for c in cases:
+        if c.oom:
+            continue
+        # ... and the same description in every column but what was measured and where
+        described = tuple(sorted((k, v) for k, v in c.row.items() if k not in NOT_CONFIG))
+        key = (c.source, c.metric, repr(dataclasses.replace(c.job, name="")), c.hw.name,
+               c.n_gpus, c.options.tobytes(), tuple(c.assumptions), described)
+        groups.setdefault(key, []).append(c)
+    out = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        entry = {"ids": [c.row["id"] for c in members], "source": members[0].source,
+                 "metric": members[0].metric, "spread": None, "mem_spread": None}
+        values = [c.measured for c in members if c.metric]
+        if len(values) > 1:
+            entry["spread"] = max(values) / min(values) - 1.0
+        mems = [c.mem_measured_bytes for c in members if c.mem_measured_bytes]
+        if len(mems) > 1:
+            entry["mem_spread"] = max(mems) / min(mems) - 1.0
+        out.append(entry)
+    return out
+
+
 def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, float]],
            loso: bool = True) -> dict:
     """Predict every row with ``params`` ({generation | memory: {name: value}}) and summarise.
@@ -651,6 +687,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         predt = [throughput(m, m["predicted"]) for m in members]
         ranking[g] = {"n": len(members), "rho": spearman(meas, predt)}
     result = {
+        "replicates": replicates(cases),
         "parameters": {k: dict(v) for k, v in params.items()},
         "rows": per_row, "unexpressed": unexpressed,
         "expressed_fraction": len(cases) / len(rows),
@@ -699,7 +736,7 @@ def _apct(x) -> str:
 
 def render(rep: Mapping, rows: bool = True) -> str:
     """The report as text: per-row table, per-source table, summary, memory and OOM checks,
-    rows not expressed, rankings within sweeps."""
+    replicates, rows not expressed, rankings within sweeps."""
     from . import fmt
 
     out = []
@@ -751,6 +788,21 @@ def render(rep: Mapping, rows: bool = True) -> str:
     if over:
         out.append("ran, but predicted over capacity: " + ", ".join(
             f"{e['id']} (+{e['over_pct']:.1f}%)" for e in over))
+    reps = rep.get("replicates", [])
+    if reps:
+        spreads = [r["spread"] for r in reps if r["spread"] is not None]
+        mems = [r["mem_spread"] for r in reps if r["mem_spread"] is not None]
+        line = f"replicates: {len(reps)} configurations measured more than once"
+        if spreads:
+            line += f"; the metric differs by up to {_apct(max(spreads))}"
+        if mems:
+            line += f", memory by up to {_apct(max(mems))}"
+        out.append(line)
+        for r in reps:
+            out.append(f"  {', '.join(r['ids'])}: "
+                       + ", ".join(f"{what} {_apct(r[key])}" for what, key in
+                                   (("metric", "spread"), ("memory", "mem_spread"))
+                                   if r[key] is not None))
     if rep["unexpressed"]:
         out.append("")
         out.append("rows not expressed:")

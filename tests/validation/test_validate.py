@@ -239,3 +239,20 @@ def test_validate_console_script_runs(tmp_path, rows):
     out = subprocess.run(script, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "leave-one-source-out" not in out.stdout and "expressed:" in out.stdout
+
+
+def test_replicates_are_same_configuration_runs_and_their_spread(rows, capsys, tmp_path):
+    base = next(r for r in rows if r["source"] == "Korthikanti2022" and r["iter_time_s"])
+    again = dict(base, id="k22_again", iter_time_s=str(float(base["iter_time_s"]) * 1.1))
+    other = dict(base, id="k22_fp8", precision="fp8 linears + bf16")  # not the same run
+    n = _subset(rows, tmp_path / "mine.csv", [again, other])
+    assert n > 2
+    code = main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso", "--json"])
+    rep = yaml.safe_load(capsys.readouterr().out)
+    assert code == 0
+    groups = [g for g in rep["replicates"] if "k22_again" in g["ids"]]
+    assert len(groups) == 1 and groups[0]["ids"] == [base["id"], "k22_again"]
+    assert groups[0]["spread"] == pytest.approx(0.1)
+    assert not any("k22_fp8" in g["ids"] for g in rep["replicates"])
+    main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso", "--summary"])
+    assert f"  {base['id']}, k22_again: metric 10.0%" in capsys.readouterr().out
