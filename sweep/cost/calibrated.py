@@ -112,7 +112,10 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # hardware
         "peak16_flops_per_s": peak16,
         "peak8_flops_per_s": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
-        "vpeak_flops_per_s": hw.vector_peak("bf16" if job.dtype != "fp32" else "fp32"),
+        # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
+        # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
+        # cublasGemmStridedBatchedEx with compute type CUDA_R_32F)
+        "vpeak_flops_per_s": hw.vector_peak("fp32"),
         "hbm_Bps": hw.hbm_bytes_per_s, "hbm_bytes": hw.hbm_capacity_bytes,
         "nvl_Bps": hw.nvlink_bytes_per_s, "nvl_lat_s": hw.nvlink_latency_s,
         "net_Bps": hw.scaleout_bytes_per_s, "net_lat_s": hw.scaleout_latency_s,

@@ -20,8 +20,8 @@ K_TILE = 64
 #: against 2 (Dao 2023, arXiv 2307.08691, section 3.2)
 FLASH_BWD_FACTOR = 2.5
 #: 16-bit tensor-core GEMMs need every dimension to be a multiple of 8 elements (16 bytes);
-#: otherwise cuBLAS falls back to kernels running at the vector peak (NVIDIA, Matrix
-#: Multiplication Background User's Guide, "Tensor Core Requirements")
+#: otherwise cuBLAS falls back to kernels running at the (fp32-accumulating) vector peak
+#: (NVIDIA, Matrix Multiplication Background User's Guide, "Tensor Core Requirements")
 TC_ALIGN = 8
 #: FlashAttention head dimensions are padded to a multiple of this (its kernel templates)
 FLASH_HEAD_ALIGN = 32

@@ -85,6 +85,20 @@ def test_gemm_k_padding_and_misalignment():
     assert slow > 9 * fast
 
 
+def test_misaligned_16bit_gemms_fall_back_to_the_fp32_fma_peak():
+    # PyTorch accumulates 16-bit GEMMs in fp32: off the tensor cores they run on the fp32
+    # units (A100: 19.5 TFLOP/s, not its 78 TFLOP/s half2 or 39 TFLOP/s bf16 vector peak)
+    hw = load_hardware("A100-80GB")
+    for dtype in ("bf16", "fp16"):
+        x = calibrated.make_context(dataclasses.replace(load_job("llama3_8b"), dtype=dtype),
+                                    hw, hw.calibration)
+        assert x["vpeak_flops_per_s"] == pytest.approx(19.5e12)
+        # a head dimension of 108 (QK^T's k) is not a multiple of 8
+        batched = gemm_s(2048, 2048, 108, x, x["peak16_flops_per_s"], 1.0, batch=64)
+        flops = 2 * 2048 * 2048 * 108 * 64
+        assert batched >= flops / 19.5e12
+
+
 def test_gemm_memory_bound_shape_is_the_operand_traffic():
     x = ctx()
     # (1 x 8192)(8192 x 8192): 128 MiB of weights read at 0.5 TB/s
