@@ -600,17 +600,20 @@ NOT_CONFIG = frozenset({
 
 
 def replicates(cases: Sequence[Case]) -> list[dict]:
-    """Groups of runs that are the same configuration as far as the model can tell (same
-    source, job, hardware, GPU count, options, assumptions), measured more than once, and how
-    far apart their measurements are: the noise floor under any model's error."""
+    """Groups of runs of one configuration measured more than once, and how far apart their
+    measurements are: the noise floor under any model's error.
+
+    One configuration: the same source and the same text in every column but the
+    measurements and provenance (NOT_CONFIG), and, since the free-text notes are among
+    those but ``express`` reads settings from them, the same job, options and assumptions.
+    """
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
         if c.oom:
             continue
-        # ... and the same description in every column but what was measured and where
         described = tuple(sorted((k, v) for k, v in c.row.items() if k not in NOT_CONFIG))
-        key = (c.source, c.metric, repr(dataclasses.replace(c.job, name="")), c.hw.name,
-               c.n_gpus, c.options.tobytes(), tuple(c.assumptions), described)
+        key = (c.source, c.metric, described, repr(dataclasses.replace(c.job, name="")),
+               c.options.tobytes(), tuple(c.assumptions))
         groups.setdefault(key, []).append(c)
     out = []
     for members in groups.values():
