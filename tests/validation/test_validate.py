@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import re
 import subprocess
 import sys
 
@@ -256,3 +257,68 @@ def test_replicates_are_same_configuration_runs_and_their_spread(rows, capsys, t
     assert not any("k22_fp8" in g["ids"] for g in rep["replicates"])
     main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso", "--summary"])
     assert f"  {base['id']}, k22_again: metric 10.0%" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ README
+
+def _readme_table(first_header: str) -> list[list[str]]:
+    """Cells of the README's markdown table whose header row starts with ``first_header``."""
+    lines = (REPO_ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith(f"| {first_header} |"))
+    body = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        body.append([c.strip().strip("*`").strip() for c in line.strip("|").split("|")])
+    return body
+
+
+def _printed(value: float, text: str) -> bool:
+    """``value`` rounds to the first number in ``text``, at that number's decimals."""
+    printed = re.search(r"\d+(\.\d+)?", text).group()
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return abs(value - float(printed)) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def test_readme_parameter_table_is_the_calibration_file():
+    table = load_calibration(REPO_ROOT / "hardware" / "calibration.yaml")
+    for name, _, ampere, hopper in _readme_table("parameter"):
+        if name.endswith("(all)"):
+            key = name.split()[0].strip("`")
+            assert _printed(table["memory"][key], ampere), name
+            continue
+        for generation, text in (("ampere", ampere), ("hopper", hopper)):
+            if text in ("–", "-"):
+                assert name not in table[generation], (name, generation)
+            else:
+                assert _printed(table[generation][name], text), (name, generation, text)
+
+
+# the README's source names -> the CSV's
+README_SOURCES = {"BLOOM-prequel": "BLOOM-prequel", "IBM fms-fsdp": "IBM-fms-fsdp",
+                  "Korthikanti 2022": "Korthikanti2022",
+                  "Megatron-Core README": "MegatronLM-README-H100",
+                  "MosaicML llm-foundry": "MosaicML-llm-foundry",
+                  "Narayanan 2021": "Narayanan2021", "NeMo 24.07": "NeMo-24.07-perf",
+                  "torchtitan": "torchtitan"}
+
+
+def test_readme_validation_table_is_what_validate_reports(shipped):
+    rows = _readme_table("source")
+    assert len(rows) == len(shipped["per_source"]) + 1
+    for name, n, median, p90, loso in rows:
+        if name == "all":
+            stats, loso_stats = shipped["overall"], shipped["loso"]["overall"]
+            loso = loso.split("(")[0]
+        else:
+            source = README_SOURCES[name.split(" (")[0]]
+            stats = shipped["per_source"][source]
+            loso_stats = shipped["loso"]["per_source"][source]
+        assert int(n) == stats["n"], name
+        assert _printed(100 * stats["median_abs"], median), (name, median)
+        assert _printed(100 * stats["p90_abs"], p90), (name, p90)
+        # the leave-one-source-out refits are Powell searches to a tolerance: a different
+        # BLAS may land them a little elsewhere
+        printed = float(re.search(r"\d+(\.\d+)?", loso).group())
+        assert abs(100 * loso_stats["median_abs"] - printed) < 1.0, name
