@@ -5,8 +5,12 @@ HBM efficiencies, per-kernel overhead, NVLink and scale-out efficiencies, fp8 ef
 minimise the mean absolute log error of the published metrics, each source weighted equally
 so that no single benchmark table dominates. The two memory parameters (reserve, allocator
 cache) minimise the log error of measured (reported) peak memory, with a penalty for every run
-whose feasibility the model gets wrong; feasibility uses the required memory, without cache. Parameters stay within physical bounds. Leave-one-source-out
-re-fits without a source and predicts it.
+whose feasibility the model gets wrong; feasibility uses the required memory, without cache.
+Parameters stay within physical bounds, and a weak prior (PRIOR_WEIGHT) pulls each time
+parameter towards its physical centre (cost/calibrated.py DEFAULT_PARAMETERS) wherever the runs
+leave it undetermined. Every fit starts from those centres, so it depends on the code and the
+data only. Leave-one-source-out re-fits without a source (from the same centres: nothing of
+the held-out source enters) and predicts it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .cost.calibrated import DEFAULT_PARAMETERS
 from .validate import Case, Evaluator, metric_of
 
 __all__ = ["BOUNDS", "fit", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
-           "fill_generations", "write_calibration"]
+           "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT"]
 
 #: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
 #: time parameters (newer first on a tie)
@@ -42,6 +46,16 @@ OUTLIER_LOG_ERROR = float(np.log(1.5))
 FEASIBILITY_PENALTY = 2.0
 #: a CUDA context alone takes about half a GiB: the reserve cannot be less than this
 BOUNDS["reserve_GiB"] = (0.75, 8.0)
+#: weight of the prior: each time parameter adds PRIOR_WEIGHT x log(value / centre)^2 to the
+#: objective (the source-balanced mean |log error|, about 0.07 at the fit). A parameter at
+#: twice or half its centre costs 0.0024, as much as moving every prediction by 0.24 %: the
+#: runs override it wherever they say something; it decides only the directions they leave
+#: flat (a Gaussian prior in log space, i.e. ridge regularisation of the log-parameters)
+PRIOR_WEIGHT = 0.005
+#: kernel_us may be 0: its prior is on log((value + 1 us) / (centre + 1 us))
+PRIOR_OFFSET = {"kernel_us": 1.0}
+#: Powell is restarted from its own result while that still improves the objective
+MAX_RESTARTS = 5
 
 
 @dataclass
@@ -81,6 +95,15 @@ def predictions(ev: Evaluator) -> tuple[np.ndarray, dict]:
     return pred, out
 
 
+def log_prior(names: Sequence[str], theta: Sequence[float]) -> float:
+    """PRIOR_WEIGHT x the sum of squared log-ratios of the parameters to their centres."""
+    total = 0.0
+    for name, value in zip(names, theta):
+        off = PRIOR_OFFSET.get(name, 0.0)
+        total += np.log((value + off) / (DEFAULT_PARAMETERS[name] + off)) ** 2
+    return PRIOR_WEIGHT * float(total)
+
+
 def _time_objective(ev: Evaluator, gen: str, names: Sequence[str], weights: np.ndarray,
                     measured: np.ndarray):
     def objective(theta: np.ndarray) -> float:
@@ -88,7 +111,7 @@ def _time_objective(ev: Evaluator, gen: str, names: Sequence[str], weights: np.n
         pred, _ = predictions(ev)
         err = np.abs(np.log(pred / measured))
         err = np.minimum(np.where(np.isfinite(err), err, OUTLIER_LOG_ERROR), OUTLIER_LOG_ERROR)
-        return float(np.sum(weights * err))
+        return float(np.sum(weights * err)) + log_prior(names, theta)
     return objective
 
 
@@ -107,14 +130,34 @@ def _minimize(objective, start: np.ndarray, bounds: Sequence[tuple[float, float]
         from .errors import SweepError
 
         raise SweepError("calibration needs scipy: pip install 'sweep[validate]'") from None
-    best = minimize(objective, start, method="Powell", bounds=bounds,
-                    options={"xtol": tol, "ftol": tol * 1e-2, "maxfev": 4000})
+    options = {"xtol": tol, "ftol": tol * 1e-2, "maxfev": 4000}
+    best = minimize(objective, start, method="Powell", bounds=bounds, options=options)
+    # the mean |log error| has kinks where Powell's line searches stall: a restart from the
+    # result, with fresh directions, moves on from them
+    for _ in range(MAX_RESTARTS):
+        again = minimize(objective, best.x, method="Powell", bounds=bounds, options=options)
+        if again.fun > best.fun - tol * 1e-3:
+            break
+        best = again
     return best.x, float(best.fun)
+
+
+def _rounded(objective, theta: np.ndarray) -> list[float]:
+    """``theta`` to 4 decimals for the file, unless that changes the objective (a memory
+    reserve fitted up to where a run just fits must not be rounded past it): then to 6, or
+    not at all."""
+    best = objective(theta)
+    for decimals in (4, 6):
+        short = np.round(theta, decimals)
+        if objective(short) <= best + 1e-6:  # kinks of the |log error| move it by less
+            return [float(v) for v in short]
+    return [float(v) for v in theta]
 
 
 def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None = None,
         tol: float = 1e-3) -> FitResult:
-    """Fit every generation present in ``cases`` (time), then the memory parameters."""
+    """Fit every generation present in ``cases`` (time), then the memory parameters,
+    starting from ``start`` (default: the prior centres, DEFAULT_PARAMETERS)."""
     params: dict[str, dict[str, float]] = {}
     rows: dict[str, int] = {}
     objective: dict[str, float] = {}
@@ -128,10 +171,9 @@ def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None =
                  if n != "fp8_eff" or any(c.job.dtype == "fp8" for c in timed)]
         x0 = np.array([start.get(gen, {}).get(n, DEFAULT_PARAMETERS[n]) for n in names])
         measured = np.array([c.measured for c in timed])
-        theta, value = _minimize(_time_objective(ev, gen, names, _source_weights(timed),
-                                                 measured), x0, [BOUNDS[n] for n in names],
-                                 tol)
-        params[gen] = {n: float(round(v, 4)) for n, v in zip(names, theta)}
+        objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured)
+        theta, value = _minimize(objective_gen, x0, [BOUNDS[n] for n in names], tol)
+        params[gen] = dict(zip(names, _rounded(objective_gen, theta)))
         rows[gen] = len(timed)
         objective[gen] = value
     # memory: measured peaks and feasibility, with the time parameters just fitted
@@ -152,7 +194,7 @@ def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None =
     x0 = np.array([start.get("memory", {}).get(n, DEFAULT_PARAMETERS[n])
                    for n in MEMORY_PARAMETERS])
     theta, value = _minimize(mem_objective, x0, [BOUNDS[n] for n in MEMORY_PARAMETERS], tol)
-    params["memory"] = {n: float(round(v, 4)) for n, v in zip(MEMORY_PARAMETERS, theta)}
+    params["memory"] = dict(zip(MEMORY_PARAMETERS, _rounded(mem_objective, theta)))
     rows["memory"] = int(has_mem.sum())
     objective["memory"] = value
     return FitResult(params, rows, objective)
@@ -181,9 +223,10 @@ def write_calibration(path, result: FitResult, data: str) -> None:
     body = {"fitted": {
         "data": Path(data).name, "data_sha256": digest,
         "date": datetime.date.today().isoformat(),
-        "method": "per generation: Powell minimisation of the source-balanced mean |log error| "
-                  "of the published metric; memory: |log error| of measured peaks plus a "
-                  "penalty per wrong feasibility (sweep/calibration.py)",
+        "method": "per generation: Powell minimisation, from the prior centres, of the "
+                  "source-balanced mean |log error| of the published metric plus a weak "
+                  f"log-space prior (weight {PRIOR_WEIGHT}); memory: |log error| of measured "
+                  "peaks plus a penalty per wrong feasibility (sweep/calibration.py)",
         "rows": dict(result.rows),
         "borrowed": {g: f"no measured runs: {d} values" for g, d in borrowed.items()},
     }}

@@ -217,7 +217,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     cases, _ = express_all(rows)
     if not cases:
         raise SweepError(f"{data}: no row can be expressed; nothing to calibrate on")
-    result = fit(cases, start=_calibration_params(cases))
+    result = fit(cases)  # from the prior centres: the result depends on code and data only
     params, borrowed = fill_generations(result.parameters)
     if args.json:
         print(json.dumps({"parameters": params, "rows": result.rows,

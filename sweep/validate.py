@@ -713,7 +713,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
             test = [c for c in cases if c.source == source and c.metric]
             if not test:
                 continue
-            fitted = fit(train, start=params, tol=1e-2).parameters
+            fitted = fit(train, tol=1e-2).parameters
             # a generation with no other source borrows its neighbour's fit (never the
             # parameters fitted with this source)
             fitted, _ = fill_generations(fitted, sorted({c.hw.generation for c in test}))

@@ -45,7 +45,7 @@ __all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES
 #: 2d: SUMMA over a tp x tp2 grid
 STRATEGIES = ("1d", "2d")
 
-#: calibrated parameters (per GPU generation) and their meaning; defaults are priors
+#: calibrated parameters (per GPU generation) and their meaning
 PARAMETERS = {
     "gemm_eff": "fraction of the dense tensor peak a large GEMM sustains",
     "attn_eff": "fraction of the 16-bit tensor peak FlashAttention sustains",
@@ -62,6 +62,13 @@ MEMORY_PARAMETERS = {
                        "memory: in reported (nvidia-smi / max reserved) memory, not in what a "
                        "run needs",
 }
+#: the parameters' physical centres: the values before any fit and the centres of the weak
+#: prior the fit keeps (calibration.py PRIOR_WEIGHT). Round figures of what the hardware
+#: sustains in isolation: large cuBLAS GEMMs about 3/4 of the dense tensor peak;
+#: FlashAttention-2 50 - 73 % of the A100 peak (Dao 2023, abstract); streaming kernels about
+#: 80 % of the HBM datasheet bandwidth; a few microseconds per kernel launch; NCCL ring bus
+#: bandwidth (nccl-tests' busbw) about 3/4 of NVLink's and 85 % of a NIC's line rate; fp8
+#: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
 DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "hbm_eff": 0.8, "kernel_us": 5.0,
                       "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "reserve_GiB": 2.0,
                       "allocator_cache": 0.1}
