@@ -154,14 +154,13 @@ def _rounded(objective, theta: np.ndarray) -> list[float]:
     return [float(v) for v in theta]
 
 
-def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None = None,
-        tol: float = 1e-3) -> FitResult:
+def fit(cases: Sequence[Case], tol: float = 1e-3) -> FitResult:
     """Fit every generation present in ``cases`` (time), then the memory parameters,
-    starting from ``start`` (default: the prior centres, DEFAULT_PARAMETERS)."""
+    starting from the prior centres (DEFAULT_PARAMETERS): the result depends on the cases
+    only."""
     params: dict[str, dict[str, float]] = {}
     rows: dict[str, int] = {}
     objective: dict[str, float] = {}
-    start = start or {}
     for gen in sorted({c.hw.generation for c in cases}):
         timed = [c for c in cases if c.hw.generation == gen and c.metric]
         if not timed:
@@ -169,7 +168,7 @@ def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None =
         ev = Evaluator(timed)
         names = [n for n in TIME_PARAMETERS
                  if n != "fp8_eff" or any(c.job.dtype == "fp8" for c in timed)]
-        x0 = np.array([start.get(gen, {}).get(n, DEFAULT_PARAMETERS[n]) for n in names])
+        x0 = np.array([DEFAULT_PARAMETERS[n] for n in names])
         measured = np.array([c.measured for c in timed])
         objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured)
         theta, value = _minimize(objective_gen, x0, [BOUNDS[n] for n in names], tol)
@@ -191,8 +190,7 @@ def fit(cases: Sequence[Case], start: Mapping[str, Mapping[str, float]] | None =
         wrong = np.count_nonzero(out["feasible"] == oom)
         return float(err.mean() if err.size else 0.0) + FEASIBILITY_PENALTY * wrong / len(oom)
 
-    x0 = np.array([start.get("memory", {}).get(n, DEFAULT_PARAMETERS[n])
-                   for n in MEMORY_PARAMETERS])
+    x0 = np.array([DEFAULT_PARAMETERS[n] for n in MEMORY_PARAMETERS])
     theta, value = _minimize(mem_objective, x0, [BOUNDS[n] for n in MEMORY_PARAMETERS], tol)
     params["memory"] = dict(zip(MEMORY_PARAMETERS, _rounded(mem_objective, theta)))
     rows["memory"] = int(has_mem.sum())
