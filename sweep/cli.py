@@ -337,7 +337,7 @@ class _Progress:
     def __init__(self, every_s: float = 10.0, stream=None) -> None:
         self.every_s = every_s
         self.stream = stream or sys.stderr
-        self.last = 0.0
+        self.last: float | None = None  # the first line always prints
         self.bar = None
         self.tty = _reaches_terminal(self.stream)
 
@@ -358,7 +358,7 @@ class _Progress:
             return
         now = time.monotonic()
         last = p["ranks_done"] == p["ranks"]
-        if now - self.last < self.every_s and not last:
+        if self.last is not None and now - self.last < self.every_s and not last:
             return
         self.last = now
         frac = done / total if total else 1.0
