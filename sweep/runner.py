@@ -16,6 +16,7 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import signal
 import time
@@ -197,7 +198,7 @@ class _Tracker:
         self.comm, self.callback, self.total, self.start = comm, callback, total, start
         self.done = {r: 0 for r in range(comm.size)}
         self.finished: set[int] = set()
-        self.last_post = 0.0
+        self.last_post = -math.inf  # the first post is never held back
 
     def _report(self) -> None:
         if self.callback is not None:
