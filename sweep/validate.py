@@ -206,6 +206,10 @@ def megatron_core_flops(B, s, L, e, f, H, Kv, d, V, swiglu) -> float:
 
 # ------------------------------------------------------------------------------ expressing rows
 
+#: the stacks' names, as a framework column may give them (for error messages)
+STACK_NAMES = [re.sub(r"\\(.)", r"\1", pattern) for pattern, _ in STACKS]
+
+
 def _stack(framework: str) -> Stack | None:
     for pattern, stack in STACKS:
         if re.search(pattern, framework):
@@ -296,10 +300,12 @@ def express(row: Mapping[str, str]) -> Case | str:
     hw_name = GPU_MAP.get(row["gpu"]) or (row["gpu"] if row["gpu"] in list_names("hardware")
                                           else None)
     if hw_name is None:
-        return f"GPU {row['gpu']!r} is not in the hardware catalog"
+        return (f"GPU {row['gpu']!r} is not in the hardware catalog (use a catalog name: "
+                f"{', '.join(list_names('hardware'))})")
     stack = _stack(row["framework"])
     if stack is None:
-        return f"framework {row['framework']!r} unknown"
+        return (f"framework {row['framework']!r} unknown (it must name a known stack: "
+                f"{', '.join(STACK_NAMES)})")
     dims = {k: _int(row, k) for k in ("n_layers", "hidden", "ffn_hidden", "n_heads",
                                       "seq_len", "n_gpus", "global_batch_seqs")}
     for k, v in dims.items():

@@ -183,11 +183,16 @@ def _subset(rows, path, extra=()):
 
 def test_validate_a_users_csv(tmp_path, rows, capsys):
     odd = dict(rows[0], id="my_tpu_run", gpu="TPU v5p")
-    n = _subset(rows, tmp_path / "mine.csv", [odd])
+    mine = dict(rows[0], id="my_stack_run", framework="my own trainer")
+    n = _subset(rows, tmp_path / "mine.csv", [odd, mine])
     code = main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso"])
     out = capsys.readouterr().out
     assert code == 0
+    # what cannot be expressed says what would be: the catalog names, the known stacks
     assert "my_tpu_run" in out and "GPU 'TPU v5p' is not in the hardware catalog" in out
+    assert "use a catalog name: A100-40GB, A100-80GB" in out
+    assert "framework 'my own trainer' unknown" in out
+    assert "Megatron-DeepSpeed, DeepSpeed ZeRO-3, NeMo" in out and "torchtitan)" in out
     assert "median |error|" in out and "Korthikanti2022" in out
     code = main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso", "--json"])
     rep = yaml.safe_load(capsys.readouterr().out)  # JSON is YAML
