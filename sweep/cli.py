@@ -184,7 +184,7 @@ def _calibration_params(cases) -> dict:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .validate import DEFAULT_DATA, express_all, read_runs, render, report
+    from .validate import DEFAULT_DATA, available_cpus, express_all, read_runs, render, report
 
     import importlib.util
 
@@ -196,7 +196,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         loso = False
         print("sweep validate: leave-one-source-out skipped: re-fitting needs scipy "
               "(pip install 'sweep[validate]')", file=sys.stderr)
-    rep = report(rows, _calibration_params(cases), loso=loso)
+    rep = report(rows, _calibration_params(cases), loso=loso,
+                 workers=args.workers or available_cpus())
     rep["data"] = str(data)
     if args.json:
         print(json.dumps(rep, indent=1))
@@ -597,6 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the public runs shipped with sweep)")
     v.add_argument("--no-loso", action="store_true",
                    help="skip leave-one-source-out (re-fits; needs scipy)")
+    v.add_argument("--workers", type=_positive_int,
+                   help="processes for the leave-one-source-out re-fits, one source each "
+                   "(default: every available core)")
     v.add_argument("--summary", action="store_true", help="omit the per-row table")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=_cmd_validate)

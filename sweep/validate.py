@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -638,12 +639,14 @@ def replicates(cases: Sequence[Case]) -> list[dict]:
 
 
 def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, float]],
-           loso: bool = True) -> dict:
+           loso: bool = True, workers: int = 1) -> dict:
     """Predict every row with ``params`` ({generation | memory: {name: value}}) and summarise.
 
-    With ``loso``, also re-calibrate without each source and predict it.
+    With ``loso``, also re-calibrate without each source and predict it, one source per
+    process on up to ``workers`` processes (``sweep validate`` uses every available core;
+    more than one worker needs the ``if __name__ == "__main__":`` guard in a calling script).
     """
-    from .calibration import fill_generations, fit, predictions
+    from .calibration import predictions
 
     cases, unexpressed = express_all(rows)
     if not cases:
@@ -713,24 +716,51 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         "spearman": ranking,
     }
     if loso:
-        loso_err, per = [], {}
-        for source in sorted({c.source for c in cases}):
-            train = [c for c in cases if c.source != source]
-            test = [c for c in cases if c.source == source and c.metric]
-            if not test:
-                continue
-            fitted = fit(train, tol=1e-2).parameters
-            # a generation with no other source borrows its neighbour's fit (never the
-            # parameters fitted with this source)
-            fitted, _ = fill_generations(fitted, sorted({c.hw.generation for c in test}))
-            ev_t = Evaluator(test)
-            ev_t.set_parameters(fitted)
-            p_t, _ = predictions(ev_t)
-            errs = [p_t[i] / c.measured - 1.0 for i, c in enumerate(test)]
-            per[source] = _stats(errs)
-            loso_err += errs
+        sources = sorted({c.source for c in cases if c.metric})
+        held_out = _map(_held_out_errors, [(s, cases) for s in sources], workers)
+        per = {s: _stats(errs) for s, errs in zip(sources, held_out)}
+        loso_err = [e for errs in held_out for e in errs]
         result["loso"] = {"overall": _stats(loso_err), "per_source": per}
     return result
+
+
+def _held_out_errors(source: str, cases: Sequence[Case]) -> list[float]:
+    """Leave ``source`` out: calibrate on the other sources (from the prior centres), then
+    predict that source's timed rows; their relative errors."""
+    from .calibration import fill_generations, fit, predictions
+
+    train = [c for c in cases if c.source != source]
+    test = [c for c in cases if c.source == source and c.metric]
+    fitted = fit(train, tol=1e-2).parameters
+    # a generation with no other source borrows its neighbour's fit (never the parameters
+    # fitted with this source)
+    fitted, _ = fill_generations(fitted, sorted({c.hw.generation for c in test}))
+    ev = Evaluator(test)
+    ev.set_parameters(fitted)
+    pred, _ = predictions(ev)
+    return [float(pred[i] / c.measured - 1.0) for i, c in enumerate(test)]
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (its affinity mask: what Slurm or taskset granted)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _map(fn, args: Sequence[tuple], workers: int) -> list:
+    """``[fn(*a) for a in args]``, on up to ``workers`` processes. The calls are independent
+    and deterministic, so the result does not depend on the number of workers."""
+    workers = min(workers, len(args))
+    if workers <= 1:
+        return [fn(*a) for a in args]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: a fresh interpreter per worker, safe whatever threads this process holds
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*args)))
 
 
 # ------------------------------------------------------------------------------ text
