@@ -299,7 +299,9 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
                 # SUMMA: tokens over tp2 and weight rows over tp2 split evenly
                 if s % second or e % second or f % second or (H * job.head_dim) % second:
                     continue
-                panels = summa_nb_options(tp, second, e)
+                # a 1 x 1 grid broadcasts nothing: more panels would only split its GEMMs
+                # into more launches of the same total work, never faster than one panel
+                panels = summa_nb_options(tp, second, e) if tp * second > 1 else [1]
             for pp in _divisors_tuple(n // (tp * second)):
                 dp = n // (tp * second * pp)
                 if B % dp == 0 and last_stage_layers(job, pp) >= 1:

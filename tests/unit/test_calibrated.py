@@ -454,6 +454,20 @@ def test_context_parallel_all_gather_of_keys_and_values():
     assert gather["mem_activations_bytes"] == ring["mem_activations_bytes"] + kv
 
 
+def test_a_one_by_one_summa_grid_has_one_panel_and_more_would_never_be_faster():
+    # more panels only split a 1 x 1 grid's GEMMs into more launches (calibrated kernel costs)
+    job, hw = load_job("llama3_8b"), load_hardware("H100-SXM")
+    x = calibrated.make_context(job, hw, hw.calibration, strategy="2d")
+    panels = [1, 2, 4, 8]
+    out = calibrated.evaluate(x, cand(len(panels), tp2=1, pp=4, nb=panels, dp=2, mbs=1))
+    step = np.asarray(out["step_time_s"])
+    assert np.all(np.diff(step) >= 0) and step[-1] > step[0]
+    space = enumerate_calibrated(job, 8, 8, strategy="2d")
+    c = space.columns(0, space.size)
+    grid1 = (c["tp"] == 1) & (c["tp2"] == 1)
+    assert grid1.any() and np.all(c["nb"][grid1] == 1)
+
+
 def test_2d_search_space_rules():
     job = load_job("llama3_70b")
     space = enumerate_calibrated(job, 256, 8, strategy="2d")
