@@ -282,8 +282,8 @@ FIRST_K_FRACTIONS = (0.25, 0.5, 0.75)
 def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
     """(tp, second, pp, dp, nb) with tp x second x pp x dp = n; ``second`` is cp (1d) or
     tp2 (2d), nb the SUMMA panel count (1 for 1d)."""
-    H, Kv, f, e, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.hidden,
-                            job.seq_len, job.n_layers, job.global_batch)
+    H, Kv, f, e, s, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.hidden,
+                         job.seq_len, job.global_batch)
     rows = []
     for tp in _divisors_tuple(n):
         # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA)

@@ -101,7 +101,7 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
                         sizes[key] = cache.get(*key).size
                     cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))
     useful = {c.n_gpus for c in cases if c.candidates > 0}
-    for i, n in enumerate(spec.gpus):
+    for n in spec.gpus:
         if n not in useful:
             raise SpecError(spec.source, "gpus", f"{n} GPUs has no valid configuration for any "
                             f"job and strategy of this spec (degrees must divide the GPU "

@@ -291,7 +291,7 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     # fault injection for the test of the abort path: the named rank fails on its first unit
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
     with _StopFlag() as stop:
-        for i, unit in enumerate(mine):
+        for unit in mine:
             if fail_rank == str(comm.rank):
                 raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
             if stop.signal is not None:

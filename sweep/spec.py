@@ -139,7 +139,7 @@ def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool) -> lis
     unknown = set(spec) - allowed
     if unknown:
         raise _fail(source, f"{key}.{sorted(unknown)[0]}",
-                    f"unknown key; valid: from, to and one of factor, step, points")
+                    "unknown key; valid: from, to and one of factor, step, points")
     if "from" not in spec or "to" not in spec:
         raise _fail(source, key, "a range needs 'from' and 'to'")
     kinds = [k for k in ("factor", "step", "points") if k in spec]

@@ -41,7 +41,7 @@ def _fmt(v: float) -> str:
 def expand_variants(spec: SweepSpec) -> list[Variant]:
     """All hardware variants of a spec, ids 0..V-1 in a deterministic order."""
     out: list[Variant] = []
-    for gi, group in enumerate(spec.hardware):
+    for group in spec.hardware:
         for base_name in group.bases:
             base = spec.bases[base_name]
             ranges = [range(len(ax.points)) for ax in group.axes]
