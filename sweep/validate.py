@@ -717,7 +717,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     }
     if loso:
         sources = sorted({c.source for c in cases if c.metric})
-        held_out = _map(_held_out_errors, [(s, cases) for s in sources], workers)
+        held_out = _held_out_all(sources, cases, workers)
         per = {s: _stats(errs) for s, errs in zip(sources, held_out)}
         loso_err = [e for errs in held_out for e in errs]
         result["loso"] = {"overall": _stats(loso_err), "per_source": per}
@@ -749,18 +749,19 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _map(fn, args: Sequence[tuple], workers: int) -> list:
-    """``[fn(*a) for a in args]``, on up to ``workers`` processes. The calls are independent
-    and deterministic, so the result does not depend on the number of workers."""
-    workers = min(workers, len(args))
+def _held_out_all(sources: Sequence[str], cases: Sequence[Case], workers: int) -> list:
+    """``_held_out_errors`` of every source, on up to ``workers`` processes. The re-fits are
+    independent and deterministic, so the result does not depend on the number of workers."""
+    workers = min(workers, len(sources))
     if workers <= 1:
-        return [fn(*a) for a in args]
+        return [_held_out_errors(s, cases) for s in sources]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
 
     # spawn: a fresh interpreter per worker, safe whatever threads this process holds
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(fn, *zip(*args)))
+        return list(pool.map(partial(_held_out_errors, cases=cases), sources))
 
 
 # ------------------------------------------------------------------------------ text
