@@ -33,6 +33,19 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """``I/K``: shard I (from 0) of K."""
+    index, sep, count = text.partition("/")
+    try:
+        i, k = int(index), int(count)
+    except ValueError:
+        i = k = -1
+    if not sep or k < 1 or not 0 <= i < k:
+        raise argparse.ArgumentTypeError(f"expected I/K with 0 <= I < K (shard I of K), "
+                                         f"got {text!r}")
+    return i, k
+
+
 # --------------------------------------------------------------------------- predict
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -371,7 +384,8 @@ class _Progress:
 
 def _print_run_summary(s) -> None:
     busy = s.busy_s or [0.0]
-    print(f"sweep {s.plan.spec.name}: {s.evaluated:,} candidates evaluated on {s.ranks} "
+    shard = f" (shard {s.shard[0]}/{s.shard[1]})" if s.shard else ""
+    print(f"sweep {s.plan.spec.name}{shard}: {s.evaluated:,} candidates evaluated on {s.ranks} "
           f"rank(s) in {s.wall_s:.2f} s wall "
           f"({s.evaluated / max(sum(busy), 1e-9):,.0f} per busy core-second)")
     if s.resumed_units:
@@ -390,7 +404,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     comm = get_comm(use_mpi=not args.serial)
     options = RunOptions(out_dir=Path(args.out) if args.out else None, resume=args.resume,
                          force=args.force, checkpoint_s=args.checkpoint,
-                         reduce=not args.no_reduce,
+                         reduce=not args.no_reduce, shard=args.shard,
                          progress=_Progress() if not args.quiet else None)
     args._rank = comm.rank
     try:
@@ -410,6 +424,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     if not args.quiet:
         _print_run_summary(summary)
+    if summary.shard is not None:
+        print(f"shard {summary.shard[0]}/{summary.shard[1]} done; once every shard is: "
+              f"sweep reduce {summary.out_dir}")
     if summary.reduced is not None:
         attrs, rows = load_rows(summary.reduced.path, top=1)
         if not args.quiet:
@@ -446,7 +463,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .plan import make_plan
-    from .slurm import TEMPLATE, SbatchOptions, render_sbatch, submit, wait_for_job
+    from .slurm import SbatchOptions, render_scripts
     from .spec import load_spec
 
     spec = load_spec(args.spec)
@@ -463,8 +480,19 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         python=args.python or sys.executable, workdir=os.getcwd(), version=__version__,
         nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
         launcher=args.launcher, partition=args.partition, account=args.account,
-        setup=tuple(args.setup), extra=tuple(extra))
-    text = render_sbatch(TEMPLATE.read_text(), options)
+        setup=tuple(args.setup), extra=tuple(extra), shards=args.array,
+        max_running=args.max_running)
+    scripts = render_scripts(options)
+    if not options.shards:
+        return _one_job(args, out, scripts["sweep.sbatch"])
+    return _job_array(args, out, options, scripts)
+
+
+def _one_job(args: argparse.Namespace, out, text: str) -> int:
+    from pathlib import Path
+
+    from .slurm import submit, wait_for_job
+
     if not args.submit:
         if args.script:
             Path(args.script).write_text(text)
@@ -484,6 +512,41 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     if state == "COMPLETED":
         print(f"results: {out / 'sweep.h5'}")
         return 0
+    return 1
+
+
+def _job_array(args: argparse.Namespace, out, options, scripts: dict[str, str]) -> int:
+    """Write the array and reduce scripts; with --submit, chain them (afterok) and submit."""
+    import shlex
+    from pathlib import Path
+
+    from .slurm import submit, wait_for_job
+
+    array = Path(args.script) if args.script else out / "sweep-array.sbatch"
+    reduce = array.with_name("reduce.sbatch")
+    array.parent.mkdir(parents=True, exist_ok=True)
+    array.write_text(scripts["sweep-array.sbatch"])
+    reduce.write_text(scripts["reduce.sbatch"])
+    after = ["--kill-on-invalid-dep=yes"]  # a failed array cancels the reduce job
+    if not args.submit:
+        print(f"wrote {array} ({options.shards} array tasks) and {reduce}; submit both with\n"
+              f"  jid=$(sbatch --parsable {shlex.quote(str(array))}) && sbatch "
+              f"--dependency=afterok:$jid {' '.join(after)} {shlex.quote(str(reduce))}")
+        return 0
+    array_id = submit(array)
+    reduce_id = submit(reduce, [f"--dependency=afterok:{array_id}", *after])
+    print(f"submitted {array} as job array {array_id} ({options.shards} tasks, logs "
+          f"{out}/slurm-{array_id}_<task>.out) and {reduce} as job {reduce_id}, which runs "
+          f"once every task has succeeded")
+    if not args.wait:
+        return 0
+    state = wait_for_job(reduce_id, timeout_s=args.wait_timeout)
+    print(f"job {reduce_id} (reduce): {state}")
+    if state == "COMPLETED":
+        print(f"results: {out / 'sweep.h5'}")
+        return 0
+    print(f"the array did not complete (see {out}/slurm-{array_id}_*.out); submitting again "
+          f"continues the unfinished shards", file=sys.stderr)
     return 1
 
 
@@ -511,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--checkpoint", type=float, default=60.0, metavar="SECONDS",
                    help="rewrite part files at least this often (default 60)")
     r.add_argument("--no-reduce", action="store_true", help="leave the merge to sweep reduce")
+    r.add_argument("--shard", type=_shard, metavar="I/K",
+                   help="run only shard I (0..K-1) of K, e.g. a Slurm array task; shards "
+                        "start in any order, resume, and leave the merge to sweep reduce")
     r.add_argument("--serial", action="store_true", help="do not load MPI")
     r.add_argument("--limit", type=_positive_int, default=20, help="cases to print (default 20)")
     r.add_argument("--quiet", action="store_true", help="print only the results path")
@@ -544,8 +610,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="shell line run first, e.g. 'module load cray-mpich' (repeatable)")
     sl.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
                     help="extra #SBATCH option, e.g. qos=debug (repeatable)")
+    sl.add_argument("--array", type=_positive_int, default=0, metavar="K",
+                    help="a job array of K tasks, each running one shard of the sweep with "
+                         "--nodes x --ntasks-per-node ranks, plus a reduce job after it")
+    sl.add_argument("--max-running", type=_positive_int, default=0, metavar="M",
+                    help="with --array: at most M tasks at once (sbatch --array=...%%M)")
     sl.add_argument("--script", help="write the script here (default: print it, or "
-                    "<out>/sweep.sbatch with --submit)")
+                    "<out>/sweep.sbatch with --submit; with --array <out>/sweep-array.sbatch, "
+                    "and reduce.sbatch beside it)")
     sl.add_argument("--submit", action="store_true", help="submit it with sbatch")
     sl.add_argument("--wait", action="store_true", help="with --submit: wait for the job")
     sl.add_argument("--wait-timeout", type=float, default=3600.0, metavar="SECONDS")

@@ -11,6 +11,13 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
 4. SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) makes every rank finish its current unit,
    write its part file and stop: the run can be resumed, with any number of ranks;
 5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
+
+A run can also be cut into ``K`` shards that start independently, at any time, e.g. the tasks
+of a Slurm job array (``RunOptions.shard = (i, K)``). With ``n`` ranks per shard there are
+``K * n`` workers; worker ``i * n + rank`` owns a fixed share of *all* work units (the same
+partition whichever shards have run), skips the units any part file already holds, and
+writes ``part-<worker>.h5``. Shards never reduce: ``sweep reduce`` merges them once all
+have finished. The result is the same as that of one run on any number of ranks.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class RunOptions:
     reduce: bool = True  # rank 0 writes sweep.h5 when the run is complete
     block_size: int = DEFAULT_BLOCK
     progress: Callable[[dict], None] | None = None  # rank 0: called with progress records
+    shard: tuple[int, int] | None = None  # (index, count): run only this shard; implies resume
 
 
 @dataclass
@@ -69,6 +77,7 @@ class RunSummary:
     candidates_per_rank: list[int] = field(default_factory=list)
     reduced: ReduceSummary | None = None
     resumed_units: int = 0
+    shard: tuple[int, int] | None = None
 
     @property
     def imbalance_time(self) -> float:
@@ -93,12 +102,16 @@ def _prepare(spec_path: str, options: RunOptions) -> tuple[str, str, np.ndarray,
     out = out.resolve()
     stored = out / SPEC_NAME
     parts = list_parts(out)
+    resume = options.resume or options.shard is not None  # shards start in any order
+    if options.force and options.shard is not None:
+        raise StoreError("--force cannot be used with --shard: the other shards share the "
+                         "folder; remove it first, or use another --out")
     if options.force and out.exists():
         for p in parts + [out / RESULTS_NAME, stored]:
             p.unlink(missing_ok=True)
         parts = []
     if stored.exists() or parts:
-        if not options.resume:
+        if not resume:
             raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
                              f"start over with --force")
         if stored.exists() and stored.read_text() != text:
@@ -249,6 +262,9 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
         SweepError: on every rank alike for bad input; Interrupted after a signal.
     """
     options = options or RunOptions()
+    if options.shard is not None and not 0 <= options.shard[0] < options.shard[1]:
+        raise SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting I/K with "
+                         f"0 <= I < K")
     start_wall = time.monotonic()
     setup = None
     if comm.rank == 0:
@@ -266,15 +282,28 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     sha = hashlib.sha256(text.encode()).hexdigest()
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)
-    pending = plan.units[~np.isin(plan.units["unit_id"], done_ids)]
-    owner = assign_units(pending["stop"] - pending["start"], comm.size)
-    mine = pending[owner == comm.rank]
+    if options.shard is None:
+        # the pending units, shared afresh among this run's ranks
+        worker, workers = comm.rank, comm.size
+        pending = plan.units[~np.isin(plan.units["unit_id"], done_ids)]
+        owner = assign_units(pending["stop"] - pending["start"], workers)
+        mine = pending[owner == worker]
+    else:
+        # a fixed share of all units, so that shards starting at different times never overlap
+        index, count = options.shard
+        worker, workers = index * comm.size + comm.rank, count * comm.size
+        owner = assign_units(plan.units["stop"] - plan.units["start"], workers)
+        open_ = ~np.isin(plan.units["unit_id"], done_ids)
+        ours = owner // comm.size == index
+        pending = plan.units[open_ & ours]
+        mine = plan.units[open_ & (owner == worker)]
+        done_ids = plan.units["unit_id"][ours & ~open_]  # resumed: this shard's share only
     state = _State(spec.top_n)
-    my_part = part_path(out, comm.rank)
-    if options.resume and my_part.exists():
+    my_part = part_path(out, worker)
+    if (options.resume or options.shard is not None) and my_part.exists():
         _, old_done, old_top = read_part(my_part)
         state.load(old_done, old_top)
-    attrs = {"name": spec.name, "spec_sha256": sha, "rank": comm.rank, "size": comm.size,
+    attrs = {"name": spec.name, "spec_sha256": sha, "rank": worker, "size": workers,
              "sweep_version": __version__}
 
     def flush(complete: bool) -> None:
@@ -306,7 +335,7 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
             dt = time.perf_counter() - t0
             busy += dt
             evaluated += result.evaluated
-            state.add(unit, result, dt, comm.rank)
+            state.add(unit, result, dt, worker)
             tracker.update(evaluated, final=False)
             if time.monotonic() - last_flush >= options.checkpoint_s:
                 flush(False)
@@ -318,16 +347,19 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     tracker.finish(timeout_s=20.0 if stopped is not None else None)
     if stopped is not None:
         comm.barrier(timeout_s=20.0)  # give the other ranks time to save too, never hang
+        again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard
+                 else "--resume")
         raise Interrupted(f"stopped by signal {stopped} after saving progress to {my_part}; "
-                          f"continue with 'sweep run {spec_path} --resume'")
+                          f"continue with 'sweep run {spec_path} {again}'")
     stats = comm.gather((evaluated, busy, total_mine), root=0)
     summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
-                         time.monotonic() - start_wall, resumed_units=len(done_ids))
+                         time.monotonic() - start_wall, resumed_units=len(done_ids),
+                         shard=options.shard)
     if comm.rank == 0:
         summary.evaluated = sum(s[0] for s in stats)
         summary.busy_s = [s[1] for s in stats]
         summary.candidates_per_rank = [s[2] for s in stats]
-        if options.reduce:
+        if options.reduce and options.shard is None:
             summary.reduced = reduce_run(out)
         summary.wall_s = time.monotonic() - start_wall
     return summary

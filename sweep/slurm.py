@@ -1,7 +1,13 @@
 """``sweep slurm``: render (and submit) an sbatch script that runs a sweep and its reduction.
 
-:func:`render_sbatch` is a pure function of a template (``slurm/sweep.sbatch``) and
-:class:`SbatchOptions`; it is checked against a golden file. Values are shell-quoted.
+One job (``slurm/sweep.sbatch``): all ranks run the sweep in one allocation, then one merges
+the parts. A job array (``--array K``, ``slurm/sweep-array.sbatch``): task I runs shard I of K
+in its own allocation, so the sweep fits in small, short jobs that the scheduler can backfill,
+and a reduce job (``slurm/reduce.sbatch``) merges the parts once the whole array has
+succeeded (``--dependency=afterok``).
+
+:func:`render_sbatch` is a pure function of a template and :class:`SbatchOptions`; it is
+checked against golden files. Values are shell-quoted.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from pathlib import Path
 from .catalog import REPO_ROOT
 from .errors import SweepError
 
-__all__ = ["SbatchOptions", "render_sbatch", "TEMPLATE", "submit", "wait_for_job",
-           "LAUNCHERS"]
+__all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "TEMPLATE", "ARRAY_TEMPLATE", "REDUCE_TEMPLATE",
+           "submit", "wait_for_job", "LAUNCHERS"]
 
 TEMPLATE = REPO_ROOT / "slurm" / "sweep.sbatch"
+ARRAY_TEMPLATE = REPO_ROOT / "slurm" / "sweep-array.sbatch"
+REDUCE_TEMPLATE = REPO_ROOT / "slurm" / "reduce.sbatch"
 #: how the ranks are started inside the allocation
 LAUNCHERS = {
     "srun": "srun --mpi=pmi2 --kill-on-bad-exit=1",
@@ -49,11 +57,17 @@ class SbatchOptions:
     account: str | None = None
     setup: tuple[str, ...] = ()  # shell lines before the run (module load ..., source ...)
     extra: tuple[tuple[str, str], ...] = ()  # more #SBATCH --key=value lines
+    shards: int = 0  # job array of this many tasks, one shard each (0: one job)
+    max_running: int = 0  # array tasks running at once (0: no limit)
 
 
 def _check(o: SbatchOptions) -> None:
     if o.nodes < 1 or o.ntasks_per_node < 1:
         raise SweepError("--nodes and --ntasks-per-node must be positive")
+    if o.shards < 0 or o.max_running < 0:
+        raise SweepError("--array and --max-running must not be negative")
+    if o.max_running and not o.shards:
+        raise SweepError("--max-running limits a job array: give --array K too")
     if not _TIME.match(o.time):
         raise SweepError(f"--time: {o.time!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS)")
     if o.launcher not in LAUNCHERS:
@@ -78,12 +92,26 @@ def render_sbatch(template: str, o: SbatchOptions) -> str:
     lines = [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in extra]
     q = shlex.quote
     text = string.Template(template).substitute(
-        job_name=q(o.job_name), nodes=o.nodes, ntasks_per_node=o.ntasks_per_node,
+        job_name=q(o.job_name), reduce_job_name=q(f"{o.job_name}-reduce"), nodes=o.nodes, ntasks_per_node=o.ntasks_per_node,
         time=o.time, log=q(str(Path(o.out) / "slurm-%j.out")),
+        log_array=q(str(Path(o.out) / "slurm-%A_%a.out")), shards=o.shards,
+        last_shard=o.shards - 1, throttle=f"%{o.max_running}" if o.max_running else "",
         sbatch_extra="".join("\n" + x for x in lines), version=o.version, out=q(o.out),
         setup="".join("\n" + x for x in o.setup), workdir=q(o.workdir),
         launcher=LAUNCHERS[o.launcher], python=q(o.python), spec=q(o.spec))
     return text
+
+
+def render_scripts(o: SbatchOptions) -> dict[str, str]:
+    """File name -> script text: ``sweep.sbatch`` for one job, or ``sweep-array.sbatch`` and
+    ``reduce.sbatch`` for a job array (``o.shards > 0``).
+
+    Raises:
+        SweepError: an option is invalid.
+    """
+    if not o.shards:
+        return {TEMPLATE.name: render_sbatch(TEMPLATE.read_text(), o)}
+    return {t.name: render_sbatch(t.read_text(), o) for t in (ARRAY_TEMPLATE, REDUCE_TEMPLATE)}
 
 
 def submit(script: Path, args: Sequence[str] = ()) -> str:

@@ -89,3 +89,20 @@ def test_rank_zero_reports_progress_of_all_ranks(tmp_path):
     with h5py.File(tmp_path / "p" / "sweep.h5", "r") as f:
         total = int(f.attrs["candidates_total"])
     assert lines[-1].endswith(f"100.0% of {total:,} candidates, 2/2 ranks done, ETA 0 s")
+
+
+def test_two_shards_of_two_ranks_reduce_to_the_single_run(tmp_path):
+    """A job array of MPI jobs: shard I of K on n ranks writes parts I*n .. I*n+n-1."""
+    out = tmp_path / "shards"
+    for i in (1, 0):
+        proc = mpiexec(2, "run", SMALL, "--out", str(out), "--shard", f"{i}/2", "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert f"shard {i}/2 done" in proc.stdout and not (out / "sweep.h5").exists()
+    assert sorted(p.name for p in out.glob("part-*.h5")) == [
+        f"part-{w:05d}.h5" for w in range(4)]
+    reduced = mpiexec(1, "reduce", str(out))
+    assert reduced.returncode == 0 and "complete" in reduced.stdout, reduced.stderr
+    single = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "single"), "--quiet")
+    assert single.returncode == 0, single.stderr
+    a, b = tables(out / "sweep.h5"), tables(tmp_path / "single" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1] and a[2]["ranks"] == "[4]"

@@ -71,3 +71,25 @@ def test_srun_without_mpi_plugin_is_refused(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.count("started as 2 tasks but MPI sees a world of 1 rank") == 2
     assert not out.exists()
+
+
+def test_job_array_then_reduce_and_a_failed_array_cancels_the_reduce(tmp_path):
+    out = tmp_path / "array-run"
+    cmd = [str(BIN / "sweep"), "slurm", SMALL, "--array", "3", "--time", "10", "--out", str(out),
+           "--submit", "--wait", "--wait-timeout", "600"]
+    failed = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                            env={**env(), "SWEEP_TEST_FAIL_RANK": "0"})  # every task fails
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "(reduce): CANCELLED" in failed.stdout and "submitting again continues" in failed.stderr
+    assert not (out / "sweep.h5").exists()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env(),
+                          cwd=tmp_path)
+    log = "".join(p.read_text() for p in out.glob("slurm-*.out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + log
+    assert "(reduce): COMPLETED" in proc.stdout
+    assert sorted(p.name for p in out.glob("part-*.h5")) == [f"part-{i:05d}.h5" for i in range(3)]
+    serial = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "serial"))
+    with h5py.File(out / "sweep.h5", "r") as a, h5py.File(serial.reduced.path, "r") as b:
+        assert a.attrs["complete"] and a.attrs["ranks"] == "[3]"
+        assert a["top"][:].tobytes() == b["top"][:].tobytes()
+        assert a["cases"][:].tobytes() == b["cases"][:].tobytes()

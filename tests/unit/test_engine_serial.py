@@ -181,3 +181,55 @@ def test_show_formats(finished, capsys, fmt):
 def test_show_of_a_missing_file(capsys, tmp_path):
     assert main(["show", str(tmp_path / "none.h5")]) == 2
     assert "no such results file" in capsys.readouterr().err
+
+
+def _same_tables(a_path, b_path):
+    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
+        return (a["top"][:].tobytes() == b["top"][:].tobytes()
+                and a["cases"][:].tobytes() == b["cases"][:].tobytes())
+
+
+def test_shards_in_any_order_reduce_to_the_single_run(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "shards"
+    summaries = [run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(i, 3)))
+                 for i in (2, 0, 1)]
+    assert all(s.reduced is None for s in summaries)  # shards leave the merge to reduce
+    assert sum(s.evaluated for s in summaries) == 126202  # every candidate exactly once
+    units = []
+    for part in sorted(run.glob("part-*.h5")):
+        with h5py.File(part, "r") as f:
+            units.append(f["units"]["unit_id"][:])
+            assert f.attrs["size"] == 3 and f.attrs["complete"]
+    ids = np.concatenate(units)
+    with h5py.File(out / "sweep.h5", "r") as f:
+        n_units = f.attrs["n_units"]
+    assert len(units) == 3 and all(len(u) for u in units)
+    assert len(np.unique(ids)) == len(ids) == n_units  # disjoint, together all of the plan
+    assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
+    again = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(1, 3)))
+    assert again.evaluated == 0 and again.resumed_units == len(units[1])
+
+
+def test_a_shard_then_a_plain_resume_finishes_the_rest(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "mixed"
+    first = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 2)))
+    rest = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, resume=True))
+    assert first.evaluated + rest.evaluated == 126202
+    assert rest.reduced.complete and _same_tables(rest.reduced.path, out / "sweep.h5")
+
+
+def test_bad_shards_are_refused(tmp_path, capsys):
+    with pytest.raises(SweepError, match="shard 2/2: expecting I/K with 0 <= I < K"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", shard=(2, 2)))
+    with pytest.raises(StoreError, match="--force cannot be used with --shard"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "b", shard=(0, 2),
+                                                   force=True))
+    for bad in ("3/3", "1", "a/b", "-1/2", "0/0"):
+        with pytest.raises(SystemExit) as exc:
+            main(["run", SMALL, "--serial", "--out", str(tmp_path / "c"), f"--shard={bad}"])
+        assert exc.value.code == 2
+        assert f"expected I/K with 0 <= I < K (shard I of K), got '{bad}'" in \
+            capsys.readouterr().err
+    assert not any((tmp_path / d).exists() for d in "abc")

@@ -1,16 +1,19 @@
-"""The sbatch script is a pure function of the template and the options (golden file)."""
+"""The sbatch scripts are pure functions of the templates and the options (golden files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import os
 
 import pytest
 
 from sweep.errors import SweepError
-from sweep.slurm import TEMPLATE, SbatchOptions, render_sbatch
+from sweep.slurm import TEMPLATE, SbatchOptions, render_sbatch, render_scripts
 from tests.conftest import REPO
 
-GOLDEN = REPO / "tests" / "golden" / "sweep.sbatch"
+GOLDEN_DIR = REPO / "tests" / "golden"
+GOLDEN = GOLDEN_DIR / "sweep.sbatch"
 OPTIONS = SbatchOptions(spec="/home/u/specs/big sweep.yaml", out="/scratch/u/results/big",
                         job_name="big", python="/home/u/venv/bin/python", workdir="/home/u",
                         version="0.0.0", nodes=4, ntasks_per_node=128, time="02:00:00",
@@ -18,14 +21,34 @@ OPTIONS = SbatchOptions(spec="/home/u/specs/big sweep.yaml", out="/scratch/u/res
                         setup=("module load cray-mpich",), extra=(("qos", "debug"),))
 
 
-def test_render_matches_golden():
-    text = render_sbatch(TEMPLATE.read_text(), OPTIONS)
-    expected = GOLDEN.read_text()
+ARRAY = dataclasses.replace(OPTIONS, nodes=1, ntasks_per_node=64, shards=16, max_running=4)
+
+
+@pytest.mark.parametrize("options, name", [(OPTIONS, "sweep.sbatch"),
+                                           (ARRAY, "sweep-array.sbatch"),
+                                           (ARRAY, "reduce.sbatch")])
+def test_render_matches_golden(options, name):
+    golden = GOLDEN_DIR / name
+    text = render_scripts(options)[name]
+    if os.environ.get("SWEEP_RECORD_GOLDEN") == "1":  # re-record after an intended change
+        golden.write_text(text)
+    expected = golden.read_text()
     if text != expected:
         diff = "\n".join(difflib.unified_diff(expected.splitlines(), text.splitlines(),
                                               "golden", "rendered", lineterm=""))
-        pytest.fail(f"rendered script differs from {GOLDEN}:\n{diff}\n"
-                    f"If the change is intended, delete {GOLDEN} and rerun to re-record.")
+        pytest.fail(f"rendered script differs from {golden}:\n{diff}\n"
+                    f"If the change is intended, re-record with SWEEP_RECORD_GOLDEN=1.")
+
+
+def test_an_array_has_its_scripts_and_runs_shards():
+    assert list(render_scripts(OPTIONS)) == ["sweep.sbatch"]
+    scripts = render_scripts(ARRAY)
+    assert list(scripts) == ["sweep-array.sbatch", "reduce.sbatch"]
+    assert "#SBATCH --array=0-15%4\n" in scripts["sweep-array.sbatch"]
+    assert '--shard "${SLURM_ARRAY_TASK_ID}/16"' in scripts["sweep-array.sbatch"]
+    assert "sweep reduce" not in scripts["sweep-array.sbatch"]
+    assert scripts["reduce.sbatch"].splitlines()[-1].endswith(
+        "-m sweep reduce /scratch/u/results/big")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -33,9 +56,10 @@ def test_render_matches_golden():
     ({"launcher": "aprun"}, "--launcher: 'aprun'"),
     ({"extra": (("q o s", "x"),)}, "--sbatch: 'q o s' is not an sbatch option name"),
     ({"nodes": 0}, "--nodes and --ntasks-per-node must be positive"),
+    ({"max_running": 2}, "--max-running limits a job array: give --array K too"),
+    ({"shards": -1}, "--array and --max-running must not be negative"),
 ])
 def test_bad_options(change, message):
-    import dataclasses
 
     with pytest.raises(SweepError, match=message.replace("(", r"\(")):
         render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, **change))
