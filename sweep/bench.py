@@ -23,7 +23,8 @@ from .candidates import enumerate_space
 from .catalog import load_hardware, load_job
 from .search import search_range
 
-__all__ = ["Workload", "STANDARD", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench"]
+__all__ = ["Workload", "STANDARD", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench",
+           "estimate_search_seconds", "pps_sample"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,57 @@ def run_bench(repeat: int = 5, full: bool = False) -> dict:
             "numpy": np.__version__, "machine": platform.machine(),
             "processor": platform.processor() or platform.machine(), "repeat": repeat,
             "workloads": rows, "standard_candidates_per_core_second": total}
+
+
+def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
+    """Indices of ``samples`` draws, probability proportional to size: the items holding the
+    points ``(j + 1/2) / samples`` of the cumulative size (systematic sampling, so an item of
+    size c is drawn floor or ceil of ``samples * c / total`` times), in a fixed shuffled
+    order. Pure."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    points = (np.arange(samples) + 0.5) / samples * sizes.sum()
+    picked = np.searchsorted(np.cumsum(sizes), points, side="right")
+    return picked[np.random.default_rng(0).permutation(samples)]
+
+
+def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:
+    """Core-seconds of search the plan needs on this machine (``sweep plan``'s estimate).
+
+    Whole work units are drawn with probability proportional to their candidate count (a
+    systematic sample at evenly spaced points of the plan's cumulative candidates, taken in a
+    fixed shuffled order so that stopping at ``budget_s`` of CPU time keeps it spread over
+    the plan) and searched exactly as a rank searches them, their spaces already enumerated
+    as ``make_plan`` leaves them in ``cache``. The total is the Hansen-Hurwitz estimator
+    ``C / m * sum(t_i / c_i)`` (C candidates in the plan, m units timed, t_i CPU seconds of a
+    unit of c_i candidates): unbiased for sampling with replacement proportional to size, so
+    cheap and costly parts of a plan (profiles, strategies, layer-key reuse) count as often
+    as they occur.
+    """
+    units = plan.units
+    sizes = (units["stop"] - units["start"]).astype(np.float64)
+    total = float(sizes.sum())
+    if total == 0:
+        return {"core_seconds": 0.0, "units_timed": 0, "cpu_seconds": 0.0}
+    picked = pps_sample(sizes, samples)
+
+    def search(unit, stop=None) -> None:
+        case = plan.cases[int(unit["case_id"])]
+        search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                     case.n_gpus, cache.of(case), int(unit["start"]),
+                     int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
+
+    search(units[picked[0]], int(units["start"][picked[0]]) + 1)  # warm up (first-call costs)
+    seconds: dict[int, float] = {}
+    ratios = []
+    spent = 0.0
+    for u in picked:
+        if u not in seconds:
+            start = time.process_time()
+            search(units[u])
+            seconds[u] = time.process_time() - start
+            spent += seconds[u]
+        ratios.append(seconds[u] / sizes[u])
+        if spent >= budget_s:
+            break
+    return {"core_seconds": total * float(np.mean(ratios)), "units_timed": len(seconds),
+            "cpu_seconds": spent}

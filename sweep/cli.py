@@ -255,36 +255,22 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- plan
 
-def _estimate_rate(plan) -> float:
-    """Candidates per core-second on this machine, measured on a sample of the plan."""
+def _cmd_plan(args: argparse.Namespace) -> int:
     import time
 
-    from .plan import SpaceCache
-    from .search import search_range
-
-    if not plan.cases or plan.total_candidates == 0:
-        return 0.0
-    case = max(plan.cases, key=lambda c: c.candidates)
-    space = SpaceCache(plan.spec.cost_model, offload=plan.spec.offload).of(case)
-    n = min(space.size, 32768)
-    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
-                 case.n_gpus, space, 0, min(n, 1024), plan.spec.top_n)  # warm up
-    t0 = time.process_time()
-    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
-                 case.n_gpus, space, 0, n, plan.spec.top_n)
-    return n / max(time.process_time() - t0, 1e-6)
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from .partition import UNIT_OVERHEAD
-    from .plan import make_plan
+    from .bench import estimate_search_seconds
+    from .plan import SpaceCache, make_plan
     from .spec import load_spec
 
     spec = load_spec(args.spec)
-    plan = make_plan(spec)
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    start = time.process_time()
+    plan = make_plan(spec, cache)
+    plan_s = time.process_time() - start  # every rank of a run builds the plan first
     cases = plan.cases
-    rate = _estimate_rate(plan)
-    core_s = (plan.total_candidates + UNIT_OVERHEAD * len(plan.units)) / rate if rate else 0.0
+    estimate = estimate_search_seconds(plan, cache)
+    core_s = estimate["core_seconds"]
+    rate = plan.total_candidates / core_s if core_s else 0.0
     if args.json:
         print(json.dumps({
             "name": spec.name, "cost_model": spec.cost_model, "jobs": [j.name for j in spec.jobs],
@@ -295,15 +281,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                        "strategy": c.strategy, "n_gpus": c.n_gpus, "candidates": c.candidates}
                       for c in cases],
             "work_units": len(plan.units), "candidates": plan.total_candidates,
-            "candidates_per_core_second": rate, "estimated_core_seconds": core_s}, indent=1))
+            "candidates_per_core_second": rate, "estimated_core_seconds": core_s,
+            "units_timed": estimate["units_timed"], "plan_seconds": plan_s}, indent=1))
         return 0
     print(f"sweep {spec.name}: cost model {spec.cost_model}, top {spec.top_n} per case")
     print(f"  {len(spec.jobs)} job(s) x {len(plan.variants)} hardware variant(s) x "
           f"{len(spec.strategies)} strateg{'y' if len(spec.strategies) == 1 else 'ies'} x "
           f"{len(spec.gpus)} GPU count(s) = {len(cases)} cases, {len(plan.units)} work units")
-    print(f"  {plan.total_candidates:,} candidates; measured here at {rate:,.0f} per "
-          f"core-second: about {core_s:.3g} core-seconds "
-          f"({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64)")
+    print(f"  {plan.total_candidates:,} candidates; {estimate['units_timed']} sampled work "
+          f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
+          f"core-seconds ({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64), after "
+          f"{plan_s:.2g} s of planning on every rank")
     empty = sum(1 for c in cases if c.candidates == 0)
     if empty:
         print(f"  {empty} case(s) have no candidate (nothing divides evenly); they are skipped")

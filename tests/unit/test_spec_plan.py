@@ -125,3 +125,34 @@ def test_partition_is_dealt_in_balanced_runs_and_deterministic():
     assert imbalance(dealt) < 0.05 < imbalance(block)
     assert imbalance(np.array([1.0, 1.0])) == 0.0
     assert imbalance(np.array([3.0, 1.0])) == pytest.approx(0.5)
+
+
+def test_pps_sample_draws_each_unit_in_proportion_to_its_candidates():
+    from sweep.bench import pps_sample
+
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(1, 65536, 500).astype(float)
+    sizes[7] = 40 * 65536  # one unit holding about a quarter of the plan
+    for samples in (1, 24, 1000):
+        picked = pps_sample(sizes, samples)
+        counts = np.bincount(picked, minlength=len(sizes))
+        expected = samples * sizes / sizes.sum()
+        assert len(picked) == samples and (counts >= np.floor(expected) - 1e-9).all()
+        assert (counts <= np.ceil(expected) + 1e-9).all()
+    assert not (np.diff(pps_sample(sizes, 24)) >= 0).all()  # shuffled, so a budget cut spreads
+    assert (pps_sample(sizes, 24) == pps_sample(sizes, 24)).all()
+
+
+def test_plan_estimates_from_sampled_units(capsys):
+    import json
+
+    from sweep.cli import main
+
+    assert main(["plan", str(SMALL), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["candidates"] == sum(c["candidates"] for c in report["cases"]) == 126202
+    assert 1 <= report["units_timed"] <= 24 and report["estimated_core_seconds"] > 0
+    assert report["candidates_per_core_second"] == pytest.approx(
+        report["candidates"] / report["estimated_core_seconds"])
+    assert main(["plan", str(SMALL)]) == 0
+    assert "sampled work units searched here at" in capsys.readouterr().out
