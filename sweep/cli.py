@@ -479,7 +479,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _one_job(args: argparse.Namespace, out, text: str) -> int:
     from pathlib import Path
 
-    from .slurm import submit, wait_for_job
+    from .slurm import submit
 
     if not args.submit:
         if args.script:
@@ -493,13 +493,23 @@ def _one_job(args: argparse.Namespace, out, text: str) -> int:
     script.write_text(text)
     job_id = submit(script)
     print(f"submitted {script} as job {job_id}; log {out}/slurm-{job_id}.out")
+    return _wait_for_results(args, job_id, "", out)
+
+
+def _wait_for_results(args: argparse.Namespace, job_id: str, label: str, out,
+                      if_failed: str = "") -> int:
+    """With --wait: wait for the job that writes sweep.h5; 0 if it completed."""
+    from .slurm import wait_for_job
+
     if not args.wait:
         return 0
     state = wait_for_job(job_id, timeout_s=args.wait_timeout)
-    print(f"job {job_id}: {state}")
+    print(f"job {job_id}{label}: {state}")
     if state == "COMPLETED":
         print(f"results: {out / 'sweep.h5'}")
         return 0
+    if if_failed:
+        print(if_failed, file=sys.stderr)
     return 1
 
 
@@ -508,7 +518,7 @@ def _job_array(args: argparse.Namespace, out, options, scripts: dict[str, str]) 
     import shlex
     from pathlib import Path
 
-    from .slurm import submit, wait_for_job
+    from .slurm import submit
 
     array = Path(args.script) if args.script else out / "sweep-array.sbatch"
     reduce = array.with_name("reduce.sbatch")
@@ -526,16 +536,9 @@ def _job_array(args: argparse.Namespace, out, options, scripts: dict[str, str]) 
     print(f"submitted {array} as job array {array_id} ({options.shards} tasks, logs "
           f"{out}/slurm-{array_id}_<task>.out) and {reduce} as job {reduce_id}, which runs "
           f"once every task has succeeded")
-    if not args.wait:
-        return 0
-    state = wait_for_job(reduce_id, timeout_s=args.wait_timeout)
-    print(f"job {reduce_id} (reduce): {state}")
-    if state == "COMPLETED":
-        print(f"results: {out / 'sweep.h5'}")
-        return 0
-    print(f"the array did not complete (see {out}/slurm-{array_id}_*.out); submitting again "
-          f"continues the unfinished shards", file=sys.stderr)
-    return 1
+    return _wait_for_results(args, reduce_id, " (reduce)", out,
+                             f"the array did not complete (see {out}/slurm-{array_id}_*.out); "
+                             f"submitting again continues the unfinished shards")
 
 
 # --------------------------------------------------------------------------- parser
