@@ -15,9 +15,10 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
 A run can also be cut into ``K`` shards that start independently, at any time, e.g. the tasks
 of a Slurm job array (``RunOptions.shard = (i, K)``). With ``n`` ranks per shard there are
 ``K * n`` workers; worker ``i * n + rank`` owns a fixed share of *all* work units (the same
-partition whichever shards have run), skips the units any part file already holds, and
-writes ``part-<worker>.h5``. Shards never reduce: ``sweep reduce`` merges them once all
-have finished. The result is the same as that of one run on any number of ranks.
+partition whichever shards have run), skips the units its own ``part-<worker>.h5`` already
+holds (an earlier attempt of the same shard) and writes that file. Shards never reduce:
+``sweep reduce`` merges them once all have finished. The result is the same as that of one
+run on any number of ranks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, reduce_run
 from .schema import RESULT_DTYPE, Reason
 from .search import DEFAULT_BLOCK, search_range
 from .spec import load_spec, parse_spec, resolved_yaml
-from .store import DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, write_part
+from .store import (DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, read_part_units,
+                    write_part)
 from .topn import merge_top_n
 
 __all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
@@ -92,9 +94,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _prepare(spec_path: str, options: RunOptions) -> tuple[str, str, np.ndarray, int]:
+def _prepare(spec_path: str, options: RunOptions, size: int) -> tuple[str, str, np.ndarray, int]:
     """Rank 0: validate, set up the folder. Returns (spec text, out dir, done unit ids,
-    number of earlier part files)."""
+    number of part files read). A shard (of ``size`` ranks) reads only its own part files:
+    no other worker can have done its units (but a run with another layout, whose units it
+    then redoes; the reduction drops the duplicates), and a thousand-task array does not
+    make every task open every part."""
     spec = load_spec(spec_path)
     text = resolved_yaml(spec)
     make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
@@ -123,12 +128,16 @@ def _prepare(spec_path: str, options: RunOptions) -> tuple[str, str, np.ndarray,
         tmp.write_text(text)
         os.replace(tmp, stored)
     sha = hashlib.sha256(text.encode()).hexdigest()
+    if options.shard is not None:
+        index = options.shard[0]
+        parts = [p for p in (part_path(out, index * size + r) for r in range(size))
+                 if p.exists()]
     done = []
     for p in parts:
-        attrs, units, _ = read_part(p)
+        attrs, unit_ids = read_part_units(p)
         if attrs.get("spec_sha256") != sha:
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
-        done.append(units["unit_id"])
+        done.append(unit_ids)
     ids = np.unique(np.concatenate(done)) if done else np.zeros(0, np.int64)
     return text, str(out), ids, len(parts)
 
@@ -269,7 +278,7 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     setup = None
     if comm.rank == 0:
         try:
-            setup = ("ok", _prepare(spec_path, options))
+            setup = ("ok", _prepare(spec_path, options, comm.size))
         except SweepError as exc:
             setup = ("error", (type(exc).__name__, str(exc)))
     setup = comm.bcast(setup, root=0)

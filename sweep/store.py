@@ -93,7 +93,9 @@ def _write_atomic(path: Path, attrs: dict[str, Any], tables: dict[str, Table]) -
         raise
 
 
-def _read(path: Path, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _read(path: Path, kind: str, fields: dict[str, str] | None = None
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(attrs, tables) of a sweep file; ``fields``: read only these {table: column}."""
     try:
         with h5py.File(path, "r", locking=False) as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
@@ -102,7 +104,10 @@ def _read(path: Path, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]
             if attrs.get("schema_version") != SCHEMA_VERSION:
                 raise StoreError(f"{path}: schema version {attrs.get('schema_version')} is not "
                                  f"{SCHEMA_VERSION}; it was written by another sweep version")
-            data = {name: f[name][()] for name in f.keys()}
+            if fields is None:
+                data = {name: f[name][()] for name in f.keys()}
+            else:
+                data = {name: f[name].fields(col)[()] for name, col in fields.items()}
     except StoreError:
         raise
     except (OSError, KeyError, ValueError) as exc:
@@ -128,6 +133,17 @@ def read_part(path: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         return attrs, data["units"].astype(DONE_DTYPE), data["top"].astype(TOP_DTYPE)
     except (KeyError, ValueError) as exc:
         raise StoreError(f"{path}: part file lacks its tables ({exc})") from None
+
+
+def read_part_units(path: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """(attrs, ids of the units done) of a part file: what a resume needs, without the
+    top-N tables.
+
+    Raises:
+        StoreError: missing, corrupt, or not a part file of this schema.
+    """
+    attrs, data = _read(Path(path), "part", {"units": "unit_id"})
+    return attrs, data["units"].astype(np.int64)
 
 
 def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarray,

@@ -209,6 +209,11 @@ def test_shards_in_any_order_reduce_to_the_single_run(finished, tmp_path):
     assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
     again = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(1, 3)))
     assert again.evaluated == 0 and again.resumed_units == len(units[1])
+    # another layout: the one shard of 1 continues part-00000 and redoes what the other two
+    # parts hold; the reduction drops the duplicates
+    other = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 1)))
+    assert other.resumed_units == len(units[0]) and 0 < other.evaluated < 126202
+    assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
 
 
 def test_a_shard_then_a_plain_resume_finishes_the_rest(finished, tmp_path):
