@@ -455,7 +455,13 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
     spec = load_spec(args.spec)
-    make_plan(spec)  # refuse a spec that cannot run before writing or submitting anything
+    plan = make_plan(spec)  # refuse a spec that cannot run before writing or submitting
+    workers = args.nodes * args.ntasks_per_node * max(args.array, 1)
+    if workers > len(plan.units):
+        print(f"sweep slurm: note: {spec.name} has {len(plan.units)} work units for {workers} "
+              f"ranks, so {workers - len(plan.units)} would have nothing to do; use fewer "
+              f"(--nodes, --ntasks-per-node, --array) or a smaller unit_size in the spec",
+              file=sys.stderr)
     out = Path(args.out or Path("results") / spec.name).resolve()
     extra = []
     for item in args.sbatch:

@@ -70,3 +70,17 @@ def test_values_are_quoted():
     assert "'/home/u/specs/big sweep.yaml'" in text
     assert "srun --mpi=pmi2" in text and "--resume" in text
     assert text.splitlines()[-1].endswith("-m sweep reduce /scratch/u/results/big")
+
+
+def test_more_ranks_than_work_units_gets_a_note(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    small = str(DATA / "specs" / "small.yaml")  # 38 work units
+    assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "4", "--out",
+                 str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().err == ""
+    assert (tmp_path / "o" / "sweep-array.sbatch").exists()
+    assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "5", "--out",
+                 str(tmp_path / "o")]) == 0
+    assert "38 work units for 40 ranks, so 2 would have nothing to do" in capsys.readouterr().err
