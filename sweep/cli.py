@@ -416,11 +416,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"shard {summary.shard[0]}/{summary.shard[1]} done; once every shard is: "
               f"sweep reduce {summary.out_dir}")
     if summary.reduced is not None:
-        attrs, rows = load_rows(summary.reduced.path, top=1)
         if not args.quiet:
-            print(format_rows(attrs, rows[:args.limit]))
-            if len(rows) > args.limit:
-                print(f"... {len(rows) - args.limit} more cases: sweep show "
+            attrs, rows = load_rows(summary.reduced.path, top=1, limit=args.limit)
+            print(format_rows(attrs, rows))
+            if summary.reduced.cases > args.limit:
+                print(f"... {summary.reduced.cases - args.limit} more cases: sweep show "
                       f"{summary.reduced.path}")
         print(f"results: {summary.reduced.path}")
     return 0

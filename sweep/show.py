@@ -24,32 +24,38 @@ _DEGREES = ("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "vpp")
 _PLACEMENT = ("nv_tp", "nv_tp2", "nv_cp", "nv_dp", "nv_pp")
 
 
-def _py(v):
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
+def _records(table: np.ndarray) -> list[dict]:
+    """Rows of a structured array as dicts of Python values (bytes decoded), column-wise."""
+    columns = []
+    for name in table.dtype.names:
+        values = table[name].tolist()
+        columns.append([v.decode() for v in values] if table[name].dtype.kind == "S" else values)
+    return [dict(zip(table.dtype.names, row)) for row in zip(*columns)]
 
 
-def load_rows(path: Path, top: int = 1, case: int | None = None) -> tuple[dict, list[dict]]:
-    """(root attributes, rows) with the ``top`` best configs of each case (or of ``case``).
+def load_rows(path: Path, top: int = 1, case: int | None = None,
+              limit: int | None = None) -> tuple[dict, list[dict]]:
+    """(root attributes, rows) with the ``top`` best configs of each case (or of ``case``;
+    of the first ``limit`` cases only, if given). Linear in the size of the file.
 
     Cases without any feasible configuration appear once with ``place = None``.
     """
     attrs, data = read_results(Path(path))
     cases, rows = data["cases"], data["top"]
+    if case is not None:
+        cases = cases[cases["case_id"] == case]
+    cases = cases[:limit]
+    rows = rows[rows["place"] < top]
+    rows = rows[np.lexsort((rows["place"], rows["case_id"]))]
+    first = np.searchsorted(rows["case_id"], cases["case_id"], side="left")
+    last = np.searchsorted(rows["case_id"], cases["case_id"], side="right")
+    row_records = iter(_records(rows[np.isin(rows["case_id"], cases["case_id"])]))
     out = []
-    for c in cases:
-        cid = int(c["case_id"])
-        if case is not None and cid != case:
-            continue
-        base = {k: _py(c[k]) for k in cases.dtype.names}
-        mine = rows[(rows["case_id"] == cid) & (rows["place"] < top)]
-        if len(mine) == 0:
+    for base, a, b in zip(_records(cases), first, last):
+        if a == b:
             out.append({**base, "place": None})
-        for r in mine:
-            out.append({**base, **{k: _py(r[k]) for k in rows.dtype.names}})
+        for _ in range(b - a):
+            out.append({**base, **next(row_records)})
     return attrs, out
 
 

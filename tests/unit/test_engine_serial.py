@@ -238,3 +238,41 @@ def test_bad_shards_are_refused(tmp_path, capsys):
         assert f"expected I/K with 0 <= I < K (shard I of K), got '{bad}'" in \
             capsys.readouterr().err
     assert not any((tmp_path / d).exists() for d in "abc")
+
+
+def test_show_rows_equal_a_case_by_case_reading(finished, tmp_path):
+    """load_rows (linear: one sort, one pass) gives what reading case by case gives."""
+    from sweep.show import load_rows
+
+    out, _ = finished
+    path = tmp_path / "sweep.h5"  # a copy in which case 2 has no feasible configuration
+    with h5py.File(out / "sweep.h5", "r") as f, h5py.File(path, "w") as g:
+        cases, top = f["cases"][:], f["top"][:]
+        top = top[top["case_id"] != 2]
+        g.attrs.update(dict(f.attrs))
+        g["cases"], g["top"], g["units"] = cases, top, f["units"][:]
+
+    def plain(v):
+        return v.decode() if isinstance(v, bytes) else v.item()
+
+    def reference(k, only=None):
+        rows = []
+        for c in cases:
+            if only is not None and c["case_id"] != only:
+                continue
+            base = {n: plain(c[n]) for n in cases.dtype.names}
+            mine = top[(top["case_id"] == c["case_id"]) & (top["place"] < k)]
+            rows += [{**base, "place": None}] if len(mine) == 0 else [
+                {**base, **{n: plain(r[n]) for n in top.dtype.names}} for r in mine]
+        return rows
+
+    def same(a, b):  # NaN columns (absent calibration parameters) compare as text
+        return json.dumps(a) == json.dumps(b)
+
+    for k in (1, 3, 9):
+        assert same(load_rows(path, top=k)[1], reference(k))
+    assert same(load_rows(path, top=2, case=5)[1], reference(2, only=5))
+    assert load_rows(path, top=2, case=2)[1][0]["place"] is None
+    assert same(load_rows(path, top=2, case=2)[1], reference(2, only=2))
+    assert same(load_rows(path, top=2, limit=4)[1],
+                [r for r in reference(2) if r["case_id"] < 4])
