@@ -38,27 +38,40 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
+def _apply_point(hw: Hardware, axis, i: int, spec: SweepSpec) -> Hardware:
+    """``hw`` with point ``i`` of a grid axis applied."""
+    point = axis.points[i]
+    user = {k: v for k, v in point.items() if not k.startswith("=")}
+    if user:
+        hw = apply_overrides(hw, user, spec.source, axis.paths[i])
+    direct = {k[1:]: v for k, v in point.items() if k.startswith("=")}
+    if direct:
+        hw = dataclasses.replace(hw, **direct)
+    return hw
+
+
 def expand_variants(spec: SweepSpec) -> list[Variant]:
-    """All hardware variants of a spec, ids 0..V-1 in a deterministic order."""
+    """All hardware variants of a spec, ids 0..V-1 in a deterministic order.
+
+    Axes apply in grid order; the hardware after the first ``d`` axes is kept while only
+    later axes change, so a grid of V variants costs about V overrides, not V x axes.
+    """
     out: list[Variant] = []
     for group in spec.hardware:
+        axes = group.axes
         for base_name in group.bases:
-            base = spec.bases[base_name]
-            ranges = [range(len(ax.points)) for ax in group.axes]
-            for combo in itertools.product(*ranges):
-                hw = base
-                swept = []
-                for ax, i in zip(group.axes, combo):
-                    point = ax.points[i]
-                    user = {k: v for k, v in point.items() if not k.startswith("=")}
-                    if user:
-                        hw = apply_overrides(hw, user, spec.source, ax.paths[i])
-                    direct = {k[1:]: v for k, v in point.items() if k.startswith("=")}
-                    if direct:
-                        hw = dataclasses.replace(hw, **direct)
-                    swept.append((ax.name, float(ax.labels[i])))
+            # prefix[d]: the base with the current points of axes[:d] applied
+            prefix: list[Hardware] = [spec.bases[base_name]] * (len(axes) + 1)
+            previous: tuple[int, ...] | None = None
+            for combo in itertools.product(*[range(len(ax.points)) for ax in axes]):
+                changed = 0 if previous is None else next(
+                    d for d, (a, b) in enumerate(zip(previous, combo)) if a != b)
+                for d in range(changed, len(axes)):
+                    prefix[d + 1] = _apply_point(prefix[d], axes[d], combo[d], spec)
+                previous = combo
+                swept = tuple((ax.name, float(ax.labels[i])) for ax, i in zip(axes, combo))
                 label = base_name + ("[" + ",".join(f"{a}={_fmt(v)}" for a, v in swept) + "]"
                                      if swept else "")
-                hw = dataclasses.replace(hw, name=label)
-                out.append(Variant(len(out), label, base_name, tuple(swept), hw))
+                hw = dataclasses.replace(prefix[-1], name=label)
+                out.append(Variant(len(out), label, base_name, swept, hw))
     return out

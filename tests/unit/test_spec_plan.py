@@ -156,3 +156,29 @@ def test_plan_estimates_from_sampled_units(capsys):
         report["candidates"] / report["estimated_core_seconds"])
     assert main(["plan", str(SMALL)]) == 0
     assert "sampled work units searched here at" in capsys.readouterr().out
+
+
+def test_each_variant_equals_its_axes_applied_from_the_base():
+    """Variants reuse the hardware of a grid prefix; each must equal applying its points to
+    the base one by one, in grid order, also where two axes touch the same peak."""
+    import dataclasses
+
+    from sweep.hardware import apply_overrides
+
+    s = spec_of(hardware={"base": ["nersc-A100", "nersc-B200"], "grid": {
+        "matrix_tflops": [300, 900], "nvlink_domain": [4, 8, 72],
+        "peaks": {"zip": {"matrix_tflops": [500, 700], "hbm_GBps": [1000, 3000]}},
+        "nics_per_gpu": [1, 4]}})
+    variants = expand_variants(s)
+    assert len(variants) == 2 * 2 * 3 * 2 * 2
+    axes = s.hardware[0].axes
+    per_base = len(variants) // 2
+    for v in variants:
+        k, points = v.variant_id % per_base, []
+        for ax in reversed(axes):  # the last axis varies fastest
+            points.insert(0, ax.points[k % len(ax.points)])
+            k //= len(ax.points)
+        hw = s.bases[v.base]
+        for point in points:
+            hw = apply_overrides(hw, point, s.source)
+        assert v.hardware == dataclasses.replace(hw, name=v.label)
