@@ -9,6 +9,7 @@ renamed over it at the end, so a failed report never leaves a half-written folde
 from __future__ import annotations
 
 import html
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,17 +43,20 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 code{background:#f3f3f3;padding:0 3px}"""
 
 
+#: cases listed in index.html (best.csv has them all)
+SUMMARY_ROWS = 1000
+
+
 def _summary_table(res: Results) -> str:
-    best = res.best()
+    best = {int(r["case_id"]): r for r in res.best().to_dict("records")}
     cases = res.cases.sort_values("case_id")
     rows = []
-    for _, c in cases.iterrows():
-        b = best[best["case_id"] == c["case_id"]]
+    for c in cases.head(SUMMARY_ROWS).to_dict("records"):
+        r = best.get(int(c["case_id"]))
         cells = [c["case_id"], c["job"], c["hardware"], c["strategy"], c["n_gpus"]]
-        if b.empty:
+        if r is None:
             cells += ["no feasible configuration", "", "", "", ""]
         else:
-            r = b.iloc[0]
             cells += [config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
                       f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 2**30:.1f}"]
         if not c["complete"]:
@@ -61,8 +65,10 @@ def _summary_table(res: Results) -> str:
                     + "</tr>")
     head = ["case", "job", "hardware", "strategy", "GPUs", "best configuration", "step [s]",
             "samples/s", "MFU [%]", "memory [GiB]"]
+    more = (f"<p>The first {SUMMARY_ROWS:,} of {len(cases):,} cases; best.csv lists every "
+            f"case.</p>" if len(cases) > SUMMARY_ROWS else "")
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
-            + "\n".join(rows) + "</table>")
+            + "\n".join(rows) + "</table>" + more)
 
 
 def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = None) -> dict:
@@ -76,6 +82,9 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
     wanted = kinds or kinds_that_fit(res)
     skipped = {k: reasons.get(k, "not asked for") for k in KINDS if k not in wanted}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the report is a normal folder
     try:
         figures = {}
         for kind in wanted:

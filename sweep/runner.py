@@ -152,12 +152,13 @@ class _State:
 
     def load(self, done: np.ndarray, top: np.ndarray) -> None:
         self.done = [tuple(r) for r in done]
-        for cid in np.unique(top["case_id"]):
-            rows = top[top["case_id"] == cid]
-            res = np.zeros(len(rows), RESULT_DTYPE)
-            for name in RESULT_DTYPE.names:
-                res[name] = rows[name]
-            self.tops[int(cid)] = res
+        top = top[np.argsort(top["case_id"], kind="stable")]
+        res = np.zeros(len(top), RESULT_DTYPE)
+        for name in RESULT_DTYPE.names:
+            res[name] = top[name]
+        ids, first = np.unique(top["case_id"], return_index=True)
+        for cid, rows in zip(ids, np.split(res, first[1:])):
+            self.tops[int(cid)] = rows
 
     def add(self, unit: np.void, result, seconds: float, rank: int) -> None:
         oom = result.reasons.get(int(Reason.OUT_OF_MEMORY), 0)
@@ -172,16 +173,16 @@ class _State:
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
-        pieces = []
-        for cid in sorted(self.tops):
-            rows = self.tops[cid]
-            t = np.zeros(len(rows), TOP_DTYPE)
-            for name in RESULT_DTYPE.names:
-                t[name] = rows[name]
-            t["case_id"] = cid
-            t["place"] = np.arange(len(rows))
-            pieces.append(t)
-        top = np.concatenate(pieces) if pieces else np.zeros(0, TOP_DTYPE)
+        ids = sorted(self.tops)
+        if not ids:
+            return done, np.zeros(0, TOP_DTYPE)
+        rows = np.concatenate([self.tops[cid] for cid in ids])
+        counts = np.array([len(self.tops[cid]) for cid in ids])
+        top = np.zeros(len(rows), TOP_DTYPE)
+        for name in RESULT_DTYPE.names:
+            top[name] = rows[name]
+        top["case_id"] = np.repeat(ids, counts)
+        top["place"] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         return done, top
 
 

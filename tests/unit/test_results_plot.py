@@ -6,6 +6,7 @@ The expected values are read from sweep.h5 with plain h5py, independently of swe
 from __future__ import annotations
 
 import io
+from pathlib import Path
 import json
 import subprocess
 import sys
@@ -256,6 +257,28 @@ def test_report_folder(grid, tmp_path, capsys):
     assert len(best) == 1 + len(best_of(grid))
     out = write_report(open_results(grid), tmp_path / "two", ["scaling"])
     assert set(out["figures"]) == {"scaling"} and out["skipped"]["memory"] == "not asked for"
+
+
+def test_report_lists_the_first_cases_and_points_to_best_csv(grid, tmp_path, monkeypatch):
+    import os
+
+    import sweep.report
+
+    res = open_results(grid)
+    umask = os.umask(0o022)
+    try:
+        full = write_report(res, tmp_path / "all", ["scaling"])
+    finally:
+        os.umask(umask)
+    page = (Path(full["dir"]) / "index.html").read_text()
+    n_cases = len(res.cases)
+    assert page.count("<tr><td>") == n_cases and "best.csv lists every case" not in page
+    assert Path(full["dir"]).stat().st_mode & 0o755 == 0o755  # not private (umask 022)
+    monkeypatch.setattr(sweep.report, "SUMMARY_ROWS", 3)
+    capped = write_report(res, tmp_path / "capped", ["scaling"])
+    page = (Path(capped["dir"]) / "index.html").read_text()
+    assert page.count("<tr><td>") == 3
+    assert f"The first 3 of {n_cases:,} cases; best.csv lists every case." in page
 
 
 # ------------------------------------------------------------------------------ progress
