@@ -118,8 +118,8 @@ def _read(path: Path, kind: str, fields: dict[str, str] | None = None
 def write_part(path: Path, attrs: dict[str, Any], done: np.ndarray, top: np.ndarray) -> None:
     """Write one rank's part file atomically."""
     _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "part", **attrs},
-                  {"units": Table(done.astype(DONE_DTYPE), _DONE_COLUMNS),
-                   "top": Table(top.astype(TOP_DTYPE), _TOP_COLUMNS)})
+                  {"units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS),
+                   "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS)})
 
 
 def read_part(path: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
@@ -130,7 +130,7 @@ def read_part(path: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """
     attrs, data = _read(Path(path), "part")
     try:
-        return attrs, data["units"].astype(DONE_DTYPE), data["top"].astype(TOP_DTYPE)
+        return attrs, data["units"].astype(DONE_DTYPE, copy=False), data["top"].astype(TOP_DTYPE, copy=False)
     except (KeyError, ValueError) as exc:
         raise StoreError(f"{path}: part file lacks its tables ({exc})") from None
 
@@ -150,8 +150,8 @@ def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarr
                   done: np.ndarray) -> None:
     """Write the reduced results file atomically."""
     _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "results", **attrs},
-                  {"cases": cases, "top": Table(top.astype(TOP_DTYPE), _TOP_COLUMNS),
-                   "units": Table(done.astype(DONE_DTYPE), _DONE_COLUMNS)})
+                  {"cases": cases, "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS),
+                   "units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS)})
 
 
 def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
