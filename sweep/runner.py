@@ -211,17 +211,21 @@ class _StopFlag:
 
 class _Tracker:
     """Progress of the whole run on rank 0: the other ranks post their evaluated counts
-    (non-blocking, at most every POST_EVERY_S, and once more when done); rank 0 adds them to
+    (non-blocking, at most every ``every_s``, and once more when done); rank 0 adds them to
     its own and calls ``options.progress`` with the total. Rank 0 keeps reporting while it
-    waits for the last rank, until every rank's final post has arrived."""
+    waits for the last rank, until every rank's final post has arrived. The interval grows
+    with the rank count so that rank 0, which computes too, receives at most
+    MAX_POSTS_PER_S posts a second (4,096 ranks: one post per rank every 4 s)."""
 
     POST_EVERY_S = 0.5
+    MAX_POSTS_PER_S = 1000.0
 
     def __init__(self, comm, callback, total: int, start: float) -> None:
         self.comm, self.callback, self.total, self.start = comm, callback, total, start
         self.done = {r: 0 for r in range(comm.size)}
         self.finished: set[int] = set()
         self.last_post = -math.inf  # the first post is never held back
+        self.every_s = max(self.POST_EVERY_S, comm.size / self.MAX_POSTS_PER_S)
 
     def _report(self) -> None:
         if self.callback is not None:
@@ -243,7 +247,7 @@ class _Tracker:
                 self.finished.add(0)
             self._receive()
             self._report()
-        elif final or time.monotonic() - self.last_post >= self.POST_EVERY_S:
+        elif final or time.monotonic() - self.last_post >= self.every_s:
             self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final})
             self.last_post = time.monotonic()
 

@@ -276,3 +276,35 @@ def test_show_rows_equal_a_case_by_case_reading(finished, tmp_path):
     assert same(load_rows(path, top=2, case=2)[1], reference(2, only=2))
     assert same(load_rows(path, top=2, limit=4)[1],
                 [r for r in reference(2) if r["case_id"] < 4])
+
+
+class _PostCounter:
+    """A non-zero rank of a world of ``size`` that counts its progress posts."""
+
+    rank = 1
+
+    def __init__(self, size):
+        self.size, self.posts = size, []
+
+    def post(self, obj):
+        self.posts.append(obj)
+
+
+def test_progress_posts_are_thinned_with_the_rank_count(monkeypatch):
+    from sweep import runner
+
+    clock = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+    for size, every_s in ((2, 0.5), (500, 0.5), (4096, 4.096)):
+        comm = _PostCounter(size)
+        tracker = runner._Tracker(comm, None, 1000, start=clock[0])
+        assert tracker.every_s == pytest.approx(every_s)
+        for step in range(80):  # a unit finished every 1/8 s for 10 s, then the final post
+            clock[0] += 0.125
+            tracker.update(step, final=False)
+        tracker.update(100, final=True)
+        progress = comm.posts[:-1]  # the first at once, then one per interval
+        assert abs(len(progress) - 10.0 / every_s) <= 1
+        assert comm.posts[-1] == {"rank": 1, "done": 100, "final": True}
+        # what all ranks together send rank 0: at most MAX_POSTS_PER_S (or 2 per rank-second)
+        assert size / every_s <= max(runner._Tracker.MAX_POSTS_PER_S, 2.0 * size) + 1e-9
