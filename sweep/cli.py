@@ -436,6 +436,48 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .status import run_status
+
+    st = run_status(args.dir)
+    complete = st["units_done"] == st["units"]
+    if args.json:
+        print(json.dumps(st, indent=1))
+        return 0 if complete else 1
+    d = st["dir"]
+    print(f"{d}: sweep {st['name']} ({st['cost_model']}), {st['cases']:,} cases")
+    pct = 100 * st["units_done"] / max(st["units"], 1)
+    print(f"done: {st['units_done']:,} of {st['units']:,} work units ({pct:.1f}%), "
+          f"{st['candidates_done']:,} of {st['candidates']:,} candidates")
+    if st["parts"]:
+        rows = [[p["file"], f"{p['worker']}/{p['workers']}", p["shard"] or "-",
+                 f"{p['units']:,}", "yes" if p["complete"] else "no", p["written_utc"]]
+                + ([] if p["this_spec"] else ["another spec: remove it"])
+                for p in st["parts"]]
+        print(fmt.table(["part file", "worker", "shard", "units", "finished", "written (UTC)"],
+                        rows, align="lllrll"))
+    else:
+        print("no part files yet")
+    if st["shards"]:
+        left = st["unfinished_shards"]
+        print(f"job array of {st['shards']} shards: " + (
+            f"{len(left)} unfinished ({', '.join(map(str, left[:20]))}"
+            f"{', ...' if len(left) > 20 else ''})" if left else "every shard finished"))
+    res = st["results"]
+    print("sweep.h5: " + ("none" if res is None else "of another spec" if not res["current"]
+                          else "complete" if res["complete"]
+                          else f"partial ({res['units_done']:,} units)"))
+    if complete:
+        print(f"next: sweep show {d}/sweep.h5" if res and res["complete"] and res["current"]
+              else f"next: every unit is done; sweep reduce {d}")
+    else:
+        again = (f"submit the array again (sweep slurm ... --array {st['shards']} --submit), or "
+                 if st["unfinished_shards"] else "")
+        print(f"next: {again}sweep run {d}/spec.yaml --out {d} --resume (any number of ranks); "
+              f"a look at what is there: sweep reduce {d} --partial")
+    return 0 if complete else 1
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from .show import format_rows, load_rows
 
@@ -583,6 +625,12 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("dir", help="run folder")
     rd.add_argument("--partial", action="store_true", help="reduce an unfinished run")
     rd.set_defaults(func=_cmd_reduce)
+
+    st = sub.add_parser("status", help="progress of a run folder (exit 0 when every unit is "
+                                       "done, 1 otherwise)")
+    st.add_argument("dir", help="run folder")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_cmd_status)
 
     sh = sub.add_parser("show", help="best configurations per case of a sweep.h5")
     sh.add_argument("results", help="sweep.h5")

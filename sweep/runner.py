@@ -319,6 +319,8 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
         state.load(old_done, old_top)
     attrs = {"name": spec.name, "spec_sha256": sha, "rank": worker, "size": workers,
              "sweep_version": __version__}
+    if options.shard is not None:
+        attrs["shard"] = f"{options.shard[0]}/{options.shard[1]}"
 
     def flush(complete: bool) -> None:
         done, top = state.tables()

@@ -28,7 +28,8 @@ from .errors import StoreError
 from .schema import CANDIDATE_FIELDS, METRIC_FIELDS, RESULT_DTYPE
 
 __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part",
-           "write_results", "read_results", "Table", "part_path", "list_parts"]
+           "read_part_units", "read_part_done", "write_results", "read_results",
+           "read_results_attrs", "Table", "part_path", "list_parts"]
 
 SCHEMA_VERSION = 1
 
@@ -93,9 +94,10 @@ def _write_atomic(path: Path, attrs: dict[str, Any], tables: dict[str, Table]) -
         raise
 
 
-def _read(path: Path, kind: str, fields: dict[str, str] | None = None
+def _read(path: Path, kind: str, fields: dict[str, str | None] | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(attrs, tables) of a sweep file; ``fields``: read only these {table: column}."""
+    """(attrs, tables) of a sweep file; ``fields``: read only these {table: column, or None
+    for the whole table}."""
     try:
         with h5py.File(path, "r", locking=False) as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
@@ -107,7 +109,8 @@ def _read(path: Path, kind: str, fields: dict[str, str] | None = None
             if fields is None:
                 data = {name: f[name][()] for name in f.keys()}
             else:
-                data = {name: f[name].fields(col)[()] for name, col in fields.items()}
+                data = {name: (f[name] if col is None else f[name].fields(col))[()]
+                        for name, col in fields.items()}
     except StoreError:
         raise
     except (OSError, KeyError, ValueError) as exc:
@@ -144,6 +147,25 @@ def read_part_units(path: Path) -> tuple[dict[str, Any], np.ndarray]:
     """
     attrs, data = _read(Path(path), "part", {"units": "unit_id"})
     return attrs, data["units"].astype(np.int64)
+
+
+def read_part_done(path: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """(attrs, the table of units done) of a part file, without its top-N table.
+
+    Raises:
+        StoreError: missing, corrupt, or not a part file of this schema.
+    """
+    attrs, data = _read(Path(path), "part", {"units": None})
+    return attrs, data["units"].astype(DONE_DTYPE, copy=False)
+
+
+def read_results_attrs(path: Path) -> dict[str, Any]:
+    """The root attributes of a results file (no tables read).
+
+    Raises:
+        StoreError: missing, corrupt, or not a results file of this schema.
+    """
+    return _read(Path(path), "results", {})[0]
 
 
 def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarray,

@@ -308,3 +308,33 @@ def test_progress_posts_are_thinned_with_the_rank_count(monkeypatch):
         assert comm.posts[-1] == {"rank": 1, "done": 100, "final": True}
         # what all ranks together send rank 0: at most MAX_POSTS_PER_S (or 2 per rank-second)
         assert size / every_s <= max(runner._Tracker.MAX_POSTS_PER_S, 2.0 * size) + 1e-9
+
+
+def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys):
+    out, _ = finished
+    run = tmp_path / "array"
+    assert main(["status", str(run)]) == 2 and "no such run folder" in capsys.readouterr().err
+    first = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 3)))
+    assert main(["status", str(run), "--json"]) == 1  # exit 1: units missing
+    st = json.loads(capsys.readouterr().out)
+    assert st["units"] == 38 and st["units_done"] == first.units_mine
+    assert st["candidates_done"] == first.evaluated and st["candidates"] == 126202
+    assert st["shards"] == 3 and st["unfinished_shards"] == [1, 2] and st["results"] is None
+    assert st["parts"][0]["shard"] == "0/3" and st["parts"][0]["complete"]
+    reduce_run(run, partial=True)
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(2, 3)))
+    assert main(["status", str(run)]) == 1
+    text = capsys.readouterr().out
+    assert "job array of 3 shards: 1 unfinished (1)" in text
+    assert "sweep.h5: partial (12 units)" in text and "submit the array again" in text
+    # the command it suggests finishes the run (on one rank here), from the stored spec
+    hint = next(line for line in text.splitlines() if line.startswith("next:"))
+    assert f"sweep run {run}/spec.yaml --out {run} --resume" in hint
+    assert main(["run", f"{run}/spec.yaml", "--out", str(run), "--resume", "--serial",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "done: 38 of 38 work units (100.0%), 126,202 of 126,202 candidates" in text
+    assert "every shard finished" in text and f"next: sweep show {run}/sweep.h5" in text
+    assert _same_tables(run / "sweep.h5", out / "sweep.h5")
