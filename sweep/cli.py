@@ -585,8 +585,9 @@ def _job_array(args: argparse.Namespace, out, options, scripts: dict[str, str]) 
           f"{out}/slurm-{array_id}_<task>.out) and {reduce} as job {reduce_id}, which runs "
           f"once every task has succeeded")
     return _wait_for_results(args, reduce_id, " (reduce)", out,
-                             f"the array did not complete (see {out}/slurm-{array_id}_*.out); "
-                             f"submitting again continues the unfinished shards")
+                             f"the array did not complete (see {out}/slurm-{array_id}_*.out; "
+                             f"sweep status {out} lists the unfinished shards); submitting "
+                             f"again continues them")
 
 
 # --------------------------------------------------------------------------- parser

@@ -82,6 +82,10 @@ def test_job_array_then_reduce_and_a_failed_array_cancels_the_reduce(tmp_path):
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "(reduce): CANCELLED" in failed.stdout and "submitting again continues" in failed.stderr
     assert not (out / "sweep.h5").exists()
+    status = subprocess.run([str(BIN / "sweep"), "status", str(out)], capture_output=True,
+                            text=True, timeout=120, env=env())
+    assert status.returncode == 1, status.stdout + status.stderr  # every task failed at once
+    assert "done: 0 of 38 work units" in status.stdout and "no part files yet" in status.stdout
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env(),
                           cwd=tmp_path)
     log = "".join(p.read_text() for p in out.glob("slurm-*.out"))
