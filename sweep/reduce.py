@@ -62,22 +62,23 @@ def load_run_plan(run_dir: Path) -> tuple[Plan, str, str]:
 
 def merge_tops(rows: np.ndarray, top_n: int) -> np.ndarray:
     """Per case, the best ``top_n`` distinct candidates (samples_per_s desc, index asc),
-    with ``place`` renumbered; rows sorted by (case_id, place)."""
+    with ``place`` renumbered; rows sorted by (case_id, place).
+
+    One sort of the key columns and one gather of the rows kept, so the peak memory is the
+    input plus the output (a reduction of many cases holds little else)."""
     if len(rows) == 0:
         return rows.astype(TOP_DTYPE)
-    # drop duplicates of (case, candidate): the same unit recorded by two parts
-    order = np.lexsort((rows["index"], rows["case_id"]))
-    rows = rows[order]
-    fresh = np.ones(len(rows), dtype=bool)
-    fresh[1:] = (rows["case_id"][1:] != rows["case_id"][:-1]) | (rows["index"][1:] != rows["index"][:-1])
-    rows = rows[fresh]
-    order = np.lexsort((rows["index"], -rows["samples_per_s"], rows["case_id"]))
-    rows = rows[order]
-    starts = np.flatnonzero(np.r_[True, rows["case_id"][1:] != rows["case_id"][:-1]])
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
-    place = np.arange(len(rows)) - group_start
+    case, index, speed = rows["case_id"], rows["index"], rows["samples_per_s"]
+    order = np.lexsort((index, -speed, case))
+    case, index = case[order], index[order]
+    # copies of one (case, candidate) from two parts sort next to each other: same speed
+    fresh = np.ones(len(order), dtype=bool)
+    fresh[1:] = (case[1:] != case[:-1]) | (index[1:] != index[:-1])
+    order, case = order[fresh], case[fresh]
+    starts = np.flatnonzero(np.r_[True, case[1:] != case[:-1]])
+    place = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     keep = place < top_n
-    out = rows[keep].copy()
+    out = rows[order[keep]]
     out["place"] = place[keep]
     return out
 
@@ -98,9 +99,16 @@ def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
     first = top[top["place"] == 0]
     best[first["case_id"]] = first["samples_per_s"]
     axes = sorted({a for v in plan.variants for a, _ in v.swept})
-    hw_records = [c.variant.hardware.record() for c in cases]
+    # hardware columns per variant (cases share variants), then per case by variant id;
     # union over variants: generations may carry different calibration parameters (NaN = absent)
-    hw_keys = sorted({k for r in hw_records for k in r} - {"hardware"})
+    hw_keys = sorted({k for v in plan.variants for k in v.hardware.record()} - {"hardware"})
+    column_of = {k: j for j, k in enumerate(hw_keys)}
+    per_variant = np.full((len(plan.variants), len(hw_keys)), np.nan)
+    for v in plan.variants:
+        for k, value in v.hardware.record().items():
+            if k in column_of:
+                per_variant[v.variant_id, column_of[k]] = value
+    variant_of_case = np.array([c.variant.variant_id for c in cases], dtype=np.int64)
     job_keys = ["n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "head_dim", "vocab",
                 "seq_len", "global_batch"]
     columns: dict[str, tuple[str, str]] = {
@@ -124,7 +132,7 @@ def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
         data[f"swept_{a}"] = np.array([dict(c.variant.swept).get(a, np.nan) for c in cases])
         columns[f"swept_{a}"] = ("", f"value of grid axis {a} (spec units; NaN = not swept)")
     for k in hw_keys:
-        data[k] = np.array([r.get(k, np.nan) for r in hw_records], dtype=np.float64)
+        data[k] = per_variant[variant_of_case, column_of[k]]
         unit = ("B/s" if k.endswith("bytes_per_s") else "B" if k.endswith("_bytes") else
                 "FLOP/s" if k.endswith("flops_per_s") else "s" if k.endswith("_s") else "")
         columns[k] = (unit, f"hardware parameter {k}")
@@ -184,8 +192,10 @@ def reduce_run(run_dir: Path, partial: bool = False) -> ReduceSummary:
         raise StoreError(f"{run_dir}: run incomplete: {missing} of {len(units)} work units "
                          f"missing from {len(parts)} part file(s); continue it with "
                          f"'sweep run SPEC --resume' or reduce with --partial")
-    top = merge_tops(np.concatenate(top_list) if top_list else np.zeros(0, TOP_DTYPE),
-                     plan.spec.top_n)
+    all_top = np.concatenate(top_list) if top_list else np.zeros(0, TOP_DTYPE)
+    del top_list  # the parts' tables are in all_top now
+    top = merge_tops(all_top, plan.spec.top_n)
+    del all_top
     cases = _cases_table(plan, done, top)
     attrs = {"name": plan.spec.name, "sweep_version": __version__,
              "cost_model": plan.spec.cost_model, "spec": text, "spec_sha256": sha,

@@ -46,3 +46,30 @@ def test_fewer_feasible_than_n_and_none():
     r["feasible"] = False
     assert len(select_top_n(r, 10)) == 0
     assert len(merge_top_n([], 10)) == 0
+
+
+def test_merge_tops_equals_a_per_case_reference_with_duplicates():
+    """The reduction's merge: drop copies of a candidate found by two parts, keep each
+    case's best top_n (speed desc, index asc), renumber places, sort by (case, place)."""
+    from sweep.reduce import merge_tops
+    from sweep.store import TOP_DTYPE
+
+    rng = np.random.default_rng(3)
+    n = 4000
+    rows = np.zeros(n, TOP_DTYPE)
+    rows["case_id"] = rng.integers(0, 50, n)
+    rows["index"] = rng.integers(0, 200, n)
+    # a candidate's speed is a function of (case, index), with ties between candidates
+    rows["samples_per_s"] = ((rows["case_id"] * 7 + rows["index"] * 13) % 97).astype(float)
+    rows["place"] = rng.integers(0, 10, n)  # whatever the parts said
+    rows = rows[rng.permutation(n)]
+    for top_n in (1, 5, 1000):
+        got = merge_tops(rows, top_n)
+        expected = []
+        for case in sorted(set(rows["case_id"].tolist())):
+            mine = {int(r["index"]): float(r["samples_per_s"]) for r in rows
+                    if r["case_id"] == case}
+            best = sorted(mine.items(), key=lambda kv: (-kv[1], kv[0]))[:top_n]
+            expected += [(case, place, idx, speed) for place, (idx, speed) in enumerate(best)]
+        assert [(int(r["case_id"]), int(r["place"]), int(r["index"]), float(r["samples_per_s"]))
+                for r in got] == expected
