@@ -492,18 +492,29 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from .plan import make_plan
-    from .slurm import SbatchOptions, render_scripts
+    from .bench import estimate_search_seconds
+    from .plan import SpaceCache, make_plan
+    from .slurm import SbatchOptions, render_scripts, time_limit_s
     from .spec import load_spec
 
     spec = load_spec(args.spec)
-    plan = make_plan(spec)  # refuse a spec that cannot run before writing or submitting
+    limit_s = time_limit_s(args.time)
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    plan = make_plan(spec, cache)  # refuse a spec that cannot run before writing or submitting
     workers = args.nodes * args.ntasks_per_node * max(args.array, 1)
     if workers > len(plan.units):
         print(f"sweep slurm: note: {spec.name} has {len(plan.units)} work units for {workers} "
               f"ranks, so {workers - len(plan.units)} would have nothing to do; use fewer "
               f"(--nodes, --ntasks-per-node, --array) or a smaller unit_size in the spec",
               file=sys.stderr)
+    core_s = estimate_search_seconds(plan, cache, budget_s=0.5)["core_seconds"]
+    per_rank_s = core_s / min(workers, max(len(plan.units), 1))
+    print(f"sweep slurm: about {core_s:.3g} core-seconds of search at this machine's speed, "
+          f"~{per_rank_s:.3g} s on each of {workers} rank(s)", file=sys.stderr)
+    if limit_s is not None and per_rank_s > 0.8 * limit_s:
+        print(f"sweep slurm: note: that is {per_rank_s / limit_s:.0%} of --time {args.time}; "
+              f"the job may stop at its limit (submitting again continues it): raise --time "
+              f"or use more ranks", file=sys.stderr)
     out = Path(args.out or Path("results") / spec.name).resolve()
     extra = []
     for item in args.sbatch:

@@ -24,7 +24,7 @@ from pathlib import Path
 from .catalog import REPO_ROOT
 from .errors import SweepError
 
-__all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "TEMPLATE", "ARRAY_TEMPLATE", "REDUCE_TEMPLATE",
+__all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "time_limit_s", "TEMPLATE", "ARRAY_TEMPLATE", "REDUCE_TEMPLATE",
            "submit", "wait_for_job", "LAUNCHERS"]
 
 TEMPLATE = REPO_ROOT / "slurm" / "sweep.sbatch"
@@ -35,7 +35,10 @@ LAUNCHERS = {
     "srun": "srun --mpi=pmi2 --kill-on-bad-exit=1",
     "mpiexec": 'mpiexec -n "$SLURM_NTASKS"',
 }
-_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+#: sbatch --time forms (sbatch(1)): minutes, minutes:seconds, hours:minutes:seconds,
+#: days-hours, days-hours:minutes, days-hours:minutes:seconds
+_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+)(?::(\d+))?(?::(\d+))?)$")
+_UNLIMITED = ("unlimited", "infinite")
 _FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -61,6 +64,29 @@ class SbatchOptions:
     max_running: int = 0  # array tasks running at once (0: no limit)
 
 
+def time_limit_s(text: str) -> float | None:
+    """Seconds of an sbatch ``--time`` value; None for no limit (UNLIMITED, INFINITE, or 0,
+    which sbatch(1) reads as "no time limit").
+
+    Raises:
+        SweepError: not a Slurm time.
+    """
+    if text.strip().lower() in _UNLIMITED:
+        return None
+    m = _TIME.match(text.strip())
+    if not m:
+        raise SweepError(f"--time: {text!r} is not a Slurm time (minutes, MM:SS, HH:MM:SS, "
+                         f"D-HH, D-HH:MM or D-HH:MM:SS)")
+    d, dh, dm, ds, a, b, c = (int(g) if g else 0 for g in m.groups())
+    if m.group(1) is not None:  # days-hours[:minutes[:seconds]]
+        seconds = ((d * 24 + dh) * 60 + dm) * 60 + ds
+    elif m.group(7) is not None:  # hours:minutes:seconds
+        seconds = (a * 60 + b) * 60 + c
+    else:  # minutes[:seconds]
+        seconds = a * 60 + b
+    return float(seconds) if seconds else None
+
+
 def _check(o: SbatchOptions) -> None:
     if o.nodes < 1 or o.ntasks_per_node < 1:
         raise SweepError("--nodes and --ntasks-per-node must be positive")
@@ -68,8 +94,7 @@ def _check(o: SbatchOptions) -> None:
         raise SweepError("--array and --max-running must not be negative")
     if o.max_running and not o.shards:
         raise SweepError("--max-running limits a job array: give --array K too")
-    if not _TIME.match(o.time):
-        raise SweepError(f"--time: {o.time!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS)")
+    time_limit_s(o.time)
     if o.launcher not in LAUNCHERS:
         raise SweepError(f"--launcher: {o.launcher!r}; valid: {', '.join(LAUNCHERS)}")
     for key, _ in o.extra:

@@ -79,8 +79,33 @@ def test_more_ranks_than_work_units_gets_a_note(tmp_path, capsys):
     small = str(DATA / "specs" / "small.yaml")  # 38 work units
     assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "4", "--out",
                  str(tmp_path / "o")]) == 0
-    assert capsys.readouterr().err == ""
+    assert "nothing to do" not in capsys.readouterr().err
     assert (tmp_path / "o" / "sweep-array.sbatch").exists()
     assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "5", "--out",
                  str(tmp_path / "o")]) == 0
     assert "38 work units for 40 ranks, so 2 would have nothing to do" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("10", 600), ("120", 7200), ("1:30", 90), ("02:00:00", 7200), ("100:00:00", 360000),
+    ("2-12", 216000), ("2-12:30", 217800), ("1-00:00:30", 86430), ("UNLIMITED", None),
+    ("infinite", None), ("0", None), ("00:00:00", None)])
+def test_slurm_time_forms(text, seconds):
+    from sweep.slurm import time_limit_s
+
+    assert time_limit_s(text) == seconds
+
+
+def test_a_time_limit_below_the_estimate_gets_a_note(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    small = str(DATA / "specs" / "small.yaml")  # well under a core-second
+    assert main(["slurm", small, "--time", "1:00", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "core-seconds of search at this machine's speed" in err and "of --time" not in err
+    quick = str(REPO / "specs" / "quickstart.yaml")  # seconds of search on one rank
+    assert main(["slurm", quick, "--time", "0:01", "--out", str(tmp_path / "q")]) == 0
+    assert "of --time 0:01; the job may stop at its limit" in capsys.readouterr().err
+    assert main(["slurm", small, "--time", "1:2:3:4"]) == 2
+    assert "--time: '1:2:3:4' is not a Slurm time" in capsys.readouterr().err
