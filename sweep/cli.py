@@ -255,20 +255,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- plan
 
-def _cmd_plan(args: argparse.Namespace) -> int:
+def _plan_and_estimate(spec, budget_s: float):
+    """(plan, estimate of its search, CPU seconds of planning) on this machine."""
     import time
 
     from .bench import estimate_search_seconds
     from .plan import SpaceCache, make_plan
+
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    start = time.process_time()
+    plan = make_plan(spec, cache)  # SpecError for a spec that cannot run
+    plan_s = time.process_time() - start  # every rank of a run builds the plan first
+    return plan, estimate_search_seconds(plan, cache, budget_s=budget_s), plan_s
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
     spec = load_spec(args.spec)
-    cache = SpaceCache(spec.cost_model, offload=spec.offload)
-    start = time.process_time()
-    plan = make_plan(spec, cache)
-    plan_s = time.process_time() - start  # every rank of a run builds the plan first
+    plan, estimate, plan_s = _plan_and_estimate(spec, budget_s=1.0)
     cases = plan.cases
-    estimate = estimate_search_seconds(plan, cache)
     core_s = estimate["core_seconds"]
     rate = plan.total_candidates / core_s if core_s else 0.0
     if args.json:
@@ -464,11 +470,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"{len(left)} unfinished ({', '.join(map(str, left[:20]))}"
             f"{', ...' if len(left) > 20 else ''})" if left else "every shard finished"))
     res = st["results"]
-    print("sweep.h5: " + ("none" if res is None else "of another spec" if not res["current"]
-                          else "complete" if res["complete"]
-                          else f"partial ({res['units_done']:,} units)"))
+    if res is None:
+        state = "none"
+    elif not res["current"]:
+        state = "of another spec"
+    else:
+        state = "complete" if res["complete"] else f"partial ({res['units_done']:,} units)"
+    print(f"sweep.h5: {state}")
     if complete:
-        print(f"next: sweep show {d}/sweep.h5" if res and res["complete"] and res["current"]
+        print(f"next: sweep show {d}/sweep.h5" if state == "complete"
               else f"next: every unit is done; sweep reduce {d}")
     else:
         again = (f"submit the array again (sweep slurm ... --array {st['shards']} --submit), or "
@@ -492,22 +502,20 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from .bench import estimate_search_seconds
-    from .plan import SpaceCache, make_plan
     from .slurm import SbatchOptions, render_scripts, time_limit_s
     from .spec import load_spec
 
     spec = load_spec(args.spec)
     limit_s = time_limit_s(args.time)
-    cache = SpaceCache(spec.cost_model, offload=spec.offload)
-    plan = make_plan(spec, cache)  # refuse a spec that cannot run before writing or submitting
+    # refuses a spec that cannot run before anything is written or submitted
+    plan, estimate, _ = _plan_and_estimate(spec, budget_s=0.5)
     workers = args.nodes * args.ntasks_per_node * max(args.array, 1)
     if workers > len(plan.units):
         print(f"sweep slurm: note: {spec.name} has {len(plan.units)} work units for {workers} "
               f"ranks, so {workers - len(plan.units)} would have nothing to do; use fewer "
               f"(--nodes, --ntasks-per-node, --array) or a smaller unit_size in the spec",
               file=sys.stderr)
-    core_s = estimate_search_seconds(plan, cache, budget_s=0.5)["core_seconds"]
+    core_s = estimate["core_seconds"]
     per_rank_s = core_s / min(workers, max(len(plan.units), 1))
     print(f"sweep slurm: about {core_s:.3g} core-seconds of search at this machine's speed, "
           f"~{per_rank_s:.3g} s on each of {workers} rank(s)", file=sys.stderr)

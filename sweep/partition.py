@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["assign_units", "imbalance", "UNIT_OVERHEAD", "CHUNKS"]
+__all__ = ["assign_units", "shard_workers", "imbalance", "UNIT_OVERHEAD", "CHUNKS"]
 
 #: per-unit fixed cost, in candidate-equivalents (measured: ~3.6 ms per unit at ~2 M
 #: candidates per second)
@@ -45,6 +45,13 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
     runs = n_ranks * chunks
     run = np.clip(np.floor(middle / end[-1] * runs).astype(np.int64), 0, runs - 1)
     return run % n_ranks
+
+
+def shard_workers(sizes: np.ndarray, shards: int, ranks: int) -> np.ndarray:
+    """Worker of each unit of a plan run as ``shards`` shards of ``ranks`` ranks: the
+    partition of *all* units among ``shards * ranks`` workers, fixed whichever shards have
+    run; worker ``w`` is rank ``w % ranks`` of shard ``w // ranks``."""
+    return assign_units(sizes, shards * ranks)
 
 
 def imbalance(loads: np.ndarray) -> float:

@@ -38,13 +38,13 @@ import yaml
 
 from . import __version__
 from .errors import StoreError, SweepError, WorldError
-from .partition import assign_units, imbalance
+from .partition import assign_units, imbalance, shard_workers
 from .plan import Plan, SpaceCache, make_plan
 from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, reduce_run
 from .schema import RESULT_DTYPE, Reason
 from .search import DEFAULT_BLOCK, search_range
 from .spec import load_spec, parse_spec, resolved_yaml
-from .store import (DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, read_part_units,
+from .store import (DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, read_part_done,
                     write_part)
 from .topn import merge_top_n
 
@@ -134,10 +134,10 @@ def _prepare(spec_path: str, options: RunOptions, size: int) -> tuple[str, str, 
                  if p.exists()]
     done = []
     for p in parts:
-        attrs, unit_ids = read_part_units(p)
+        attrs, units = read_part_done(p)
         if attrs.get("spec_sha256") != sha:
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
-        done.append(unit_ids)
+        done.append(units["unit_id"])
     ids = np.unique(np.concatenate(done)) if done else np.zeros(0, np.int64)
     return text, str(out), ids, len(parts)
 
@@ -306,7 +306,7 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
         # a fixed share of all units, so that shards starting at different times never overlap
         index, count = options.shard
         worker, workers = index * comm.size + comm.rank, count * comm.size
-        owner = assign_units(plan.units["stop"] - plan.units["start"], workers)
+        owner = shard_workers(plan.units["stop"] - plan.units["start"], count, comm.size)
         open_ = ~np.isin(plan.units["unit_id"], done_ids)
         ours = owner // comm.size == index
         pending = plan.units[open_ & ours]

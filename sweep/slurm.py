@@ -24,8 +24,8 @@ from pathlib import Path
 from .catalog import REPO_ROOT
 from .errors import SweepError
 
-__all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "time_limit_s", "TEMPLATE", "ARRAY_TEMPLATE", "REDUCE_TEMPLATE",
-           "submit", "wait_for_job", "LAUNCHERS"]
+__all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "time_limit_s", "TEMPLATE",
+           "ARRAY_TEMPLATE", "REDUCE_TEMPLATE", "submit", "wait_for_job", "LAUNCHERS"]
 
 TEMPLATE = REPO_ROOT / "slurm" / "sweep.sbatch"
 ARRAY_TEMPLATE = REPO_ROOT / "slurm" / "sweep-array.sbatch"
@@ -117,7 +117,8 @@ def render_sbatch(template: str, o: SbatchOptions) -> str:
     lines = [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in extra]
     q = shlex.quote
     text = string.Template(template).substitute(
-        job_name=q(o.job_name), reduce_job_name=q(f"{o.job_name}-reduce"), nodes=o.nodes, ntasks_per_node=o.ntasks_per_node,
+        job_name=q(o.job_name), reduce_job_name=q(f"{o.job_name}-reduce"), nodes=o.nodes,
+        ntasks_per_node=o.ntasks_per_node,
         time=o.time, log=q(str(Path(o.out) / "slurm-%j.out")),
         log_array=q(str(Path(o.out) / "slurm-%A_%a.out")), shards=o.shards,
         last_shard=o.shards - 1, throttle=f"%{o.max_running}" if o.max_running else "",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import StoreError
-from .partition import assign_units
+from .partition import shard_workers
 from .reduce import RESULTS_NAME, load_run_plan
 from .store import list_parts, read_part_done, read_results_attrs
 
@@ -60,7 +60,7 @@ def run_status(run_dir: Path) -> dict:
     unfinished: list[int] = []
     if shards:
         missing = ~np.isin(units["unit_id"], ids)
-        owner = assign_units(sizes, shards * ranks) // ranks
+        owner = shard_workers(sizes, shards, ranks) // ranks
         unfinished = [int(i) for i in np.unique(owner[missing])]
     results = run_dir / RESULTS_NAME
     reduced = None

@@ -28,7 +28,7 @@ from .errors import StoreError
 from .schema import CANDIDATE_FIELDS, METRIC_FIELDS, RESULT_DTYPE
 
 __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part",
-           "read_part_units", "read_part_done", "write_results", "read_results",
+           "read_part_done", "write_results", "read_results",
            "read_results_attrs", "Table", "part_path", "list_parts"]
 
 SCHEMA_VERSION = 1
@@ -94,10 +94,9 @@ def _write_atomic(path: Path, attrs: dict[str, Any], tables: dict[str, Table]) -
         raise
 
 
-def _read(path: Path, kind: str, fields: dict[str, str | None] | None = None
+def _read(path: Path, kind: str, tables: tuple[str, ...] | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(attrs, tables) of a sweep file; ``fields``: read only these {table: column, or None
-    for the whole table}."""
+    """(attrs, tables) of a sweep file: every table, or only those named in ``tables``."""
     try:
         with h5py.File(path, "r", locking=False) as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
@@ -106,11 +105,7 @@ def _read(path: Path, kind: str, fields: dict[str, str | None] | None = None
             if attrs.get("schema_version") != SCHEMA_VERSION:
                 raise StoreError(f"{path}: schema version {attrs.get('schema_version')} is not "
                                  f"{SCHEMA_VERSION}; it was written by another sweep version")
-            if fields is None:
-                data = {name: f[name][()] for name in f.keys()}
-            else:
-                data = {name: (f[name] if col is None else f[name].fields(col))[()]
-                        for name, col in fields.items()}
+            data = {name: f[name][()] for name in (f.keys() if tables is None else tables)}
     except StoreError:
         raise
     except (OSError, KeyError, ValueError) as exc:
@@ -133,20 +128,10 @@ def read_part(path: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """
     attrs, data = _read(Path(path), "part")
     try:
-        return attrs, data["units"].astype(DONE_DTYPE, copy=False), data["top"].astype(TOP_DTYPE, copy=False)
+        return (attrs, data["units"].astype(DONE_DTYPE, copy=False),
+                data["top"].astype(TOP_DTYPE, copy=False))
     except (KeyError, ValueError) as exc:
         raise StoreError(f"{path}: part file lacks its tables ({exc})") from None
-
-
-def read_part_units(path: Path) -> tuple[dict[str, Any], np.ndarray]:
-    """(attrs, ids of the units done) of a part file: what a resume needs, without the
-    top-N tables.
-
-    Raises:
-        StoreError: missing, corrupt, or not a part file of this schema.
-    """
-    attrs, data = _read(Path(path), "part", {"units": "unit_id"})
-    return attrs, data["units"].astype(np.int64)
 
 
 def read_part_done(path: Path) -> tuple[dict[str, Any], np.ndarray]:
@@ -155,7 +140,7 @@ def read_part_done(path: Path) -> tuple[dict[str, Any], np.ndarray]:
     Raises:
         StoreError: missing, corrupt, or not a part file of this schema.
     """
-    attrs, data = _read(Path(path), "part", {"units": None})
+    attrs, data = _read(Path(path), "part", ("units",))
     return attrs, data["units"].astype(DONE_DTYPE, copy=False)
 
 
@@ -165,14 +150,15 @@ def read_results_attrs(path: Path) -> dict[str, Any]:
     Raises:
         StoreError: missing, corrupt, or not a results file of this schema.
     """
-    return _read(Path(path), "results", {})[0]
+    return _read(Path(path), "results", ())[0]
 
 
 def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarray,
                   done: np.ndarray) -> None:
     """Write the reduced results file atomically."""
     _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "results", **attrs},
-                  {"cases": cases, "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS),
+                  {"cases": cases,
+                   "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS),
                    "units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS)})
 
 
