@@ -4,6 +4,11 @@ A name is looked up, in order, in: the directories of ``SWEEP_CATALOG_PATH`` (``
 separated, each holding ``hardware/`` and ``jobs/``), the directory of the spec that refers
 to it, the current directory, and the catalogs shipped at the top of this repository. A
 name may also be a path to a YAML file.
+
+Every spec, job and hardware file is read by :func:`read_yaml`: UTF-8, at most
+:data:`MAX_YAML_BYTES`, no duplicate keys, at most :data:`MAX_YAML_NODES` nodes with aliases
+expanded (alias bombs) and at most :data:`MAX_YAML_DEPTH` levels of nesting; anything else is
+a one-line SpecError.
 """
 
 from __future__ import annotations
@@ -19,27 +24,129 @@ import yaml
 from .errors import SpecError
 from .hardware import Hardware, parse_hardware
 from .job import Job, parse_job
+from .units import brief, finite_float
 
 __all__ = ["load_hardware", "load_job", "read_yaml", "search_roots", "list_names",
-           "load_calibration", "REPO_ROOT", "CALIBRATION_FILE"]
+           "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "MAX_YAML_BYTES",
+           "MAX_YAML_NODES", "MAX_YAML_DEPTH"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+#: largest YAML file read: these files are hand-written (the largest shipped is ~3 kB)
+MAX_YAML_BYTES = 2**20
+#: YAML nodes of one file, an alias counting as every node it repeats (a "billion laughs"
+#: file is a few lines with 10**9 nodes); above the 100,000 values a list may have
+MAX_YAML_NODES = 1_000_000
+#: nesting levels of one file (a spec needs about 6); deeper input would exhaust the stack
+MAX_YAML_DEPTH = 100
+
+
+class _Refused(Exception):
+    """A file the loader refuses: the key (or "") and the message, at a node's line."""
+
+    def __init__(self, key: str, message: str, mark: Any) -> None:
+        super().__init__(f"{message} at line {mark.line + 1}")
+        self.key = key
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, recursive aliases, more than MAX_YAML_NODES
+    nodes once aliases are expanded, and more than MAX_YAML_DEPTH levels of nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nodes = 0  # so far, an alias counting as the nodes of what it repeats
+        self._depth = 0
+        self._size: dict[int, int] = {}  # id(node) -> its nodes, aliases expanded
+
+    def _count(self, n: int, mark: Any) -> None:
+        self._nodes += n
+        if self._nodes > MAX_YAML_NODES:
+            raise _Refused("", f"more than {MAX_YAML_NODES:,} YAML nodes once aliases are "
+                               f"expanded", mark)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = self.anchors.get(event.anchor)
+            if node is not None:  # (an unknown alias is the composer's error)
+                if id(node) not in self._size:
+                    raise _Refused("", f"alias *{event.anchor} refers to a node that "
+                                       f"contains it", event.start_mark)
+                self._count(self._size[id(node)], event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _Refused("", f"nested more than {MAX_YAML_DEPTH} levels deep", event.start_mark)
+        before = self._nodes
+        self._count(1, event.start_mark)
+        node = super().compose_node(parent, index)
+        self._size[id(node)] = self._nodes - before
+        self._depth -= 1
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        first: dict[Any, Any] = {}  # key -> its mark
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # (merge keys may override; unhashable keys are the constructor's)
+            key = self.construct_object(key_node)
+            if key in first:
+                raise _Refused(str(key), f"duplicate key (first given at line "
+                                         f"{first[key].line + 1}), again", key_node.start_mark)
+            first[key] = key_node.start_mark
+        return node
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:  # e.g. a date 2024-13-45
+            raise _Refused("", f"cannot read {brief(node.value)}: {exc}", node.start_mark) \
+                from None
+
+    def construct_yaml_int(self, node: Any) -> int:
+        # integers of more than 4300 digits are a ValueError; none is useful past a few dozen
+        if len(node.value) > 100:
+            raise _Refused("", f"an integer of {len(node.value)} characters", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+
 
 def read_yaml(path: Path) -> Any:
-    """Parse one YAML file; any parse error becomes a one-line SpecError."""
+    """Parse one YAML file (limits: see the module); any problem is a one-line SpecError."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)  # never more, whatever the file is
     except OSError as exc:
         raise SpecError(str(path), "", f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise SpecError(str(path), "", f"larger than {MAX_YAML_BYTES:,} bytes; spec, job and "
+                                       f"hardware files are hand-written YAML")
     try:
-        return yaml.safe_load(text)
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), "", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                                       f"offset {exc.start}); save it as UTF-8") from None
+    loader = None
+    try:
+        loader = _Loader(text)  # (which may refuse the characters already)
+        return loader.get_single_data()
+    except _Refused as exc:
+        raise SpecError(str(path), exc.key, str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(str(path), "", f"malformed YAML: {where}{problem}") from None
+    except RecursionError:  # not expected past MAX_YAML_DEPTH; never a traceback
+        raise SpecError(str(path), "", "nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def search_roots(near: Path | None = None) -> list[Path]:
@@ -110,8 +217,9 @@ def load_calibration(path: Path) -> dict[str, dict[str, float]]:
         if not isinstance(params, dict):
             raise SpecError(str(path), str(gen), "expected a mapping of parameter -> number")
         for k, v in params.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise SpecError(str(path), f"{gen}.{k}", f"expected a number, got {v!r}")
+            if finite_float(v) is None:
+                raise SpecError(str(path), f"{gen}.{k}",
+                                f"expected a finite number, got {brief(v)}")
         out[str(gen)] = {str(k): float(v) for k, v in params.items()}
     return out
 

@@ -24,7 +24,12 @@ class SpecError(SweepError):
         self.source = source
         self.key = key
         where = f"{source}: {key}: " if key else f"{source}: "
-        super().__init__(where + message)
+        super().__init__(_one_line(where + message))
+
+
+def _one_line(text: str) -> str:
+    """Control characters (a newline in a YAML key, say) escaped: an error stays one line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 class StoreError(SweepError):

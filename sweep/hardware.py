@@ -16,8 +16,13 @@ Ethernet, ``nics_per_gpu`` NICs of ``scaleout`` bandwidth each). Example::
     nics_per_gpu: 1
 
 Every quantity can instead be given as a string with its unit
-(``hbm_bandwidth: "3.35 TB/s"``). The ``calibration`` mapping holds the parameters of the
+(``hbm_bandwidth: "3.35 TB/s"``); a bare number under such a key (``hbm_bandwidth: 3350``)
+is refused, as its unit is unknown. The ``calibration`` mapping holds the parameters of the
 ``calibrated`` cost profile for this generation.
+
+Limits: every number is finite (also once scaled to SI); ``nvlink_domain`` is at most
+:data:`MAX_NVLINK_DOMAIN`, ``sm_count`` and each ``gemm_tile`` side at most
+:data:`MAX_HW_COUNT`.
 """
 
 from __future__ import annotations
@@ -28,9 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SpecError
-from .units import parse_quantity, split_unit_key
+from .units import brief, finite_float, parse_quantity, split_unit_key
 
-__all__ = ["Hardware", "parse_hardware", "apply_overrides", "interpolate", "DTYPES"]
+__all__ = ["Hardware", "parse_hardware", "apply_overrides", "interpolate", "DTYPES",
+           "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
+
+#: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
+#: enumeration lists every ordered factorisation of the domain size, which grows quickly.
+MAX_NVLINK_DOMAIN = 2**16
+#: streaming multiprocessors and GEMM tile sides, at most (real: ~100-200 SMs, 256 tiles)
+MAX_HW_COUNT = 2**16
 
 #: Precisions a peak FLOP rate may be given for.
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
@@ -47,6 +59,15 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "host_link": ("bytes_per_s", "host_link"),
 }
 _BY_PREFIX = {(prefix, dim): name for name, (dim, prefix) in _QUANTITIES.items()}
+#: canonical quantity -> (a string with a unit, the same under a unit-suffixed key)
+_SPELLINGS = {
+    "hbm_bandwidth": ("'3.35 TB/s'", "hbm_GBps"), "hbm_capacity": ("'80 GiB'", "hbm_GiB"),
+    "nvlink_bandwidth": ("'450 GB/s'", "nvlink_GBps"),
+    "nvlink_latency": ("'3 us'", "nvlink_latency_us"),
+    "scaleout_bandwidth": ("'400 Gb/s'", "scaleout_Gbps"),
+    "scaleout_latency": ("'5 us'", "scaleout_latency_us"),
+    "host_memory": ("'256 GiB'", "host_memory_GiB"), "host_link": ("'64 GB/s'", "host_link_GBps"),
+}
 _PEAKS = ("matrix", "vector")  # matrix_tflops / vector_tflops / matrix_flops: {dtype: ...}
 _PLAIN = {
     "name": "a short id; defaults to the file name",
@@ -125,20 +146,44 @@ def _fail(source: str, key: str, msg: str) -> SpecError:
     return SpecError(source, key, msg)
 
 
-def _positive(value: Any, source: str, key: str, *, integer: bool = False) -> float:
+def _positive(value: Any, source: str, key: str, *, integer: bool = False,
+              scale: float = 1.0, maximum: int | None = None) -> float:
+    """A positive finite number times ``scale`` (the key's unit to SI), finite too."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(source, key, f"expected a positive {'integer' if integer else 'number'}, "
-                                 f"got {value!r}")
-    if integer and int(value) != value:
-        raise _fail(source, key, f"expected a positive integer, got {value!r}")
-    if not value > 0:
-        raise _fail(source, key, f"expected a positive value, got {value!r}")
-    return float(value)
+                                 f"got {brief(value)}")
+    number = finite_float(value)
+    if number is None:
+        raise _fail(source, key, f"expected a finite number, got {brief(value)}")
+    if integer and not (isinstance(value, int) or number.is_integer()):
+        raise _fail(source, key, f"expected a positive integer, got {brief(value)}")
+    if not number > 0:
+        raise _fail(source, key, f"expected a positive value, got {brief(value)}")
+    if maximum is not None and number > maximum:
+        raise _fail(source, key, f"expected at most {maximum}, got {brief(value)}")
+    if finite_float(number * scale) is None:
+        raise _fail(source, key, f"{brief(value)} is out of range")
+    return number * scale
+
+
+def _quantity(value: Any, name: str, source: str, key: str) -> float:
+    """A canonical quantity (``hbm_bandwidth``): a positive string with a unit, in SI."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text, suffixed = _SPELLINGS[name]
+        raise _fail(source, key, f"a bare number has no unit: give a unit, e.g. {text}, "
+                                 f"or use {suffixed}; got {brief(value)}")
+    try:
+        out = parse_quantity(value, _QUANTITIES[name][0])
+    except ValueError as exc:
+        raise _fail(source, key, str(exc)) from None
+    if not out > 0:
+        raise _fail(source, key, f"expected a positive value, got {brief(value)}")
+    return out
 
 
 def _parse_peaks(value: Any, scale: float | None, source: str, key: str) -> dict[str, float]:
     if not isinstance(value, Mapping):
-        raise _fail(source, key, f"expected a mapping of precision -> peak, got {value!r}")
+        raise _fail(source, key, f"expected a mapping of precision -> peak, got {brief(value)}")
     out = {}
     for dt, v in value.items():
         if dt not in DTYPES:
@@ -149,9 +194,9 @@ def _parse_peaks(value: Any, scale: float | None, source: str, key: str) -> dict
             except ValueError as exc:
                 raise _fail(source, f"{key}.{dt}", str(exc)) from None
         else:
-            out[dt] = _positive(v, source, f"{key}.{dt}") * scale
+            out[dt] = _positive(v, source, f"{key}.{dt}", scale=scale)
         if not out[dt] > 0:
-            raise _fail(source, f"{key}.{dt}", f"expected a positive value, got {v!r}")
+            raise _fail(source, f"{key}.{dt}", f"expected a positive value, got {brief(v)}")
     return out
 
 
@@ -202,14 +247,9 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if name.endswith("_peaks"):
             values[name] = _parse_peaks(value, factor, source, key)
         elif factor is None:
-            try:
-                values[name] = parse_quantity(value, _QUANTITIES[name][0])
-            except ValueError as exc:
-                raise _fail(source, key, str(exc)) from None
-            if not values[name] > 0:
-                raise _fail(source, key, f"expected a positive value, got {value!r}")
+            values[name] = _quantity(value, name, source, key)
         else:
-            values[name] = _positive(value, source, key) * factor
+            values[name] = _positive(value, source, key, scale=factor)
     for flops_key in ("matrix_peaks", "vector_peaks"):
         if flops_key not in values:
             raise _fail(source, flops_key.replace("_peaks", "_tflops"), "missing")
@@ -221,24 +261,30 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
     eff = {}
     for k in ("nvlink_efficiency", "scaleout_efficiency"):
         v = values.get(k, 1.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            raise _fail(source, k, f"expected a number in (0, 1], got {v!r}")
-        eff[k] = float(v)
-    domain = _positive(values["nvlink_domain"], source, "nvlink_domain", integer=True)
+        number = finite_float(v)
+        if number is None or not 0 < number <= 1:
+            raise _fail(source, k, f"expected a number in (0, 1], got {brief(v)}")
+        eff[k] = number
+    domain = _positive(values["nvlink_domain"], source, "nvlink_domain", integer=True,
+                       maximum=MAX_NVLINK_DOMAIN)
     nics = _positive(values.get("nics_per_gpu", 1.0), source, "nics_per_gpu")
     calibration = values.get("calibration", {}) or {}
     if not isinstance(calibration, Mapping):
         raise _fail(source, "calibration", "expected a mapping of parameter -> number")
     cal = {}
     for k, v in calibration.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _fail(source, f"calibration.{k}", f"expected a number, got {v!r}")
-        cal[str(k)] = float(v)
-    sm = _positive(values.get("sm_count", 108), source, "sm_count", integer=True)
+        number = finite_float(v)
+        if number is None:
+            raise _fail(source, f"calibration.{k}", f"expected a finite number, got {brief(v)}")
+        cal[str(k)] = number
+    sm = _positive(values.get("sm_count", 108), source, "sm_count", integer=True,
+                   maximum=MAX_HW_COUNT)
     tile = values.get("gemm_tile", [128, 128])
     if (not isinstance(tile, (list, tuple)) or len(tile) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)):
-        raise _fail(source, "gemm_tile", f"expected [M, N] positive integers, got {tile!r}")
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_HW_COUNT
+                       for v in tile)):
+        raise _fail(source, "gemm_tile", f"expected [M, N] positive integers (at most "
+                                         f"{MAX_HW_COUNT}), got {brief(tile)}")
     generation = str(values.get("generation", ""))
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
@@ -310,13 +356,14 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
     for key, value in overrides.items():
         path = (paths or {}).get(key, key)
         if key in ("nvlink_domain",):
-            changes["nvlink_domain"] = int(_positive(value, source, path, integer=True))
+            changes["nvlink_domain"] = int(_positive(value, source, path, integer=True,
+                                                     maximum=MAX_NVLINK_DOMAIN))
         elif key in ("nics_per_gpu",):
             changes["nics_per_gpu"] = _positive(value, source, path)
         elif key in ("nvlink_efficiency", "scaleout_efficiency"):
             v = _positive(value, source, path)
             if v > 1:
-                raise _fail(source, path, f"expected a number in (0, 1], got {value!r}")
+                raise _fail(source, path, f"expected a number in (0, 1], got {brief(value)}")
             changes[key] = v
         else:
             canon = _canonical(key)
@@ -332,18 +379,14 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                     changes[attr] = {**getattr(hw, attr),
                                      **_parse_peaks(value, factor, source, path)}
                 else:
-                    new16 = _positive(value, source, path) * (factor or 1.0)
+                    new16 = _positive(value, source, path, scale=factor or 1.0)
                     changes[attr] = _scaled_peaks(getattr(hw, attr), new16)
+                if any(finite_float(v) is None for v in changes[attr].values()):
+                    raise _fail(source, path, f"{brief(value)} is out of range")
             elif factor is None:
-                try:
-                    v = parse_quantity(value, _QUANTITIES[name][0])
-                except ValueError as exc:
-                    raise _fail(source, path, str(exc)) from None
-                if not v > 0:
-                    raise _fail(source, path, f"expected a positive value, got {value!r}")
-                changes[_FIELD_OF[name]] = v
+                changes[_FIELD_OF[name]] = _quantity(value, name, source, path)
             else:
-                changes[_FIELD_OF[name]] = _positive(value, source, path) * factor
+                changes[_FIELD_OF[name]] = _positive(value, source, path, scale=factor)
     return dataclasses.replace(hw, **changes)
 
 

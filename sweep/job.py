@@ -16,6 +16,11 @@ the global batch (in sequences) and the precision. Example::
     mlp: swiglu
     norm: rmsnorm
     dtype: bf16
+
+Limits: every integer field has an upper bound (:data:`INT_MAX`), generously above any real
+model, and ``global_batch x seq_len`` is at most :data:`MAX_TOKENS_PER_BATCH`, so that the
+integer products of the cost model (micro-batch x sequence x width, in int64) cannot
+overflow; float fields are finite.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SpecError
+from .units import brief, finite_float
 
-__all__ = ["Job", "parse_job", "override_job"]
+__all__ = ["Job", "parse_job", "override_job", "INT_MAX", "MAX_TOKENS_PER_BATCH"]
 
 _INT_FIELDS = {
     "n_layers": "transformer blocks",
@@ -40,6 +46,16 @@ _INT_FIELDS = {
     "seq_len": "tokens per sequence",
     "global_batch": "sequences per iteration",
 }
+#: upper bound of each integer field (real models: <= ~200 layers, widths <= ~100k,
+#: vocabularies <= ~256k, contexts <= ~10M tokens)
+INT_MAX = {
+    "n_layers": 2**16, "hidden": 2**20, "ffn_hidden": 2**22, "n_heads": 2**16,
+    "n_kv_heads": 2**16, "head_dim": 2**16, "vocab": 2**24, "seq_len": 2**24,
+    "global_batch": 2**24,
+}
+#: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
+#: <= 2**22 this keeps micro-batch x sequence x width below 2**58, inside int64.
+MAX_TOKENS_PER_BATCH = 2**36
 _CHOICES = {
     "mlp": ("gelu", "swiglu"),
     "norm": ("layernorm", "rmsnorm"),
@@ -173,20 +189,25 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
             ok = isinstance(value, int) and not isinstance(value, bool)
             if not ok or value < (0 if key == "vocab" else 1):
                 want = "a non-negative integer" if key == "vocab" else "a positive integer"
-                raise _fail(source, key, f"expected {want}, got {value!r}")
+                raise _fail(source, key, f"expected {want}, got {brief(value)}")
+            if value > INT_MAX[key]:
+                raise _fail(source, key, f"expected at most {INT_MAX[key]}, got {brief(value)}")
         elif key in _CHOICES:
             if value not in _CHOICES[key]:
                 raise _fail(source, key, f"expected one of {', '.join(_CHOICES[key])}, "
-                                         f"got {value!r}")
+                                         f"got {brief(value)}")
         elif key in _BOOL_FIELDS:
             if not isinstance(value, bool):
-                raise _fail(source, key, f"expected true or false, got {value!r}")
+                raise _fail(source, key, f"expected true or false, got {brief(value)}")
         elif key in _TEXT_FIELDS:
             value = str(value)
         elif key in _FLOAT_FIELDS:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise _fail(source, key, f"expected a non-negative number, got {value!r}")
-            value = float(value)
+                raise _fail(source, key, f"expected a non-negative number, got {brief(value)}")
+            number = finite_float(value)
+            if number is None:
+                raise _fail(source, key, f"expected a finite number, got {brief(value)}")
+            value = number
         else:
             raise _fail(source, key, f"unknown key; valid keys: {_valid()}")
         values[key] = value
@@ -195,9 +216,15 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
             raise _fail(source, req, "missing")
     values.setdefault("n_kv_heads", values["n_heads"])
     if "head_dim" not in values:
+        # derived; an explicit head_dim may differ (Qwen3, Gemma: n_heads x head_dim != hidden)
         if values["hidden"] % values["n_heads"]:
-            raise _fail(source, "head_dim", "missing, and hidden is not a multiple of n_heads")
+            raise _fail(source, "hidden", f"hidden = {values['hidden']} is not a multiple of "
+                                          f"n_heads = {values['n_heads']} (or give head_dim)")
         values["head_dim"] = values["hidden"] // values["n_heads"]
+    if values["global_batch"] * values["seq_len"] > MAX_TOKENS_PER_BATCH:
+        raise _fail(source, "global_batch", f"global_batch x seq_len = "
+                    f"{values['global_batch'] * values['seq_len']} tokens per iteration, more "
+                    f"than the limit of {MAX_TOKENS_PER_BATCH}")
     if values["n_heads"] % values["n_kv_heads"]:
         raise _fail(source, "n_kv_heads", f"{values['n_kv_heads']} does not divide "
                                           f"n_heads = {values['n_heads']}")
@@ -208,14 +235,29 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
 
 
 def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str = "") -> Job:
-    """Return ``job`` with spec overrides (e.g. ``global_batch``, ``seq_len``) applied."""
+    """Return ``job`` with spec overrides (e.g. ``global_batch``, ``seq_len``) applied.
+
+    Derived dimensions follow what they derive from: a ``head_dim`` equal to hidden /
+    n_heads is recomputed when ``hidden`` or ``n_heads`` is overridden (and refused if hidden
+    is then not a multiple of n_heads), and ``n_kv_heads`` equal to ``n_heads`` (multi-head
+    attention) follows an override of ``n_heads``. A head_dim or n_kv_heads that differs
+    (Qwen3, Gemma; GQA) is kept unless overridden itself.
+    """
     raw = {k: v for k, v in dataclasses.asdict(job).items()}
     for key in overrides:
         if key in ("name", "source"):
             raise _fail(source, f"{where}.{key}" if where else key, "cannot be overridden")
+    if ("head_dim" not in overrides and ("hidden" in overrides or "n_heads" in overrides)
+            and job.n_heads * job.head_dim == job.hidden):
+        del raw["head_dim"]
+    if "n_kv_heads" not in overrides and "n_heads" in overrides and job.n_kv_heads == job.n_heads:
+        del raw["n_kv_heads"]
     raw.update(overrides)
     try:
         return parse_job(raw, source, job.name)
     except SpecError as exc:
-        key = f"{where}.{exc.key}" if where else exc.key
+        bad = exc.key
+        if bad == "hidden" and "hidden" not in overrides and "n_heads" in overrides:
+            bad = "n_heads"  # the override that broke the divisibility
+        key = f"{where}.{bad}" if where else bad
         raise _fail(source, key, str(exc).split(": ", 2)[-1]) from None

@@ -22,6 +22,14 @@ Example (every key but ``name``, ``jobs``, ``gpus`` and ``hardware`` has a defau
 A loaded spec is *resolved*: the job and hardware definitions it uses are copied into it,
 and :func:`resolved_yaml` / :func:`spec_hash` describe exactly what runs. A run folder keeps
 that text, so resuming or reducing never depends on catalog files that may have changed.
+
+Limits, checked before anything is expanded (a spec is hand-written; these only stop typos
+and hostile files from hanging or exhausting memory): every number is finite; a list or
+range has at most :data:`MAX_AXIS_POINTS` values; GPU counts are at most :data:`MAX_GPUS`,
+``top_n`` at most :data:`MAX_TOP_N`, ``unit_size`` at most :data:`MAX_UNIT_SIZE`; the
+hardware grid expands to at most ``max_variants`` variants (default
+:data:`DEFAULT_MAX_VARIANTS`) and the spec to at most :data:`MAX_CASES_PER_VARIANT` x
+``max_variants`` cases. Job and hardware limits: :mod:`sweep.job`, :mod:`sweep.hardware`.
 """
 
 from __future__ import annotations
@@ -40,11 +48,13 @@ import yaml
 from .catalog import load_hardware, load_job, read_yaml
 from .cost import PROFILES
 from .errors import SpecError
-from .hardware import Hardware, apply_overrides, parse_hardware
+from .hardware import MAX_NVLINK_DOMAIN, Hardware, apply_overrides, parse_hardware
 from .job import Job, override_job, parse_job
+from .units import brief, finite_float
 
 __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", "resolved_yaml",
-           "spec_hash", "TOP_KEYS", "INTERPOLATABLE"]
+           "spec_hash", "TOP_KEYS", "INTERPOLATABLE", "DEFAULT_MAX_VARIANTS",
+           "MAX_CASES_PER_VARIANT", "MAX_AXIS_POINTS", "MAX_GPUS", "MAX_TOP_N", "MAX_UNIT_SIZE"]
 
 #: top-level keys of a spec, with their meaning (listed in "unknown key" errors)
 TOP_KEYS = {
@@ -67,9 +77,22 @@ INTERPOLATABLE = {
     "nvlink_latency": "nvlink_latency_s", "scaleout_latency": "scaleout_latency_s",
     "matrix_flops": "matrix_flops_per_s", "vector_flops": "vector_flops_per_s",
 }
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # fullmatch: a folder name
 DEFAULT_TOP_N = 10
 DEFAULT_UNIT = 65536
+#: hardware variants a spec may expand to unless the caller allows more (``--max-variants``);
+#: the 80,000-variant scale spec needs ~0.7 GB, so this is already a multi-GB plan
+DEFAULT_MAX_VARIANTS = 1_000_000
+#: cases (variants x jobs x strategies x GPU counts) allowed per allowed variant
+MAX_CASES_PER_VARIANT = 10
+#: values of one list or range (GPU counts, one grid axis, jobs, bases, strategies)
+MAX_AXIS_POINTS = 100_000
+#: GPUs of one case, at most (~100x the largest machines); keeps divisor searches fast
+MAX_GPUS = 2**24
+#: configurations kept per case, at most
+MAX_TOP_N = 2**20
+#: candidates per work unit, at most (a unit's columns take ~250 bytes per candidate)
+MAX_UNIT_SIZE = 2**24
 
 
 @dataclass(frozen=True)
@@ -121,20 +144,29 @@ def _fail(source: str, key: str, msg: str) -> SpecError:
     return SpecError(source, key, msg)
 
 
-def _pos_int(value: Any, source: str, key: str) -> int:
+def _pos_int(value: Any, source: str, key: str, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(source, key, f"expected a positive integer, got {value!r}")
+        raise _fail(source, key, f"expected a positive integer, got {brief(value)}")
+    if maximum is not None and value > maximum:
+        raise _fail(source, key, f"expected at most {maximum}, got {brief(value)}")
     return value
 
 
 def _number(value: Any, source: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(source, key, f"expected a number, got {value!r}")
-    return float(value)
+    number = finite_float(value)
+    if number is None:
+        raise _fail(source, key, f"expected a finite number, got {brief(value)}")
+    return number
 
 
-def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool) -> list[float]:
-    """{from, to, factor} (geometric), {from, to, step} (arithmetic) or {from, to, points}."""
+def _too_long(source: str, key: str, n: int) -> SpecError:
+    return _fail(source, key, f"{n:,} values; a list or range has at most {MAX_AXIS_POINTS:,}")
+
+
+def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool,
+           maximum: int | None = None) -> list[float]:
+    """{from, to, factor} (geometric), {from, to, step} (arithmetic) or {from, to, points};
+    at most MAX_AXIS_POINTS values."""
     allowed = {"from", "to", "factor", "step", "points"}
     unknown = set(spec) - allowed
     if unknown:
@@ -145,13 +177,20 @@ def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool) -> lis
     kinds = [k for k in ("factor", "step", "points") if k in spec]
     if len(kinds) != 1:
         raise _fail(source, key, "a range needs exactly one of factor, step, points")
-    conv = _pos_int if integer else _number
-    lo, hi = conv(spec["from"], source, f"{key}.from"), conv(spec["to"], source, f"{key}.to")
+    if integer:
+        lo = _pos_int(spec["from"], source, f"{key}.from", maximum)
+        hi = _pos_int(spec["to"], source, f"{key}.to", maximum)
+    else:
+        lo, hi = _number(spec["from"], source, f"{key}.from"), _number(spec["to"], source,
+                                                                         f"{key}.to")
     if hi < lo:
         raise _fail(source, f"{key}.to", f"must be >= from ({lo}), got {hi}")
     kind = kinds[0]
+    conv = _pos_int if integer else _number
     if kind == "points":
         n = _pos_int(spec["points"], source, f"{key}.points")
+        if n > MAX_AXIS_POINTS:
+            raise _too_long(source, f"{key}.points", n)
         values = np.linspace(lo, hi, n).tolist()  # exactly np.linspace, as the NERSC sweeps
         if integer and any(v != int(v) for v in values):
             raise _fail(source, key, "points do not fall on integers; use step or factor")
@@ -162,22 +201,34 @@ def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool) -> lis
     if kind == "step" and step <= 0:
         raise _fail(source, f"{key}.step", f"must be > 0, got {step}")
     out, v = [], lo
-    while v <= hi * (1 + 1e-12) and len(out) < 100_000:
+    while v <= hi * (1 + 1e-12):
+        if len(out) == MAX_AXIS_POINTS:
+            raise _fail(source, key, f"the range has more than {MAX_AXIS_POINTS:,} values, the "
+                                     f"most a list or range may have; use a larger step or factor")
         out.append(v)
         v = v * step if kind == "factor" else v + step
     return out
 
 
-def _values(raw: Any, source: str, key: str, integer: bool = False) -> list:
-    """A scalar, a list, or a range mapping -> list of values."""
+def _values(raw: Any, source: str, key: str, integer: bool = False,
+            maximum: int | None = None) -> list:
+    """A scalar, a list, or a range mapping -> list of values (integers up to ``maximum``)."""
     if isinstance(raw, Mapping):
-        return _range(raw, source, key, integer)
+        return _range(raw, source, key, integer, maximum)
+    items = _items(raw, source, key)
+    if integer:
+        return [_pos_int(v, source, f"{key}[{i}]", maximum) for i, v in enumerate(items)]
+    return list(items)
+
+
+def _items(raw: Any, source: str, key: str) -> list:
+    """A scalar or a non-empty list of at most MAX_AXIS_POINTS values -> list."""
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise _fail(source, key, "empty list")
-    if integer:
-        return [_pos_int(v, source, f"{key}[{i}]") for i, v in enumerate(items)]
-    return list(items)
+    if len(items) > MAX_AXIS_POINTS:
+        raise _too_long(source, key, len(items))
+    return items
 
 
 # ------------------------------------------------------------------------------ sections
@@ -188,9 +239,7 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
     definitions they come from."""
     if raw is None:
         raise _fail(source, "jobs", "missing")
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise _fail(source, "jobs", "empty list")
+    items = _items(raw, source, "jobs")
     out, bases = [], {}
     for i, item in enumerate(items):
         key = f"jobs[{i}]" if isinstance(raw, list) else "jobs"
@@ -223,34 +272,37 @@ def _interpolate_axis(name: str, raw: Mapping, source: str, key: str, near: Path
     gens = raw["interpolate"]
     if not isinstance(gens, list) or len(gens) < 2:
         raise _fail(source, f"{key}.interpolate", "expected a list of at least two hardware names")
-    hws = [_load_base(str(g), source, f"{key}.interpolate[{i}]", near, bases, resolved)
-           for i, g in enumerate(gens)]
     k = _pos_int(raw.get("points_per_segment", 2), source, f"{key}.points_per_segment")
     if k < 2:
         raise _fail(source, f"{key}.points_per_segment", "must be at least 2")
+    if (len(gens) - 1) * (k - 1) + 1 > MAX_AXIS_POINTS:
+        raise _too_long(source, key, (len(gens) - 1) * (k - 1) + 1)
+    hws = [_load_base(str(g), source, f"{key}.interpolate[{i}]", near, bases, resolved)
+           for i, g in enumerate(gens)]
     keys = raw.get("keys")
     if not isinstance(keys, list) or not keys:
         raise _fail(source, f"{key}.keys", f"expected a list of: {', '.join(INTERPOLATABLE)}")
     for i, q in enumerate(keys):
         if q not in INTERPOLATABLE:
             raise _fail(source, f"{key}.keys[{i}]",
-                        f"cannot interpolate {q!r}; valid: {', '.join(INTERPOLATABLE)}")
+                        f"cannot interpolate {brief(q)}; valid: {', '.join(INTERPOLATABLE)}")
     # NERSC construction (sweeps/sweep_utils.py): np.linspace per consecutive pair, the shared
     # end point kept once -> (G - 1)(k - 1) + 1 points
     points: list[dict[str, Any]] = []
     labels: list[float] = []
     for seg, (a, b) in enumerate(zip(hws[:-1], hws[1:])):
         last = seg == len(hws) - 2
+        lines: dict[str, Any] = {}  # field -> the segment's np.linspace (per dtype for peaks)
+        for q in keys:
+            f = INTERPOLATABLE[q]
+            va, vb = getattr(a, f), getattr(b, f)
+            lines[f] = ({d: np.linspace(va[d], vb[d], k) for d in va if d in vb}
+                        if isinstance(va, Mapping) else np.linspace(va, vb, k))
         for j in range(k if last else k - 1):
             point: dict[str, Any] = {}
-            for q in keys:
-                f = INTERPOLATABLE[q]
-                va, vb = getattr(a, f), getattr(b, f)
-                if isinstance(va, Mapping):
-                    point["=" + f] = {d: float(np.linspace(va[d], vb[d], k)[j])
-                                      for d in va if d in vb}
-                else:
-                    point["=" + f] = float(np.linspace(va, vb, k)[j])
+            for f, line in lines.items():
+                point["=" + f] = ({d: float(v[j]) for d, v in line.items()}
+                                  if isinstance(line, dict) else float(line[j]))
             points.append(point)
             labels.append(seg + j / (k - 1))
     return GridAxis(name, tuple(points), tuple(labels))
@@ -280,23 +332,39 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         points = tuple({k: cols[k][i] for k in cols} for i in range(n))
         paths = tuple({k: f"{key}.zip.{k}[{i}]" for k in cols} for i in range(n))
         return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
-    values = _values(raw, source, key, integer=(name == "nvlink_domain"))
-    labels = tuple(float(v) if isinstance(v, (int, float)) else float(i)
+    values = _values(raw, source, key, integer=(name == "nvlink_domain"),
+                     maximum=MAX_NVLINK_DOMAIN)
+    # the value itself where it is a number (values are validated with the overrides)
+    labels = tuple(float(i) if finite_float(v) is None else float(v)
                    for i, v in enumerate(values))
     listed = isinstance(raw, (list, Mapping))
     paths = tuple({name: f"{key}[{i}]" if listed else key} for i in range(len(values)))
     return GridAxis(name, tuple({name: v} for v in values), labels, paths)
 
 
-def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
-                    ) -> tuple[tuple[HardwareGroup, ...], dict[str, Hardware]]:
+_COUNT_CAP = 10**18  # counts stop here: a grid of 10**5 axes would be a 30,000-digit number
+
+
+def _count_variants(groups: Any) -> int:
+    """Variants the groups expand to (bases x points of each axis, summed over groups), or
+    _COUNT_CAP + 1 if more."""
+    total = 0
+    for g in groups:
+        n = len(g.bases)
+        for ax in g.axes:
+            n = min(n * len(ax.points), _COUNT_CAP + 1)
+        total = min(total + n, _COUNT_CAP + 1)
+    return total
+
+
+def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
+                    max_variants: int) -> tuple[tuple[HardwareGroup, ...], dict[str, Hardware]]:
     if raw is None:
         raise _fail(source, "hardware", "missing")
-    groups_raw = raw if isinstance(raw, list) else [raw]
-    if not groups_raw:
-        raise _fail(source, "hardware", "empty list")
+    groups_raw = _items(raw, source, "hardware")
     bases: dict[str, Hardware] = {}
     groups = []
+    n_variants = 0
     for gi, group in enumerate(groups_raw):
         gkey = f"hardware[{gi}]" if isinstance(raw, list) else "hardware"
         if isinstance(group, str):
@@ -308,9 +376,7 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
             raise _fail(source, f"{gkey}.{sorted(unknown)[0]}", "unknown key; valid: base, grid")
         if "base" not in group:
             raise _fail(source, f"{gkey}.base", "missing")
-        names = group["base"] if isinstance(group["base"], list) else [group["base"]]
-        if not names:
-            raise _fail(source, f"{gkey}.base", "empty list")
+        names = _items(group["base"], source, f"{gkey}.base")
         for i, n in enumerate(names):
             _load_base(str(n), source, f"{gkey}.base[{i}]", near, bases, resolved)
         grid = group.get("grid") or {}
@@ -319,6 +385,14 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
         axes = tuple(_parse_axis(str(k), v, source, f"{gkey}.grid.{k}", near, bases, resolved)
                      for k, v in grid.items())
         group_obj = HardwareGroup(tuple(str(n) for n in names), axes)
+        # count the variants before validating or expanding anything (a product of lengths)
+        n_variants += _count_variants([group_obj])
+        if n_variants > max_variants:
+            more = "at least " if gi < len(groups_raw) - 1 else ""
+            count = f"{n_variants:,}" if n_variants <= _COUNT_CAP else f"over {_COUNT_CAP:.0e}"
+            raise _fail(source, "hardware", f"{more}{count} hardware variants (bases x "
+                        f"the points of each grid axis) exceed the limit of {max_variants:,}; "
+                        f"raise it with --max-variants")
         # validate every override once, against each base (errors name the grid key)
         for n in group_obj.bases:
             for ax in axes:
@@ -330,8 +404,16 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping
     return tuple(groups), bases
 
 
-def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
+def parse_spec(raw: Any, source: str, near: Path | None = None, *,
+               max_variants: int = DEFAULT_MAX_VARIANTS, max_cases: int | None = None
+               ) -> SweepSpec:
     """Validate a spec mapping.
+
+    Args:
+        max_variants: most hardware variants the grid may expand to (counted from the axes'
+            lengths, before anything is expanded).
+        max_cases: most cases (variants x jobs x strategies x GPU counts); default
+            MAX_CASES_PER_VARIANT x max_variants.
 
     Raises:
         SpecError: naming ``source`` and the key path of the first problem.
@@ -342,12 +424,12 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
     if unknown:
         raise _fail(source, str(unknown[0]), f"unknown key; valid keys: {', '.join(TOP_KEYS)}")
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail(source, "name", f"expected a name of letters, digits, '.', '_', '-', "
-                                    f"got {name!r}")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _fail(source, "name", f"expected a name of letters, digits, '.', '_', '-' (at "
+                                    f"most 128), got {brief(name)}")
     profile = raw.get("cost_model", "calibrated")
-    if profile not in PROFILES:
-        raise _fail(source, "cost_model", f"unknown profile {profile!r}; valid: "
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise _fail(source, "cost_model", f"unknown profile {brief(profile)}; valid: "
                                           f"{', '.join(PROFILES)}")
     resolved = raw.get("resolved") or {}
     if not isinstance(resolved, Mapping):
@@ -355,23 +437,32 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
     jobs, job_bases = _parse_jobs(raw.get("jobs"), source, near, resolved.get("jobs") or {})
     if "gpus" not in raw:
         raise _fail(source, "gpus", "missing")
-    gpus = tuple(sorted({int(g) for g in _values(raw["gpus"], source, "gpus", integer=True)}))
+    gpus = tuple(sorted({int(g) for g in _values(raw["gpus"], source, "gpus", integer=True,
+                                                 maximum=MAX_GPUS)}))
     strategies_raw = raw.get("strategies", list(PROFILES[profile]))
     strategies = _values(strategies_raw, source, "strategies")
     for i, s in enumerate(strategies):
-        if s not in PROFILES[profile]:
+        if not isinstance(s, str) or s not in PROFILES[profile]:
             raise _fail(source, f"strategies[{i}]" if isinstance(strategies_raw, list)
-                        else "strategies", f"{s!r} is not a strategy of {profile}; valid: "
+                        else "strategies", f"{brief(s)} is not a strategy of {profile}; valid: "
                                            f"{', '.join(PROFILES[profile])}")
     if len(set(strategies)) != len(strategies):
         raise _fail(source, "strategies", "a strategy is listed twice")
     groups, bases = _parse_hardware(raw.get("hardware"), source, near,
-                                    resolved.get("hardware") or {})
-    top_n = _pos_int(raw.get("top_n", DEFAULT_TOP_N), source, "top_n")
-    unit = _pos_int(raw.get("unit_size", DEFAULT_UNIT), source, "unit_size")
+                                    resolved.get("hardware") or {}, max_variants)
+    n_variants = _count_variants(groups)
+    n_cases = n_variants * len(jobs) * len(strategies) * len(gpus)
+    max_cases = MAX_CASES_PER_VARIANT * max_variants if max_cases is None else max_cases
+    if n_cases > max_cases:
+        raise _fail(source, "", f"{n_cases:,} cases ({n_variants:,} variants x {len(jobs):,} "
+                    f"jobs x {len(strategies):,} strategies x {len(gpus):,} GPU counts) exceed "
+                    f"the limit of {max_cases:,}; sweep fewer, or raise the limit with "
+                    f"--max-variants (cases may be {MAX_CASES_PER_VARIANT} x that)")
+    top_n = _pos_int(raw.get("top_n", DEFAULT_TOP_N), source, "top_n", MAX_TOP_N)
+    unit = _pos_int(raw.get("unit_size", DEFAULT_UNIT), source, "unit_size", MAX_UNIT_SIZE)
     offload = raw.get("offload", False)
     if not isinstance(offload, bool):
-        raise _fail(source, "offload", f"expected true or false, got {offload!r}")
+        raise _fail(source, "offload", f"expected true or false, got {brief(offload)}")
     if offload and profile != "calibrated":
         raise _fail(source, "offload", f"only the calibrated profile models offload, not "
                                        f"{profile}")
@@ -379,6 +470,13 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
         if profile == "nersc2024" and j.dtype not in ("bf16", "fp16"):
             raise _fail(source, "cost_model", f"nersc2024 models 16-bit training only; job "
                                               f"{j.name} uses {j.dtype}")
+        # nersc2024 takes the head width as hidden // n_heads and Q, K, V as 3 x hidden
+        if profile == "nersc2024" and (j.attention_width != j.hidden
+                                       or j.n_kv_heads != j.n_heads):
+            raise _fail(source, "cost_model", f"nersc2024 models multi-head attention with "
+                        f"n_heads x head_dim = hidden and n_kv_heads = n_heads; job {j.name} "
+                        f"has n_heads x head_dim = {j.n_heads} x {j.head_dim}, hidden = "
+                        f"{j.hidden}, n_kv_heads = {j.n_kv_heads}")
     return SweepSpec(name=name, source=source, cost_model=profile, jobs=jobs,
                      job_bases=job_bases, gpus=gpus,
                      strategies=tuple(strategies), hardware=groups, bases=bases, top_n=top_n,
@@ -386,12 +484,15 @@ def parse_spec(raw: Any, source: str, near: Path | None = None) -> SweepSpec:
                      offload=offload, raw=dict(raw))
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a spec file (errors name the file and the key)."""
+def load_spec(path: str | Path, *, max_variants: int = DEFAULT_MAX_VARIANTS,
+              max_cases: int | None = None) -> SweepSpec:
+    """Read and validate a spec file (errors name the file and the key); limits as
+    :func:`parse_spec`."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(str(path), "", "no such spec file")
-    return parse_spec(read_yaml(p), str(path), p.resolve().parent)
+    return parse_spec(read_yaml(p), str(path), p.resolve().parent, max_variants=max_variants,
+                      max_cases=max_cases)
 
 
 # ------------------------------------------------------------------------------ resolution

@@ -1,8 +1,10 @@
 """Units of the input files, converted to SI exactly once, when a file is loaded.
 
 A quantity is written either with its unit in the key name (``hbm_GBps: 3350``) or as a
-string with a unit (``hbm_bandwidth: "3.35 TB/s"``). Inside the package every quantity is
-SI and its name carries the unit: ``_bytes``, ``_bytes_per_s``, ``_s``, ``_flops_per_s``.
+string with a unit (``hbm_bandwidth: "3.35 TB/s"``); a bare number under a key without a unit
+is refused, never guessed to be SI. Inside the package every quantity is SI and its name
+carries the unit: ``_bytes``, ``_bytes_per_s``, ``_s``, ``_flops_per_s``. Every number must
+be finite (no ``.inf``, ``.nan``, nor a value that overflows a float once scaled to SI).
 
 Decimal prefixes are powers of 1000, binary prefixes (KiB, GiB) powers of 1024; a lower-case
 ``b`` means bits (``Gbps``, ``Gb/s``), an upper-case ``B`` bytes.
@@ -10,9 +12,11 @@ Decimal prefixes are powers of 1000, binary prefixes (KiB, GiB) powers of 1024; 
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["DIMENSIONS", "parse_quantity", "unit_scale", "split_unit_key"]
+__all__ = ["DIMENSIONS", "parse_quantity", "unit_scale", "split_unit_key", "finite_float",
+           "brief"]
 
 _DECIMAL = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
@@ -41,7 +45,28 @@ DIMENSIONS: dict[str, dict[str, float]] = _table()
 
 _EXAMPLES = {"bytes": "GB, GiB, TB", "bytes_per_s": "GB/s, TB/s, GiB/s, Gb/s for bits",
              "flops_per_s": "TFLOPS, PFLOPS", "s": "s, ms, us, ns"}
-_NUMBER_UNIT = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
+# unambiguous (no two ways to split a digit run), so a long string fails in linear time
+_NUMBER_UNIT = re.compile(
+    r"\s*([-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*")
+
+
+def brief(value: object, width: int = 40) -> str:
+    """``repr(value)``, cut to about ``width`` characters (an error message quotes it)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**width else \
+        f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite float; None for a non-number (bools included), an infinity,
+    NaN, or an integer beyond the float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:  # an int above ~1.8e308
+        return None
+    return out if math.isfinite(out) else None
 
 
 def unit_scale(unit: str) -> tuple[str, float] | None:
@@ -64,22 +89,24 @@ def split_unit_key(key: str) -> tuple[str, str, float] | None:
 
 
 def parse_quantity(value: object, dimension: str) -> float:
-    """Convert ``"3.35 TB/s"`` (or a bare number already in SI) to SI.
+    """Convert ``"3.35 TB/s"`` to SI (finite). A bare number is refused: its unit is unknown.
 
     Raises:
         ValueError: the value is not a number with a unit of the right dimension.
     """
-    if isinstance(value, bool):
-        raise ValueError(f"expected a quantity in {dimension}, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"a bare number has no unit: give one ({_EXAMPLES[dimension]}), "
+                         f"got {brief(value)}")
     if not isinstance(value, str):
-        raise ValueError(f"expected a quantity in {dimension}, got {value!r}")
-    m = _NUMBER_UNIT.match(value)
+        raise ValueError(f"expected a quantity in {dimension}, got {brief(value)}")
+    m = _NUMBER_UNIT.fullmatch(value)
     if not m:
-        raise ValueError(f"expected '<number> <unit>' in {dimension}, got {value!r}")
+        raise ValueError(f"expected '<number> <unit>' in {dimension}, got {brief(value)}")
     found = unit_scale(m.group(2))
     if found is None or found[0] != dimension:
-        raise ValueError(f"unit {m.group(2)!r} is not a unit of {dimension} "
+        raise ValueError(f"unit {brief(m.group(2))} is not a unit of {dimension} "
                          f"(e.g. {_EXAMPLES[dimension]})")
-    return float(m.group(1)) * found[1]
+    out = float(m.group(1)) * found[1]
+    if not math.isfinite(out):
+        raise ValueError(f"expected a finite quantity, got {brief(value)}")
+    return out

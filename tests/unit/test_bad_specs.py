@@ -20,7 +20,7 @@ def expected(path: Path) -> str:
 
 
 def test_corpus_is_there():
-    assert len(CORPUS) >= 25
+    assert len(CORPUS) >= 53
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
