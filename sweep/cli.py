@@ -33,6 +33,15 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _gpu_count(text: str) -> int:
+    from .spec import MAX_GPUS
+
+    v = _positive_int(text)
+    if v > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPUS:,} GPUs, got {text!r}")
+    return v
+
+
 def _shard(text: str) -> tuple[int, int]:
     """``I/K``: shard I (from 0) of K."""
     index, sep, count = text.partition("/")
@@ -272,7 +281,7 @@ def _plan_and_estimate(spec, budget_s: float):
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, max_variants=args.max_variants)
     plan, estimate, plan_s = _plan_and_estimate(spec, budget_s=1.0)
     cases = plan.cases
     core_s = estimate["core_seconds"]
@@ -376,6 +385,21 @@ class _Progress:
               file=self.stream, flush=True)
 
 
+def _os_error_text(exc: OSError) -> str:
+    """One line for an OSError: the file and what the system said."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
+def _abort_one_rank(comm, message: str) -> None:
+    """An error on this rank alone (the others are computing or waiting for it): print it
+    here, since only rank 0's stderr would otherwise speak, and abort the whole job (exit
+    code 2) instead of leaving the others hanging. Saved progress stays resumable."""
+    print(f"sweep run: error on rank {comm.rank}: {message}; aborting all ranks (saved "
+          f"progress is kept: continue with --resume)", file=sys.stderr, flush=True)
+    comm.abort(2)
+
+
 def _print_run_summary(s) -> None:
     busy = s.busy_s or [0.0]
     shard = f" (shard {s.shard[0]}/{s.shard[1]})" if s.shard else ""
@@ -399,12 +423,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(out_dir=Path(args.out) if args.out else None, resume=args.resume,
                          force=args.force, checkpoint_s=args.checkpoint,
                          reduce=not args.no_reduce, shard=args.shard,
-                         progress=_Progress() if not args.quiet else None)
+                         max_variants=args.max_variants,
+                         progress=_Progress() if not args.quiet else None,
+                         warn=lambda w: print(f"sweep run: warning: {w}", file=sys.stderr,
+                                              flush=True))
     args._rank = comm.rank
     try:
         summary = run_sweep(args.spec, comm, options)
-    except SweepError:
-        raise
+    except SweepError as exc:
+        if comm.size == 1:
+            raise
+        if getattr(exc, "collective", False):  # every rank has it; rank 0 prints it
+            code = _print_error(args, exc)
+            comm.finalize()
+            return code
+        _abort_one_rank(comm, str(exc))
+    except OSError as exc:  # disk full, permissions: this rank's part cannot be written
+        if comm.size == 1:
+            raise
+        _abort_one_rank(comm, _os_error_text(exc))
     except BaseException as exc:  # one rank failed: abort all ranks instead of hanging
         if comm.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
@@ -505,7 +542,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from .slurm import SbatchOptions, render_scripts, time_limit_s
     from .spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, max_variants=args.max_variants)
     limit_s = time_limit_s(args.time)
     # refuses a spec that cannot run before anything is written or submitted
     plan, estimate, _ = _plan_and_estimate(spec, budget_s=0.5)
@@ -534,7 +571,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         spec=str(Path(args.spec).resolve()), out=str(out), job_name=args.job_name or spec.name,
         python=args.python or sys.executable, workdir=os.getcwd(), version=__version__,
         nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
-        launcher=args.launcher, partition=args.partition, account=args.account,
+        launcher=args.launcher, mpi=args.mpi, partition=args.partition, account=args.account,
         setup=tuple(args.setup), extra=tuple(extra), shards=args.array,
         max_running=args.max_running)
     scripts = render_scripts(options)
@@ -611,6 +648,14 @@ def _job_array(args: argparse.Namespace, out, options, scripts: dict[str, str]) 
 
 # --------------------------------------------------------------------------- parser
 
+def _max_variants_flag(parser: argparse.ArgumentParser) -> None:
+    from .spec import DEFAULT_MAX_VARIANTS
+
+    parser.add_argument("--max-variants", type=_positive_int, default=DEFAULT_MAX_VARIANTS,
+                        metavar="N", help="refuse a spec whose hardware grid expands to more "
+                        f"than N variants (default {DEFAULT_MAX_VARIANTS:,}), before expanding it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sweep", description="MPI-parallel design-space sweeps for distributed "
@@ -623,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--limit", type=_positive_int, default=30, help="cases to list (default 30)")
     pl.add_argument("--all", action="store_true", help="list every case")
     pl.add_argument("--json", action="store_true", help="print JSON")
+    _max_variants_flag(pl)
     pl.set_defaults(func=_cmd_plan)
 
     r = sub.add_parser("run", help="run a sweep (serially, or under mpiexec / srun)")
@@ -639,6 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--serial", action="store_true", help="do not load MPI")
     r.add_argument("--limit", type=_positive_int, default=20, help="cases to print (default 20)")
     r.add_argument("--quiet", action="store_true", help="print only the results path")
+    _max_variants_flag(r)
     r.set_defaults(func=_cmd_run)
 
     rd = sub.add_parser("reduce", help="merge a run folder's part files into sweep.h5")
@@ -670,7 +717,10 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--out", help="run folder (default results/<spec name>)")
     sl.add_argument("--python", help="interpreter with sweep installed (default: this one)")
     sl.add_argument("--launcher", default="srun", choices=("srun", "mpiexec"),
-                    help="srun --mpi=pmi2 (default) or mpiexec inside the allocation")
+                    help="srun (default) or mpiexec inside the allocation")
+    sl.add_argument("--mpi", metavar="PLUGIN",
+                    help="srun's MPI plugin, e.g. pmi2 (MPICH), pmix (Open MPI), cray_shasta; "
+                         "default: the site's (slurm.conf MpiDefault; see srun --mpi=list)")
     sl.add_argument("--setup", action="append", default=[], metavar="LINE",
                     help="shell line run first, e.g. 'module load cray-mpich' (repeatable)")
     sl.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
@@ -686,12 +736,13 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--submit", action="store_true", help="submit it with sbatch")
     sl.add_argument("--wait", action="store_true", help="with --submit: wait for the job")
     sl.add_argument("--wait-timeout", type=float, default=3600.0, metavar="SECONDS")
+    _max_variants_flag(sl)
     sl.set_defaults(func=_cmd_slurm)
 
     p = sub.add_parser("predict", help="one configuration: time, throughput, memory, per-op table")
     p.add_argument("--job", required=True, help="job name (jobs/<name>.yaml) or YAML path")
     p.add_argument("--hardware", required=True, help="hardware name or YAML path")
-    p.add_argument("--gpus", required=True, type=_positive_int, help="GPU count")
+    p.add_argument("--gpus", required=True, type=_gpu_count, help="GPU count")
     p.add_argument("--config", default="", help="comma-separated key=value, e.g. "
                    "tp=8,pp=4,mbs=1 (dp defaults to what is left; unspecified NVLink "
                    "placement and panels take the best matching candidate)")
@@ -724,7 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="every figure that fits and an index.html")
     rp.add_argument("results", help="sweep.h5 (complete or partial)")
-    rp.add_argument("-o", "--output", required=True, help="report folder (replaced)")
+    rp.add_argument("-o", "--output", required=True, help="report folder: a new one, or one "
+                    "an earlier sweep report wrote (its own files are replaced; nothing else "
+                    "is touched)")
     rp.add_argument("--kind", action="append", choices=KINDS,
                     help="only these kinds (repeatable; default: every kind that fits)")
     rp.set_defaults(func=_cmd_report)
@@ -758,6 +811,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_error(args: argparse.Namespace, exc: SweepError) -> int:
+    """One line on stderr (from rank 0 only: every rank has the same error); the exit code."""
+    from .runner import Interrupted
+
+    stopped = isinstance(exc, Interrupted)
+    if getattr(args, "_rank", 0) == 0:
+        print(f"sweep {args.command}: {'stopped' if stopped else 'error'}: "
+              f"{' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+    return 143 if stopped else 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -765,11 +829,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SweepError as exc:
-        from .runner import Interrupted
-
-        if getattr(args, "_rank", 0) == 0 or isinstance(exc, Interrupted):
-            print(f"sweep {args.command}: {'stopped' if isinstance(exc, Interrupted) else 'error'}"
-                  f": {exc}", file=sys.stderr, flush=True)
-        return 143 if isinstance(exc, Interrupted) else 2
+        return _print_error(args, exc)
     except BrokenPipeError:  # e.g. `sweep show ... | head`
         return 0
+    except OSError as exc:  # permissions, disk full, a vanished file: one line, exit 2
+        print(f"sweep {args.command}: error: {_os_error_text(exc)}", file=sys.stderr,
+              flush=True)
+        return 2

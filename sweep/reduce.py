@@ -20,12 +20,14 @@ import yaml
 
 from . import __version__
 from .errors import SpecError, StoreError
+from .lock import RunLock
+from .partition import unit_progress
 from .plan import Plan, make_plan
 from .spec import parse_spec
 from .store import DONE_DTYPE, TOP_DTYPE, Table, list_parts, read_part, write_results
 
-__all__ = ["reduce_run", "ReduceSummary", "load_run_plan", "merge_tops", "RESULTS_NAME",
-           "SPEC_NAME"]
+__all__ = ["reduce_run", "ReduceSummary", "load_run_plan", "merge_tops", "check_segments",
+           "RESULTS_NAME", "SPEC_NAME"]
 
 RESULTS_NAME = "sweep.h5"
 SPEC_NAME = "spec.yaml"
@@ -54,10 +56,27 @@ def load_run_plan(run_dir: Path) -> tuple[Plan, str, str]:
         raise StoreError(f"{run_dir}: no {SPEC_NAME} here; is this a folder written by sweep run?")
     text = path.read_text()
     try:
-        spec = parse_spec(yaml.safe_load(text), str(path))
+        # the stored spec passed the run's limits once (perhaps a raised --max-variants)
+        spec = parse_spec(yaml.safe_load(text), str(path), max_variants=2**62)
     except (SpecError, yaml.YAMLError) as exc:
         raise StoreError(f"{path}: the stored spec is not valid ({exc})") from None
     return make_plan(spec), text, hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_segments(units: np.ndarray, done: np.ndarray, where: Path | str) -> None:
+    """Every finished segment lies inside a unit of the plan, of the right case.
+
+    Raises:
+        StoreError: naming ``where`` (a part file or run folder) otherwise.
+    """
+    uid = done["unit_id"]
+    ok = (uid >= 0) & (uid < len(units))
+    if ok.all():
+        u = units[uid]
+        ok = ((u["case_id"] == done["case_id"]) & (done["start"] >= u["start"])
+              & (done["stop"] <= u["stop"]) & (done["start"] < done["stop"]))
+    if not ok.all():
+        raise StoreError(f"{where}: records work units that are not in the plan of {SPEC_NAME}")
 
 
 def merge_tops(rows: np.ndarray, top_n: int) -> np.ndarray:
@@ -88,13 +107,13 @@ def _strings(values: list[str]) -> np.ndarray:
     return np.array([v.encode() for v in values], dtype=f"S{width}")
 
 
-def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
+def _cases_table(plan: Plan, done: np.ndarray, finished: np.ndarray, top: np.ndarray) -> Table:
     cases = plan.cases
     n = len(cases)
     counts = {k: np.bincount(done["case_id"], weights=done[k], minlength=n).astype(np.int64)
               for k in ("evaluated", "feasible", "out_of_memory", "other_infeasible")}
     units_total = np.bincount(plan.units["case_id"], minlength=n)
-    units_done = np.bincount(done["case_id"], minlength=n)
+    units_done = np.bincount(plan.units["case_id"][finished], minlength=n)
     best = np.full(n, np.nan)
     first = top[top["place"] == 0]
     best[first["case_id"]] = first["samples_per_s"]
@@ -152,16 +171,24 @@ def _cases_table(plan: Plan, done: np.ndarray, top: np.ndarray) -> Table:
     return Table(table, columns)
 
 
-def reduce_run(run_dir: Path, partial: bool = False) -> ReduceSummary:
-    """Merge ``run_dir/part-*.h5`` into ``run_dir/sweep.h5``.
+def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True) -> ReduceSummary:
+    """Merge ``run_dir/part-*.h5`` into ``run_dir/sweep.h5``; with ``lock``, holding the
+    folder's run lock (refused while a run is writing there).
 
     Raises:
-        StoreError: no parts, a corrupt part, parts of another spec or plan, or an
-            incomplete run (unless ``partial``).
+        StoreError: no parts, a corrupt part, parts of another spec or plan, an incomplete
+            run (unless ``partial``), or a run holding the folder.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise StoreError(f"{run_dir}: no such run folder")
+    if not lock:
+        return _reduce(run_dir, partial)
+    with RunLock(run_dir):
+        return _reduce(run_dir, partial)
+
+
+def _reduce(run_dir: Path, partial: bool) -> ReduceSummary:
     plan, text, sha = load_run_plan(run_dir)
     parts = list_parts(run_dir)
     if not parts:
@@ -176,35 +203,33 @@ def reduce_run(run_dir: Path, partial: bool = False) -> ReduceSummary:
         top_list.append(top)
         written.append(str(attrs.get("written_utc", "")))
         sizes.add(int(attrs.get("size", 0)))
+        check_segments(plan.units, done, p)
     done = np.concatenate(done_list) if done_list else np.zeros(0, DONE_DTYPE)
-    _, first = np.unique(done["unit_id"], return_index=True)
-    done = done[np.sort(first)]
-    done = done[np.argsort(done["unit_id"], kind="stable")]
     units = plan.units
-    if len(done) and (done["unit_id"].max() >= len(units) or not (
-            (units["case_id"][done["unit_id"]] == done["case_id"]).all()
-            and (units["start"][done["unit_id"]] == done["start"]).all()
-            and (units["stop"][done["unit_id"]] == done["stop"]).all())):
-        raise StoreError(f"{run_dir}: part files record work units that are not in the plan of "
-                         f"{SPEC_NAME}")
-    missing = len(units) - len(done)
+    # segments: whole units, or parts of one cut by a stop or a checkpoint; copies count once
+    progress, keep = unit_progress(units, done)
+    done = done[keep]
+    done = done[np.lexsort((done["start"], done["unit_id"]))]
+    finished = progress == units["stop"] - units["start"]
+    missing = int(np.count_nonzero(~finished))
     if missing and not partial:
         raise StoreError(f"{run_dir}: run incomplete: {missing} of {len(units)} work units "
                          f"missing from {len(parts)} part file(s); continue it with "
-                         f"'sweep run SPEC --resume' or reduce with --partial")
+                         f"'sweep run {run_dir / SPEC_NAME} --out {run_dir} --resume' or "
+                         f"reduce with --partial")
     all_top = np.concatenate(top_list) if top_list else np.zeros(0, TOP_DTYPE)
     del top_list  # the parts' tables are in all_top now
     top = merge_tops(all_top, plan.spec.top_n)
     del all_top
-    cases = _cases_table(plan, done, top)
+    cases = _cases_table(plan, done, finished, top)
     attrs = {"name": plan.spec.name, "sweep_version": __version__,
              "cost_model": plan.spec.cost_model, "spec": text, "spec_sha256": sha,
              "created_utc": max(written) if written else "",
              "ranks": json.dumps(sorted(sizes)), "complete": missing == 0,
              "top_n": plan.spec.top_n, "n_cases": len(plan.cases), "n_units": len(units),
-             "n_units_done": len(done), "candidates_total": plan.total_candidates,
+             "n_units_done": len(units) - missing, "candidates_total": plan.total_candidates,
              "candidates_evaluated": int(done["evaluated"].sum())}
     out = run_dir / RESULTS_NAME
     write_results(out, attrs, cases, top, done)
-    return ReduceSummary(out, missing == 0, len(plan.cases), len(units), len(done),
+    return ReduceSummary(out, missing == 0, len(plan.cases), len(units), len(units) - missing,
                          plan.total_candidates, int(done["evaluated"].sum()), len(parts))

@@ -27,6 +27,7 @@ import hashlib
 import math
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,14 +39,14 @@ import yaml
 
 from . import __version__
 from .errors import StoreError, SweepError, WorldError
-from .partition import assign_units, imbalance, shard_workers
+from .lock import RunLock
+from .partition import assign_units, imbalance, shard_workers, unit_progress
 from .plan import Plan, SpaceCache, make_plan
-from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, reduce_run
+from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, reduce_run
 from .schema import RESULT_DTYPE, Reason
 from .search import DEFAULT_BLOCK, search_range
-from .spec import load_spec, parse_spec, resolved_yaml
-from .store import (DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, read_part_done,
-                    write_part)
+from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
+from .store import DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, write_part
 from .topn import merge_top_n
 
 __all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
@@ -53,6 +54,14 @@ __all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
 
 class Interrupted(SweepError):
     """The run stopped on a signal after saving its progress (exit code 143)."""
+
+    collective = True  # every rank raises it (they agreed on the stop)
+
+
+def _collective(exc: SweepError) -> SweepError:
+    """Mark an error that every rank raises alike (no rank is left waiting)."""
+    exc.collective = True  # type: ignore[attr-defined]
+    return exc
 
 
 @dataclass
@@ -65,6 +74,8 @@ class RunOptions:
     block_size: int = DEFAULT_BLOCK
     progress: Callable[[dict], None] | None = None  # rank 0: called with progress records
     shard: tuple[int, int] | None = None  # (index, count): run only this shard; implies resume
+    max_variants: int = DEFAULT_MAX_VARIANTS  # refuse specs with more hardware variants
+    warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
 
 
 @dataclass
@@ -94,24 +105,54 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _prepare(spec_path: str, options: RunOptions, size: int) -> tuple[str, str, np.ndarray, int]:
-    """Rank 0: validate, set up the folder. Returns (spec text, out dir, done unit ids,
-    number of part files read). A shard (of ``size`` ranks) reads only its own part files:
-    no other worker can have done its units (but a run with another layout, whose units it
-    then redoes; the reduction drops the duplicates), and a thousand-task array does not
-    make every task open every part."""
-    spec = load_spec(spec_path)
+def _write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a fresh temporary file in its folder (O_EXCL, unpredictable
+    name: never through a planted symlink), then rename it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _prepare(spec_path: str, options: RunOptions, size: int
+             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str]]]:
+    """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
+    out dir, the finished segments of earlier attempts, warnings). A corrupt part file is
+    moved aside (``<name>.corrupt-<time>``) and its work redone. A shard (of ``size``
+    ranks) reads only its own part files: no other worker can have done its units (but a
+    run with another layout, whose units it then redoes; the reduction drops the
+    duplicates), and a thousand-task array does not make every task open every part."""
+    spec = load_spec(spec_path, max_variants=options.max_variants)
     text = resolved_yaml(spec)
-    make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
+    plan = make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()
-    stored = out / SPEC_NAME
-    parts = list_parts(out)
     resume = options.resume or options.shard is not None  # shards start in any order
     if options.force and options.shard is not None:
         raise StoreError("--force cannot be used with --shard: the other shards share the "
                          "folder; remove it first, or use another --out")
-    if options.force and out.exists():
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{out}: cannot create the run folder ({exc.strerror})") from None
+    lock = RunLock(out, None if options.shard is None else options.shard[0]).acquire()
+    try:
+        return lock, _prepare_locked(spec_path, options, size, text, plan, out, resume)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_locked(spec_path, options, size, text, plan, out, resume):
+    stored = out / SPEC_NAME
+    parts = list_parts(out)
+    if options.force:
         for p in parts + [out / RESULTS_NAME, stored]:
             p.unlink(missing_ok=True)
         parts = []
@@ -122,24 +163,29 @@ def _prepare(spec_path: str, options: RunOptions, size: int) -> tuple[str, str, 
         if stored.exists() and stored.read_text() != text:
             raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
                              f"this run started; use another --out, or --force to start over")
-    out.mkdir(parents=True, exist_ok=True)
     if not stored.exists():
-        tmp = stored.with_name(f".{SPEC_NAME}.tmp-{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, stored)
+        _write_text_atomic(stored, text)
     sha = hashlib.sha256(text.encode()).hexdigest()
     if options.shard is not None:
         index = options.shard[0]
         parts = [p for p in (part_path(out, index * size + r) for r in range(size))
                  if p.exists()]
-    done = []
+    done, warnings = [], []
     for p in parts:
-        attrs, units = read_part_done(p)
+        try:
+            attrs, units, _ = read_part(p)  # every table, so every checksum is verified
+            if attrs.get("spec_sha256") == sha:
+                check_segments(plan.units, units, p)
+        except StoreError as exc:  # corrupt: keep it for inspection, redo its work
+            aside = p.with_name(f"{p.name}.corrupt-{datetime.now():%Y%m%dT%H%M%S}")
+            os.replace(p, aside)
+            warnings.append(f"{exc}; moved it to {aside.name}: its work units will be redone")
+            continue
         if attrs.get("spec_sha256") != sha:
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
-        done.append(units["unit_id"])
-    ids = np.unique(np.concatenate(done)) if done else np.zeros(0, np.int64)
-    return text, str(out), ids, len(parts)
+        done.append(units)
+    segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
+    return text, str(out), segments, warnings
 
 
 class _State:
@@ -160,11 +206,12 @@ class _State:
         for cid, rows in zip(ids, np.split(res, first[1:])):
             self.tops[int(cid)] = rows
 
-    def add(self, unit: np.void, result, seconds: float, rank: int) -> None:
+    def add(self, unit: np.void, start: int, result, seconds: float, rank: int) -> None:
+        """Record the segment ``[start, result.stop)`` of ``unit`` as searched."""
         oom = result.reasons.get(int(Reason.OUT_OF_MEMORY), 0)
         other = sum(v for k, v in result.reasons.items() if k != Reason.OUT_OF_MEMORY)
-        self.done.append((int(unit["unit_id"]), int(unit["case_id"]), int(unit["start"]),
-                          int(unit["stop"]), result.evaluated, result.feasible, oom, other,
+        self.done.append((int(unit["unit_id"]), int(unit["case_id"]), start,
+                          int(result.stop), result.evaluated, result.feasible, oom, other,
                           seconds, rank))
         cid = int(unit["case_id"])
         prev = self.tops.get(cid)
@@ -251,6 +298,14 @@ class _Tracker:
             self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final})
             self.last_post = time.monotonic()
 
+    def poll(self) -> None:
+        """Rank 0, while it waits: take in the other ranks' posts, report if they moved."""
+        if self.comm.rank == 0:
+            before = len(self.finished), sum(self.done.values())
+            self._receive()
+            if (len(self.finished), sum(self.done.values())) != before:
+                self._report()
+
     def finish(self, timeout_s: float | None = None) -> None:
         """Rank 0: wait (reporting) for every rank's final post; others: for delivery."""
         if self.comm.rank != 0:
@@ -273,45 +328,74 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     """Run (or resume) a sweep on ``comm``; see the module docstring.
 
     Raises:
-        SweepError: on every rank alike for bad input; Interrupted after a signal.
+        SweepError: on every rank alike for bad input (``collective`` set) or after a
+            signal (Interrupted); a rank's own failure (a part file it cannot write) is
+            raised on that rank only, and the caller must abort the job.
     """
     options = options or RunOptions()
     if options.shard is not None and not 0 <= options.shard[0] < options.shard[1]:
-        raise SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting I/K with "
-                         f"0 <= I < K")
+        raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting "
+                                     f"I/K with 0 <= I < K"))
     start_wall = time.monotonic()
-    setup = None
+    setup, lock = None, None
     if comm.rank == 0:
         try:
-            setup = ("ok", _prepare(spec_path, options, comm.size))
+            lock, payload = _prepare(spec_path, options, comm.size)
+            setup = ("ok", payload)
         except SweepError as exc:
             setup = ("error", (type(exc).__name__, str(exc)))
+        except OSError as exc:  # read-only folder, disk full, ...: one line, nothing half-done
+            setup = ("error", ("StoreError", f"{exc.filename or ''}: {exc.strerror or exc}"))
     setup = comm.bcast(setup, root=0)
     if setup[0] == "error":  # every rank raises the same error: no rank is left waiting
         kind, message = setup[1]
-        raise {"StoreError": StoreError, "WorldError": WorldError}.get(kind, SweepError)(message)
-    text, out_str, done_ids, _ = setup[1]
+        raise _collective({"StoreError": StoreError, "WorldError": WorldError}.get(
+            kind, SweepError)(message))
+    try:
+        return _run(spec_path, comm, options, setup[1], start_wall)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _open_units(plan: Plan, segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(units with ``start`` moved past what earlier attempts searched, mask of those with
+    work left)."""
+    progress, _ = unit_progress(plan.units, segments)
+    units = plan.units.copy()
+    units["start"] += progress
+    return units, units["start"] < units["stop"]
+
+
+def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
+         ) -> RunSummary:
+    text, out_str, segments, warnings = setup
     out = Path(out_str)
-    spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME))
+    if comm.rank == 0 and options.warn is not None:
+        for w in warnings:
+            options.warn(w)
+    spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME),
+                      max_variants=options.max_variants)
     sha = hashlib.sha256(text.encode()).hexdigest()
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)
+    units, open_ = _open_units(plan, segments)
     if options.shard is None:
-        # the pending units, shared afresh among this run's ranks
+        # the work left, shared afresh among this run's ranks
         worker, workers = comm.rank, comm.size
-        pending = plan.units[~np.isin(plan.units["unit_id"], done_ids)]
+        pending = units[open_]
         owner = assign_units(pending["stop"] - pending["start"], workers)
         mine = pending[owner == worker]
+        resumed = int(np.count_nonzero(~open_))
     else:
         # a fixed share of all units, so that shards starting at different times never overlap
         index, count = options.shard
         worker, workers = index * comm.size + comm.rank, count * comm.size
         owner = shard_workers(plan.units["stop"] - plan.units["start"], count, comm.size)
-        open_ = ~np.isin(plan.units["unit_id"], done_ids)
         ours = owner // comm.size == index
-        pending = plan.units[open_ & ours]
-        mine = plan.units[open_ & (owner == worker)]
-        done_ids = plan.units["unit_id"][ours & ~open_]  # resumed: this shard's share only
+        pending = units[open_ & ours]
+        mine = units[open_ & (owner == worker)]
+        resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
     state = _State(spec.top_n)
     my_part = part_path(out, worker)
     if (options.resume or options.shard is not None) and my_part.exists():
@@ -332,50 +416,74 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     total_mine = int((mine["stop"] - mine["start"]).sum())
     tracker = _Tracker(comm, options.progress, int((pending["stop"] - pending["start"]).sum()),
                        start_wall)
-    stopped = None
     # fault injection for the test of the abort path: the named rank fails on its first unit
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
     with _StopFlag() as stop:
+        sent = False
+
+        def halted() -> int:
+            """The signal this rank stopped on, or another rank's stop request (0: none).
+            A signal of this rank's own is passed on to every other rank once."""
+            nonlocal sent
+            if stop.signal is not None and not sent:
+                comm.send_stop(stop.signal)
+                sent = True
+            return stop.signal or comm.poll_stop()
+
+        def yield_after(n: int) -> bool:  # between blocks: progress, stop, checkpoint
+            tracker.update(evaluated + n, final=False)
+            return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
+
         for unit in mine:
             if fail_rank == str(comm.rank):
+                if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # a part it cannot write
+                    raise StoreError(f"injected store failure on rank {comm.rank}")
                 raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
-            if stop.signal is not None:
-                stopped = stop.signal
-                break
             case = plan.cases[int(unit["case_id"])]
-            t0 = time.perf_counter()
-            result = search_range(spec.cost_model, case.job, case.variant.hardware,
-                                  case.strategy, case.n_gpus, cache.of(case),
-                                  int(unit["start"]), int(unit["stop"]), spec.top_n,
-                                  options.block_size)
-            dt = time.perf_counter() - t0
-            busy += dt
-            evaluated += result.evaluated
-            state.add(unit, result, dt, worker)
-            tracker.update(evaluated, final=False)
-            if time.monotonic() - last_flush >= options.checkpoint_s:
-                flush(False)
-                last_flush = time.monotonic()
-        if stopped is None and stop.signal is not None:
-            stopped = stop.signal
-    flush(stopped is None)
-    tracker.update(evaluated, final=True)
-    tracker.finish(timeout_s=20.0 if stopped is not None else None)
-    if stopped is not None:
-        comm.barrier(timeout_s=20.0)  # give the other ranks time to save too, never hang
+            position = int(unit["start"])
+            while position < unit["stop"] and not halted():
+                t0 = time.perf_counter()
+                result = search_range(spec.cost_model, case.job, case.variant.hardware,
+                                      case.strategy, case.n_gpus, cache.of(case), position,
+                                      int(unit["stop"]), spec.top_n, options.block_size,
+                                      yield_after)
+                dt = time.perf_counter() - t0
+                busy += dt
+                evaluated += result.evaluated
+                state.add(unit, position, result, dt, worker)
+                position = result.stop
+                tracker.update(evaluated, final=False)
+                if time.monotonic() - last_flush >= options.checkpoint_s:
+                    flush(False)
+                    last_flush = time.monotonic()
+            if halted():
+                break
+        stopped = halted()
+        flush(not stopped)
+        tracker.update(evaluated, final=True)
+
+        def waiting() -> int:
+            tracker.poll()
+            return halted()
+
+        stopped = comm.agree_stop(stopped, waiting)
+    if stopped:
+        tracker.finish(timeout_s=5.0)
         again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard
                  else "--resume")
-        raise Interrupted(f"stopped by signal {stopped} after saving progress to {my_part}; "
-                          f"continue with 'sweep run {spec_path} {again}'")
+        raise Interrupted(f"stopped by signal {stopped} after saving progress to {out} (one "
+                          f"part file per rank); continue with 'sweep run {spec_path} --out "
+                          f"{out} {again}' (any number of ranks)")
+    tracker.finish(timeout_s=30.0)  # every final post was sent before the agreement
     stats = comm.gather((evaluated, busy, total_mine), root=0)
     summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
-                         time.monotonic() - start_wall, resumed_units=len(done_ids),
+                         time.monotonic() - start_wall, resumed_units=resumed,
                          shard=options.shard)
     if comm.rank == 0:
         summary.evaluated = sum(s[0] for s in stats)
         summary.busy_s = [s[1] for s in stats]
         summary.candidates_per_rank = [s[2] for s in stats]
         if options.reduce and options.shard is None:
-            summary.reduced = reduce_run(out)
+            summary.reduced = reduce_run(out, lock=False)  # this run holds the folder lock
         summary.wall_s = time.monotonic() - start_wall
     return summary

@@ -7,6 +7,7 @@ reasons. It is the unit of work of a rank. Pure numpy: no MPI, files or printing
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +34,7 @@ class SearchResult:
     evaluated: int = 0
     feasible: int = 0
     reasons: dict[int, int] = field(default_factory=dict)  # Reason -> count (infeasible only)
+    stop: int = -1  # one past the last candidate searched (< the range's end if it yielded)
 
     def merge(self, other: SearchResult, top_n: int) -> SearchResult:
         """Combine two results of the same case (any split of its candidates)."""
@@ -41,16 +43,23 @@ class SearchResult:
             reasons[k] = reasons.get(k, 0) + v
         return SearchResult(merge_top_n([self.top, other.top], top_n),
                             self.evaluated + other.evaluated, self.feasible + other.feasible,
-                            reasons)
+                            reasons, stop=max(self.stop, other.stop))
 
 
 def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                  space: CandidateSpace, start: int, stop: int, top_n: int,
-                 block_size: int = DEFAULT_BLOCK) -> SearchResult:
-    """Evaluate candidates ``[start, stop)`` of ``space`` and keep the best ``top_n``."""
+                 block_size: int = DEFAULT_BLOCK,
+                 yield_after: Callable[[int], bool] | None = None) -> SearchResult:
+    """Evaluate candidates ``[start, stop)`` of ``space`` and keep the best ``top_n``.
+
+    ``yield_after(evaluated)`` is called after each block; if it returns True the search
+    ends there and ``result.stop`` says how far it got (the caller records that part and may
+    continue from it: a stop signal is honoured within one block, whatever the range).
+    """
     best = np.zeros(0, RESULT_DTYPE)
     evaluated = feasible = 0
     reasons: dict[int, int] = {}
+    reached = stop
     for s in range(start, stop, block_size):
         cand = space.columns(s, min(s + block_size, stop))
         cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand)
@@ -64,7 +73,10 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
                 reasons[code] = reasons.get(code, 0) + count
         pos = best_positions(cols["samples_per_s"], ok, cand["index"], top_n)
         best = merge_top_n([best, pack_results(cand, cols, pos)], top_n)
-    return SearchResult(best, evaluated, feasible, reasons)
+        if yield_after is not None and s + block_size < stop and yield_after(evaluated):
+            reached = s + block_size
+            break
+    return SearchResult(best, evaluated, feasible, reasons, stop=reached)
 
 
 def search_case(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int, top_n: int,

@@ -30,16 +30,19 @@ __all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "time_limit_s", "
 TEMPLATE = REPO_ROOT / "slurm" / "sweep.sbatch"
 ARRAY_TEMPLATE = REPO_ROOT / "slurm" / "sweep-array.sbatch"
 REDUCE_TEMPLATE = REPO_ROOT / "slurm" / "reduce.sbatch"
-#: how the ranks are started inside the allocation
+#: how the ranks are started inside the allocation; srun gets ``--mpi=<plugin>`` when one is
+#: named (``--mpi``), else the site's default (slurm.conf MpiDefault)
 LAUNCHERS = {
-    "srun": "srun --mpi=pmi2 --kill-on-bad-exit=1",
+    "srun": "srun{mpi} --kill-on-bad-exit=1",
     "mpiexec": 'mpiexec -n "$SLURM_NTASKS"',
 }
 #: sbatch --time forms (sbatch(1)): minutes, minutes:seconds, hours:minutes:seconds,
 #: days-hours, days-hours:minutes, days-hours:minutes:seconds
 _TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+)(?::(\d+))?(?::(\d+))?)$")
 _UNLIMITED = ("unlimited", "infinite")
-_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
+_FLAG = re.compile(r"[a-z][a-z0-9-]*")
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_MPI_PLUGIN = re.compile(r"[a-z][a-z0-9_]*")  # srun --mpi=list: pmi2, pmix, pmix_v4, cray_shasta
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class SbatchOptions:
     ntasks_per_node: int = 1
     time: str = "01:00:00"  # Slurm time: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS
     launcher: str = "srun"  # srun | mpiexec
+    mpi: str | None = None  # srun --mpi plugin (pmi2, pmix, cray_shasta, ...); None: the site's
     partition: str | None = None
     account: str | None = None
     setup: tuple[str, ...] = ()  # shell lines before the run (module load ..., source ...)
@@ -98,8 +102,24 @@ def _check(o: SbatchOptions) -> None:
     if o.launcher not in LAUNCHERS:
         raise SweepError(f"--launcher: {o.launcher!r}; valid: {', '.join(LAUNCHERS)}")
     for key, _ in o.extra:
-        if not _FLAG.match(key):
+        if not _FLAG.fullmatch(key):
             raise SweepError(f"--sbatch: {key!r} is not an sbatch option name (e.g. qos=debug)")
+    if not _JOB_NAME.fullmatch(o.job_name):
+        raise SweepError(f"--job-name: {o.job_name!r}: expected letters, digits, '.', '_', "
+                         f"'+', '-'")
+    if o.mpi is not None and not _MPI_PLUGIN.fullmatch(o.mpi):
+        raise SweepError(f"--mpi: {o.mpi!r} is not an srun MPI plugin name (see srun --mpi=list; "
+                         f"e.g. pmi2, pmix)")
+    if o.mpi is not None and o.launcher != "srun":
+        raise SweepError("--mpi chooses srun's MPI plugin: use it with --launcher srun")
+    # a line break in any value would end the #SBATCH or shell line it is written on
+    values = [("--partition", o.partition), ("--account", o.account), ("--python", o.python),
+              ("--out", o.out), ("SPEC", o.spec), ("--time", o.time), ("workdir", o.workdir)]
+    values += [(f"--sbatch {k}", v) for k, v in o.extra] + [("--setup", x) for x in o.setup]
+    for name, value in values:
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise SweepError(f"{name}: {value!r} contains a control character (line break, "
+                             f"tab, ...)")
 
 
 def render_sbatch(template: str, o: SbatchOptions) -> str:
@@ -124,7 +144,8 @@ def render_sbatch(template: str, o: SbatchOptions) -> str:
         last_shard=o.shards - 1, throttle=f"%{o.max_running}" if o.max_running else "",
         sbatch_extra="".join("\n" + x for x in lines), version=o.version, out=q(o.out),
         setup="".join("\n" + x for x in o.setup), workdir=q(o.workdir),
-        launcher=LAUNCHERS[o.launcher], python=q(o.python), spec=q(o.spec))
+        launcher=LAUNCHERS[o.launcher].replace("{mpi}", f" --mpi={o.mpi}" if o.mpi else ""),
+        python=q(o.python), spec=q(o.spec))
     return text
 
 

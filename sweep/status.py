@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import StoreError
-from .partition import shard_workers
+from .partition import shard_workers, unit_progress
 from .reduce import RESULTS_NAME, load_run_plan
-from .store import list_parts, read_part_done, read_results_attrs
+from .store import DONE_DTYPE, list_parts, read_part_done, read_results_attrs
 
 __all__ = ["run_status"]
 
@@ -51,15 +51,17 @@ def run_status(run_dir: Path) -> dict:
                       "complete": bool(attrs.get("complete")), "units": len(table),
                       "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours})
         if ours:
-            done.append(table["unit_id"])
-    ids = np.unique(np.concatenate(done)) if done else np.zeros(0, np.int64)
-    ids = ids[ids < len(units)]
+            done.append(table)
     sizes = units["stop"] - units["start"]
+    segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
+    segments = segments[(segments["unit_id"] >= 0) & (segments["unit_id"] < len(units))]
+    progress, _ = unit_progress(units, segments)
+    finished = progress == sizes
     # shards of that layout that own a unit nobody has done (the partition is fixed)
     shards, ranks = _array_layout([p for p in parts if p["this_spec"]])
     unfinished: list[int] = []
     if shards:
-        missing = ~np.isin(units["unit_id"], ids)
+        missing = ~finished
         owner = shard_workers(sizes, shards, ranks) // ranks
         unfinished = [int(i) for i in np.unique(owner[missing])]
     results = run_dir / RESULTS_NAME
@@ -70,7 +72,8 @@ def run_status(run_dir: Path) -> dict:
                    "units_done": int(attrs.get("n_units_done", 0)),
                    "current": attrs.get("spec_sha256") == sha}
     return {"dir": str(run_dir), "name": plan.spec.name, "cost_model": plan.spec.cost_model,
-            "cases": len(plan.cases), "units": len(units), "units_done": len(ids),
-            "candidates": int(sizes.sum()), "candidates_done": int(sizes[ids].sum()),
+            "cases": len(plan.cases), "units": len(units),
+            "units_done": int(np.count_nonzero(finished)), "candidates": int(sizes.sum()),
+            "candidates_done": int(progress.sum()),
             "parts": parts, "shards": shards, "unfinished_shards": unfinished,
             "results": reduced}

@@ -1,8 +1,13 @@
-"""Helpers to launch ``sweep`` under a real ``mpiexec`` (the one next to this Python)."""
+"""Helpers to launch ``sweep`` under a real ``mpiexec`` (the one next to this Python).
+
+``SWEEP_TEST_MPIEXEC`` names another launcher (with its options), e.g. Debian's Open MPI:
+``SWEEP_TEST_MPIEXEC="/usr/bin/mpirun --oversubscribe"`` (CI runs the fault tests that way
+from a venv without the ``mpich`` extra)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,14 +17,15 @@ import pytest
 
 BIN = Path(sys.executable).parent
 MPIEXEC = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
+LAUNCHER = shlex.split(os.environ.get("SWEEP_TEST_MPIEXEC", "")) or [MPIEXEC]
 
 
 def mpiexec(n: int, *args: str, env: dict | None = None, timeout: float = 300,
             popen: bool = False):
     """Run ``mpiexec -n N python -m mpi4py -m sweep ARGS``; returns CompletedProcess."""
-    if MPIEXEC is None:
+    if LAUNCHER[0] is None:
         pytest.skip("no mpiexec (install the 'mpich' extra)")
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "sweep", *args]
+    cmd = [*LAUNCHER, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "sweep", *args]
     full_env = {**os.environ, **(env or {})}
     full_env.pop("SLURM_STEP_NUM_TASKS", None)
     if popen:

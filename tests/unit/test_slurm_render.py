@@ -18,7 +18,8 @@ OPTIONS = SbatchOptions(spec="/home/u/specs/big sweep.yaml", out="/scratch/u/res
                         job_name="big", python="/home/u/venv/bin/python", workdir="/home/u",
                         version="0.0.0", nodes=4, ntasks_per_node=128, time="02:00:00",
                         partition="regular", account="m1234",
-                        setup=("module load cray-mpich",), extra=(("qos", "debug"),))
+                        setup=("module load cray-mpich",), extra=(("qos", "debug"),),
+                        mpi="pmi2")
 
 
 ARRAY = dataclasses.replace(OPTIONS, nodes=1, ntasks_per_node=64, shards=16, max_running=4)
@@ -58,11 +59,24 @@ def test_an_array_has_its_scripts_and_runs_shards():
     ({"nodes": 0}, "--nodes and --ntasks-per-node must be positive"),
     ({"max_running": 2}, "--max-running limits a job array: give --array K too"),
     ({"shards": -1}, "--array and --max-running must not be negative"),
+    ({"job_name": "big\n"}, "--job-name: 'big\\\\n': expected letters"),
+    ({"job_name": "a b"}, "--job-name: 'a b'"),
+    ({"partition": "debug\n#SBATCH --x"}, "--partition: .* contains a control character"),
+    ({"setup": ("module load x\nrm -rf ~",)}, "--setup: .* contains a control character"),
+    ({"mpi": "pmix;rm"}, "--mpi: 'pmix;rm' is not an srun MPI plugin name"),
+    ({"mpi": "pmix", "launcher": "mpiexec"}, "--mpi chooses srun's MPI plugin"),
 ])
 def test_bad_options(change, message):
 
     with pytest.raises(SweepError, match=message.replace("(", r"\(")):
         render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, **change))
+
+
+def test_srun_uses_the_site_mpi_plugin_unless_one_is_named():
+    site = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, mpi=None))
+    assert "\nsrun --kill-on-bad-exit=1 " in site and "--mpi" not in site
+    pmix = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, mpi="pmix"))
+    assert "\nsrun --mpi=pmix --kill-on-bad-exit=1 " in pmix
 
 
 def test_values_are_quoted():
