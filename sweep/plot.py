@@ -11,7 +11,9 @@ tests can check the plotted data against the HDF5 tables:
 * ``strategies`` speed-up of each strategy's best over the 1d best vs GPU count;
 * ``layout``     the best configuration's TP / TP2 / CP / PP / DP degrees vs GPU count.
 
-"Best" is over strategies (``Results.best_per_system``) unless a strategy is chosen. Needs
+"Best" is over strategies (``Results.best_per_system``) unless a strategy is chosen. Partial,
+empty and single-point results never crash a kind: it draws what exists (panels without
+data say so) or raises :class:`SweepError` saying why there is nothing to draw. Needs
 matplotlib and pandas (``pip install 'sweep[plot]'``); uses matplotlib's object API only (no
 pyplot state), so it is safe in any process.
 """
@@ -19,6 +21,8 @@ pyplot state), so it is safe in any process.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SweepError
-from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results
+from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results, _pandas
 
 __all__ = ["KINDS", "FORMATS", "PlotOptions", "draw", "save", "kinds_that_fit", "why_not"]
 
@@ -84,6 +88,8 @@ def _panels(best) -> tuple[list[tuple[str, int]], str]:
 
 
 def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
+    if n < 1:
+        raise SweepError("nothing to draw: no panel has data")
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(width * cols, height * rows + 0.6), layout="constrained")
@@ -275,13 +281,26 @@ def _heatmap(res: Results, opts: PlotOptions):
     if x is None or y is None:
         raise SweepError(f"{res.path}: a heatmap needs two swept hardware axes; this sweep "
                          f"has {', '.join(axes_swept) or 'none'}")
-    jobs = list(opts.jobs) or sorted(res.best()["job"].unique())
-    fig, axs = _grid(Figure, len(jobs), 5.5, 4.4)
+    best = res.best()
+    if best.empty:
+        raise SweepError(f"{res.path}: no case has a feasible configuration yet")
+    panels = []
+    for job in list(opts.jobs) or sorted(best["job"].unique()):
+        mine = best[best["job"] == job]
+        if opts.strategy:
+            mine = mine[mine["strategy"] == opts.strategy]
+        if mine.empty:
+            continue
+        n = opts.n_gpus or int(mine["n_gpus"].max())
+        table = res.grid("samples_per_s", x, y, n_gpus=n, job=job, strategy=opts.strategy)
+        if table.size and np.isfinite(table.to_numpy(float)).any():
+            panels.append((job, n, table))
+    if not panels:
+        raise SweepError(f"{res.path}: no feasible configuration matches the selection "
+                         f"(job, strategy, GPU count) yet")
+    fig, axs = _grid(Figure, len(panels), 5.5, 4.4)
     rows = []
-    for ax, job in zip(axs, jobs):
-        table = res.grid("samples_per_s", x, y, n_gpus=opts.n_gpus, job=job,
-                         strategy=opts.strategy)
-        n = opts.n_gpus or int(res.best()[res.best()["job"] == job]["n_gpus"].max())
+    for ax, (job, n, table) in zip(axs, panels):
         data = table.to_numpy(float)
         im = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
         # at most ~10 labelled ticks per axis
@@ -304,26 +323,45 @@ def _heatmap(res: Results, opts: PlotOptions):
     return fig, rows
 
 
+def _speedups(res: Results, jobs: Sequence[str] = ()):
+    """(best rows, strategies, DataFrame of speed-ups over 1d: job, variant_id, strategy,
+    n_gpus, speedup) for the GPU counts where both 1d and the strategy have a best."""
+    best = res.best()
+    if jobs:
+        best = best[best["job"].isin(list(jobs))]
+    strategies = list(dict.fromkeys(best["strategy"]))
+    key = ["job", "variant_id", "n_gpus"]
+    base = best[best["strategy"] == "1d"][[*key, "samples_per_s"]]
+    other = best[best["strategy"] != "1d"][[*key, "strategy", "samples_per_s"]]
+    pairs = other.merge(base, on=key, suffixes=("", "_1d"))
+    pairs["speedup"] = pairs["samples_per_s"] / pairs["samples_per_s_1d"]
+    pairs = pairs[np.isfinite(pairs["speedup"].to_numpy(float)) & (pairs["speedup"] > 0)]
+    return best, strategies, pairs[[*key, "strategy", "speedup"]]
+
+
 def _strategies(res: Results, opts: PlotOptions):
     Figure = _mpl()
-    best = res.best()
-    if opts.jobs:
-        best = best[best["job"].isin(list(opts.jobs))]
-    strategies = list(dict.fromkeys(best["strategy"]))
+    best, strategies, pairs = _speedups(res, opts.jobs)
     if "1d" not in strategies or len(strategies) < 2:
         raise SweepError(f"{res.path}: speed-ups over 1d need 1d and another strategy; this "
                          f"sweep has {', '.join(strategies) or 'none'}")
-    key = ["job", "variant_id", "n_gpus"]
-    base = best[best["strategy"] == "1d"].set_index(key)["samples_per_s"]
-    keys, note = _panels(best)
+    if pairs.empty:
+        raise SweepError(f"{res.path}: no GPU count has a best configuration of both 1d and "
+                         f"another strategy yet; nothing to compare")
+    keys, note = _panels(pairs)
+    lacking = len(set(zip(best["job"], best["variant_id"]))) - len(set(zip(pairs["job"],
+                                                                           pairs["variant_id"])))
+    if lacking:
+        note += f" ({lacking} job x hardware panel(s) without a comparison yet)"
     fig, axes = _grid(Figure, len(keys))
     rows = []
     for ax, (job, variant) in zip(axes, keys):
-        sub = best[(best["job"] == job) & (best["variant_id"] == variant)]
+        sub = pairs[(pairs["job"] == job) & (pairs["variant_id"] == variant)]
         for k, strat in enumerate(s for s in strategies if s != "1d"):
             line = sub[sub["strategy"] == strat].sort_values("n_gpus")
-            ref = np.array([base.get((job, variant, g), np.nan) for g in line["n_gpus"]])
-            speedup = line["samples_per_s"].to_numpy(float) / ref
+            if line.empty:
+                continue
+            speedup = line["speedup"].to_numpy(float)
             ax.plot(line["n_gpus"], speedup, "o-", color=f"C{k + 1}", label=strat, ms=3)
             rows += [{"job": job, "variant_id": int(variant), "strategy": strat, "n_gpus": int(g),
                       "speedup": float(v)} for g, v in zip(line["n_gpus"], speedup)]
@@ -364,8 +402,6 @@ def draw(res: Results, kind: str, opts: PlotOptions | None = None):
     """(matplotlib Figure, DataFrame of the plotted numbers) for one kind."""
     if kind not in _KIND:
         raise SweepError(f"--kind: unknown kind {kind!r}; valid: {', '.join(KINDS)}")
-    from .results import _pandas
-
     fig, rows = _KIND[kind](res, opts or PlotOptions())
     return fig, _pandas().DataFrame(rows)
 
@@ -379,29 +415,55 @@ def save(res: Results, kind: str, out: str | Path, opts: PlotOptions | None = No
     if not out.parent.is_dir():
         raise SweepError(f"-o: {out.parent} is not a directory")
     fig, data = draw(res, kind, opts)
-    tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
-    fig.savefig(tmp, dpi=130)
-    tmp.replace(out)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
+    except OSError as exc:
+        raise SweepError(f"-o: {out}: cannot write: {exc.strerror}") from None
+    done = False
+    try:
+        with os.fdopen(fd, "wb") as fh:  # a fresh file with a random name, never a link
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            fig.savefig(fh, dpi=130, format=out.suffix[1:].lower())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+        done = True
+    except OSError as exc:
+        raise SweepError(f"-o: {out}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if not done:
+            os.unlink(tmp)
     return data
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def why_not(res: Results) -> dict[str, str]:
-    """Kinds that say nothing for this sweep, with the reason."""
+    """Kinds that say nothing for this sweep (or for the part of it done so far), with the
+    reason."""
     best = res.best()
+    yet = "" if res.complete else " so far"
     if best.empty:
-        return {k: "no case has a feasible configuration" for k in KINDS}
+        return {k: f"no case has a feasible configuration{yet}" for k in KINDS}
     out = {}
     if best["n_gpus"].nunique() < 2:
         for k in ("scaling", "layout"):
-            out[k] = "the sweep has one GPU count"
+            out[k] = f"the results have one GPU count{yet}"
     swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
     if len(swept) < 2:
         out["heatmap"] = (f"needs two swept hardware axes; this sweep has "
                           f"{', '.join(swept) or 'none'}")
-    strategies = set(best["strategy"])
+    _, strategies, pairs = _speedups(res)
     if "1d" not in strategies or len(strategies) < 2:
         out["strategies"] = (f"needs 1d and another strategy; this sweep has "
-                             f"{', '.join(sorted(strategies))}")
+                             f"{', '.join(sorted(strategies))}{yet}")
+    elif pairs.empty:
+        out["strategies"] = (f"no GPU count has a best configuration of both 1d and another "
+                             f"strategy{yet}")
     return out
 
 

@@ -1,9 +1,18 @@
 """``sweep report``: every figure that fits a sweep, and an ``index.html`` with the summary
 tables, readable in a browser without Python.
 
-The report folder holds ``index.html``, one PNG per figure kind and ``best.csv`` (the best
-configuration of every case). It is written into a temporary folder next to the target and
-renamed over it at the end, so a failed report never leaves a half-written folder.
+The report folder holds ``index.html``, one PNG per figure kind, ``best.csv`` (the best
+configuration of every case) and ``.sweep-report``, the list of the files the report wrote.
+
+Nothing but the report's own files is ever deleted or overwritten. The report is drawn into
+a temporary folder (random name) next to the target; then
+
+* a target that does not exist is created by renaming the temporary folder (atomic);
+* a target holding an earlier report (it has ``.sweep-report``), or an empty folder, gets the
+  new files renamed in one by one (each atomic); files of the earlier report that the new
+  one does not write are removed, every other file is left alone;
+* anything else is refused: a run folder (``spec.yaml``, ``part-*.h5``, ``sweep.h5``), the
+  folder of the results file, or a folder holding files sweep did not write.
 """
 
 from __future__ import annotations
@@ -17,9 +26,15 @@ from pathlib import Path
 from .errors import SweepError
 from .plot import KINDS, PlotOptions, kinds_that_fit, save, why_not
 from .results import Results
-from .show import config_text
+from .show import config_text, status_text
+from .store import list_parts, write_text_atomic
 
-__all__ = ["write_report", "CAPTIONS"]
+__all__ = ["write_report", "CAPTIONS", "MARKER"]
+
+#: the file, in a report folder, that lists the files the report wrote
+MARKER = ".sweep-report"
+_MARKER_HEAD = ("# written by 'sweep report': the files below are replaced or removed by the "
+                "next report into this folder; other files are left alone\n")
 
 CAPTIONS = {
     "scaling": "Throughput of the best configuration vs GPU count, one line per job and "
@@ -55,11 +70,11 @@ def _summary_table(res: Results) -> str:
         r = best.get(int(c["case_id"]))
         cells = [c["case_id"], c["job"], c["hardware"], c["strategy"], c["n_gpus"]]
         if r is None:
-            cells += ["no feasible configuration", "", "", "", ""]
+            cells += [status_text(c), "", "", "", ""]
         else:
             cells += [config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
                       f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 2**30:.1f}"]
-        if not c["complete"]:
+        if not c["complete"] and r is not None:
             cells[-1] = f"{cells[-1]} (partial)"
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
                     + "</tr>")
@@ -71,20 +86,87 @@ def _summary_table(res: Results) -> str:
             + "\n".join(rows) + "</table>" + more)
 
 
+def _earlier_files(folder: Path) -> list[str]:
+    """The files an earlier report in ``folder`` wrote (plain names only)."""
+    try:
+        lines = (folder / MARKER).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepError(f"-o: {folder / MARKER}: cannot read it ({exc})") from None
+    return [n for n in (line.strip() for line in lines)
+            if n and not n.startswith("#") and "/" not in n and n not in (".", "..", MARKER)]
+
+
+def _target(out: Path, res: Results) -> list[str] | None:
+    """Check that the report may write into ``out``: the files of the earlier report there
+    ([] for an empty folder), or None when ``out`` does not exist yet.
+
+    Raises:
+        SweepError: ``out`` is a file, a run folder, the results file's folder, or a folder
+            with files sweep report did not write.
+    """
+    real = out.resolve()
+    if str(real) != str(out):
+        out = Path(f"{out} (= {real})")  # messages name the real folder too
+    if real.exists() and not real.is_dir():
+        raise SweepError(f"-o: {out} exists and is not a folder")
+    if not real.parent.is_dir():
+        raise SweepError(f"-o: {real.parent} is not a folder")
+    new = f"choose a new folder, e.g. -o {real / 'report'}"
+    if real == Path(res.path).resolve().parent:
+        raise SweepError(f"-o: {out} holds the results file {Path(res.path).name}; a report "
+                         f"never writes into a run folder; {new}")
+    if not real.exists():
+        return None
+    run_files = [n for n in ("spec.yaml", "sweep.h5") if (real / n).exists()]
+    run_files += [p.name for p in list_parts(real)][:1]
+    if run_files:
+        raise SweepError(f"-o: {out} is a sweep run folder (it holds {', '.join(run_files)}); "
+                         f"a report never writes into a run folder; {new}")
+    entries = os.listdir(real)
+    if MARKER in entries:
+        return _earlier_files(real)
+    if entries:
+        raise SweepError(f"-o: {out} is not empty and was not written by sweep report (no "
+                         f"{MARKER} in it); nothing in it is touched: choose a new or empty "
+                         f"folder")
+    return []
+
+
+def _marker(names: list[str]) -> str:
+    return _MARKER_HEAD + "".join(f"{n}\n" for n in sorted(names))
+
+
+def _move_in(tmp: Path, out: Path, names: list[str], earlier: list[str]) -> None:
+    """Rename the new files from ``tmp`` into the existing folder ``out`` (each atomic) and
+    remove the earlier report's files the new one does not have; nothing else is touched."""
+    # first list both sets, so an interrupted swap leaves no file of ours unlisted
+    write_text_atomic(out / MARKER, _marker(sorted(set(names) | set(earlier))))
+    for name in sorted(names, key=lambda n: n == "index.html"):  # the page last
+        os.replace(tmp / name, out / name)
+    for name in sorted(set(earlier) - set(names)):
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+    write_text_atomic(out / MARKER, _marker(names))
+
+
 def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = None) -> dict:
-    """Write the report; returns {"dir", "figures": {kind: file}, "skipped": {kind: why}}."""
+    """Write the report; returns {"dir", "figures": {kind: file}, "skipped": {kind: why}}.
+
+    Raises:
+        SweepError: ``out_dir`` may not be written (see the module doc) or cannot be.
+    """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"-o: {out} exists and is not a directory")
-    if not out.parent.is_dir():
-        raise SweepError(f"-o: {out.parent} is not a directory")
+    earlier = _target(out, res)
+    real = out.resolve()
     reasons = why_not(res)
     wanted = kinds or kinds_that_fit(res)
     skipped = {k: reasons.get(k, "not asked for") for k in KINDS if k not in wanted}
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the report is a normal folder
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{real.name}.report-", dir=real.parent))
+    except OSError as exc:
+        raise SweepError(f"-o: cannot write into {real.parent}: {exc.strerror}") from None
+    moved = False
     try:
         figures = {}
         for kind in wanted:
@@ -100,13 +182,31 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
                 "mem_bytes"]
         best[[k for k in keep if k in best.columns]].to_csv(tmp / "best.csv", index=False)
         (tmp / "index.html").write_text(_html(res, figures, skipped))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        names = sorted(os.listdir(tmp))
+        if earlier is None:
+            (tmp / MARKER).write_text(_marker(names))
+            tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; a report is a normal folder
+            try:
+                os.rename(tmp, real)  # fails if a non-empty folder appeared there meanwhile
+                moved = True
+            except OSError:
+                if not real.is_dir():
+                    raise
+                _move_in(tmp, real, names, _target(out, res) or [])
+        else:
+            _move_in(tmp, real, names, earlier)
+    except OSError as exc:
+        raise SweepError(f"-o: {out}: cannot write the report: {exc.strerror or exc}") from None
+    finally:
+        if not moved:
+            shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp, random name
     return {"dir": str(out), "figures": figures, "skipped": skipped}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _html(res: Results, figures: dict[str, str], skipped: dict[str, str]) -> str:

@@ -148,9 +148,6 @@ def open_results(path: str | Path) -> Results:
     attrs = {k: v.item() if isinstance(v, np.generic) else v for k, v in attrs.items()}
     cases = _frame(data["cases"])
     top = _frame(data["top"])
-    if len(top):
-        top = top.merge(cases, on="case_id", how="left", suffixes=("", "_case"))
-    else:
-        top = top.reindex(columns=list(top.columns) + [c for c in cases.columns
-                                                       if c != "case_id"])
+    # also when empty: the same columns as a full file (a case's counts get "_case")
+    top = top.merge(cases, on="case_id", how="left", suffixes=("", "_case"))
     return Results(path, attrs, cases, top, read_columns(path))

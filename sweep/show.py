@@ -1,7 +1,9 @@
 """``sweep show``: the best configurations per case of a ``sweep.h5``, as a table, CSV or JSON.
 
 Rows join ``/top`` with ``/cases``; numbers keep SI units in CSV/JSON (seconds, bytes) and
-are rounded for the table.
+are rounded for the table. Every rendered row has a ``status``: ``ok`` (a configuration),
+``infeasible`` (the case is complete and has no feasible configuration) or ``pending`` (the
+case is not complete and has none yet). The JSON is strict: NaN and infinities are null.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,8 @@ import numpy as np
 from . import fmt
 from .store import read_results
 
-__all__ = ["load_rows", "format_rows", "config_text", "FORMATS", "RECOMPUTE_NAMES"]
+__all__ = ["load_rows", "format_rows", "config_text", "row_status", "status_text", "FORMATS",
+           "RECOMPUTE_NAMES"]
 
 FORMATS = ("table", "csv", "json")
 _CASE_COLS = ("case_id", "job", "hardware", "strategy", "n_gpus")
@@ -84,19 +88,45 @@ def config_text(r) -> str:
     return " ".join(parts)
 
 
+def row_status(r) -> str:
+    """``ok`` (the row has a configuration), ``infeasible`` (its case is complete without a
+    feasible one) or ``pending`` (its case is not complete and has none yet)."""
+    if r.get("place") is not None:
+        return "ok"
+    return "infeasible" if r.get("complete") else "pending"
+
+
+def status_text(r) -> str:
+    """What to print for a case (or row) without a configuration."""
+    if r.get("complete"):
+        return "no feasible configuration"
+    if not r.get("evaluated"):
+        return "pending (not yet evaluated)"
+    return "pending (no feasible configuration yet)"
+
+
+def _strict(value):
+    """A JSON value: NaN and infinities become None."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _placement(r: dict) -> str:
     return " ".join(f"{k[3:]}{r[k]}" for k in _PLACEMENT if r[k] != 1) or "-"
 
 
 def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:
     """Render rows as ``table``, ``csv`` or ``json``."""
+    rows = [{**r, "status": row_status(r)} for r in rows]
     if kind == "json":
         return json.dumps({"name": attrs.get("name"), "cost_model": attrs.get("cost_model"),
-                           "complete": bool(attrs.get("complete")), "rows": rows}, indent=1)
+                           "complete": bool(attrs.get("complete")),
+                           "rows": [{k: _strict(v) for k, v in r.items()} for r in rows]},
+                          indent=1, allow_nan=False)
     if kind == "csv":
         buf = io.StringIO()
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+        keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "status"]
+        w = csv.DictWriter(buf, fieldnames=[*keys, "status"], extrasaction="ignore",
+                           lineterminator="\n")
         w.writeheader()
         for r in rows:
             w.writerow(r)
@@ -105,12 +135,15 @@ def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:
     for r in rows:
         head = [r["case_id"], r["job"], r["hardware"], r["strategy"], r["n_gpus"]]
         if r.get("place") is None:
-            table.append(head + ["-", "no feasible configuration", "", "", "", "", ""])
+            table.append(head + ["-", status_text(r), "", "", "", "", ""])
             continue
         table.append(head + [r["place"] + 1, config_text(r), _placement(r),
                              fmt.seconds(r["step_time_s"]), f"{r['samples_per_s']:.5g}",
                              fmt.percent(r["mfu"]), f"{r['mem_bytes'] / 1e9:.1f}"])
-    note = "" if attrs.get("complete") else "\n(partial results: the run is not complete)"
+    pending = sum(1 for r in rows if r["status"] == "pending")
+    note = "" if attrs.get("complete") else (
+        "\n(partial results: the run is not complete"
+        + (f"; {pending} case(s) pending)" if pending else ")"))
     return fmt.table(["case", "job", "hardware", "strategy", "GPUs", "#", "config",
                       "NVLink per domain", "step", "samples/s", "MFU", "mem GB"], table,
                      align="rlllrrllrrrr") + note

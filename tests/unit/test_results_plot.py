@@ -19,9 +19,12 @@ from sweep.cli import _Progress, main
 from sweep.errors import SweepError
 from sweep.parallel import SerialComm
 from sweep.plot import KINDS, PlotOptions, draw, kinds_that_fit, save, why_not
-from sweep.report import write_report
+from sweep.reduce import reduce_run
+from sweep.report import MARKER, write_report
 from sweep.results import MEMORY_PARTS, TIME_PARTS, open_results
 from sweep.runner import RunOptions, run_sweep
+from sweep.show import format_rows, load_rows
+from sweep.store import Table, read_columns, read_results, write_results
 from tests.conftest import DATA
 
 GRID_SPEC = """
@@ -245,10 +248,14 @@ def test_plot_command(nersc, tmp_path, capsys):
 def test_report_folder(grid, tmp_path, capsys):
     target = tmp_path / "report"
     target.mkdir()
-    (target / "stale.txt").write_text("old")  # the folder is replaced as a whole
+    (target / "stale.txt").write_text("old")  # not written by sweep report: refused
+    assert main(["report", str(grid), "-o", str(target)]) == 2
+    assert "not empty and was not written by sweep report" in capsys.readouterr().err
+    assert [p.name for p in target.iterdir()] == ["stale.txt"]
+    target = tmp_path / "new"
     assert main(["report", str(grid), "-o", str(target)]) == 0
     files = {p.name for p in target.iterdir()}
-    assert files == {"index.html", "best.csv"} | {f"{k}.png" for k in KINDS}
+    assert files == {"index.html", "best.csv", MARKER} | {f"{k}.png" for k in KINDS}
     page = (target / "index.html").read_text()
     for kind in KINDS:
         assert f'src="{kind}.png"' in page
@@ -279,6 +286,110 @@ def test_report_lists_the_first_cases_and_points_to_best_csv(grid, tmp_path, mon
     page = (Path(capped["dir"]) / "index.html").read_text()
     assert page.count("<tr><td>") == 3
     assert f"The first 3 of {n_cases:,} cases; best.csv lists every case." in page
+
+
+# ------------------------------------------------------------------------------ partial data
+
+def derive(src, dst, done_cases, evaluated_cases=()):
+    """A copy of ``src`` as if only ``done_cases`` were finished (their rows kept) and
+    ``evaluated_cases`` had been started (counts kept, no rows); every other case pending."""
+    attrs, data = read_results(src)
+    columns = {k: (v["unit"], v["description"]) for k, v in read_columns(src).items()}
+    cases, top, units = data["cases"].copy(), data["top"], data["units"]
+    done = np.isin(cases["case_id"], list(done_cases))
+    started = done | np.isin(cases["case_id"], list(evaluated_cases))
+    cases["complete"] = done
+    for k in ("evaluated", "feasible", "out_of_memory", "other_infeasible"):
+        cases[k] = np.where(started, cases[k], 0)
+    cases["best_samples_per_s"] = np.where(done, cases["best_samples_per_s"], np.nan)
+    units = units[np.isin(units["case_id"], list(done_cases))]
+    attrs = {**attrs, "complete": bool(done.all()), "n_units_done": len(units),
+             "candidates_evaluated": int(cases["evaluated"].sum())}
+    write_results(dst, attrs, Table(cases, {k: columns.get(k, ("", ""))
+                                            for k in cases.dtype.names}),
+                  top[np.isin(top["case_id"], list(done_cases))], units)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def partial_files(nersc, grid, tmp_path_factory):
+    """Partial, single-point and empty results of both sweeps, and a real shard's share."""
+    d = tmp_path_factory.mktemp("partial")
+    shard = d / "shard"
+    run_sweep(str(DATA / "specs" / "small.yaml"), SerialComm(),
+              RunOptions(out_dir=shard, shard=(0, 3)))
+    files = {"shard 0/3": reduce_run(shard, partial=True).path}
+    for name, src in (("nersc", nersc), ("grid", grid)):
+        files[f"{name} half"] = derive(src, d / f"{name}-half.h5", range(0, 16, 2), [1])
+        files[f"{name} two"] = derive(src, d / f"{name}-two.h5", [0, 2])
+        files[f"{name} one case"] = derive(src, d / f"{name}-one.h5", [3])
+        files[f"{name} empty"] = derive(src, d / f"{name}-empty.h5", [], [1])
+    return files
+
+
+def test_every_kind_on_partial_single_point_and_empty_results(partial_files, tmp_path):
+    """No kind crashes: it draws what exists or says (SweepError) why there is nothing;
+    the kinds that fit always draw, and the report draws exactly those."""
+    options = [PlotOptions(metric="days", tokens=1e12), PlotOptions(strategy="1d"),
+               PlotOptions(n_gpus=16), PlotOptions(jobs=["x"])]
+    for name, path in partial_files.items():
+        res = open_results(path)
+        assert not res.complete
+        fits = kinds_that_fit(res)
+        out = write_report(res, tmp_path / name.replace(" ", "-").replace("/", "-"))
+        assert list(out["figures"]) == fits, name  # every kind that fits is drawn
+        assert "partial results" in (tmp_path / out["dir"] / "index.html").read_text()
+        for kind in KINDS:
+            for opts in (options if name in ("shard 0/3", "grid half", "grid one case")
+                         else []) + ([PlotOptions()] if kind not in fits else []):
+                try:
+                    save(res, kind, tmp_path / "k.png", opts)
+                except SweepError:
+                    pass
+    assert "strategies" in kinds_that_fit(open_results(partial_files["shard 0/3"]))
+    assert kinds_that_fit(open_results(partial_files["nersc empty"])) == []
+    assert why_not(open_results(partial_files["nersc one case"]))["scaling"] == \
+        "the results have one GPU count so far"
+
+
+def test_show_tells_pending_from_infeasible(nersc, tmp_path):
+    path = derive(nersc, tmp_path / "s.h5", [0, 1, 5], [3])
+    # case 1: complete without any feasible configuration
+    attrs, data = read_results(path)
+    top = data["top"][data["top"]["case_id"] != 1]
+    cases = data["cases"].copy()
+    cases["best_samples_per_s"][1] = np.nan
+    columns = {k: (v["unit"], v["description"]) for k, v in read_columns(path).items()}
+    write_results(path, attrs, Table(cases, {k: columns.get(k, ("", ""))
+                                             for k in cases.dtype.names}), top, data["units"])
+    attrs, rows = load_rows(path)
+    table = format_rows(attrs, rows, "table").splitlines()
+    by_case = {int(line.split()[0]): line for line in table[2:] if line.split()[0].isdigit()}
+    assert "no feasible configuration" in by_case[1]
+    assert "pending (no feasible configuration yet)" in by_case[3]
+    assert "pending (not yet evaluated)" in by_case[7]
+    assert "dp=" in by_case[0] and "pending" not in by_case[0]
+    assert table[-1] == "(partial results: the run is not complete; 13 case(s) pending)"
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    doc = json.loads(format_rows(attrs, rows, "json"), parse_constant=refuse)
+    status = {r["case_id"]: r["status"] for r in doc["rows"]}
+    assert status[0] == status[5] == "ok" and status[1] == "infeasible"
+    assert status[3] == status[7] == "pending"
+    assert doc["rows"][1]["best_samples_per_s"] is None  # NaN -> null
+    lines = format_rows(attrs, rows, "csv").splitlines()
+    assert lines[0].endswith(",status") and lines[2].endswith(",infeasible")
+    assert lines[4].endswith(",pending")
+
+
+def test_show_json_is_strict_on_a_complete_file(nersc):
+    """Columns of absent calibration parameters are NaN in the file: null in JSON."""
+    attrs, rows = load_rows(nersc, top=2)
+    text = format_rows(attrs, rows, "json")
+    assert "NaN" not in text and "Infinity" not in text
+    assert {r["status"] for r in json.loads(text)["rows"]} == {"ok"}
 
 
 # ------------------------------------------------------------------------------ progress
