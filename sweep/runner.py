@@ -27,7 +27,6 @@ import hashlib
 import math
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +45,8 @@ from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, redu
 from .schema import RESULT_DTYPE, Reason
 from .search import DEFAULT_BLOCK, search_range
 from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
-from .store import DONE_DTYPE, TOP_DTYPE, list_parts, part_path, read_part, write_part
+from .store import (DONE_DTYPE, TOP_DTYPE, CorruptFileError, list_parts, part_path, read_part,
+                    write_part, write_text_atomic)
 from .topn import merge_top_n
 
 __all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
@@ -105,21 +105,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    """Write ``path`` through a fresh temporary file in its folder (O_EXCL, unpredictable
-    name: never through a planted symlink), then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _prepare(spec_path: str, options: RunOptions, size: int
              ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str]]]:
     """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
@@ -164,7 +149,7 @@ def _prepare_locked(spec_path, options, size, text, plan, out, resume):
             raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
                              f"this run started; use another --out, or --force to start over")
     if not stored.exists():
-        _write_text_atomic(stored, text)
+        write_text_atomic(stored, text)
     sha = hashlib.sha256(text.encode()).hexdigest()
     if options.shard is not None:
         index = options.shard[0]
@@ -176,7 +161,7 @@ def _prepare_locked(spec_path, options, size, text, plan, out, resume):
             attrs, units, _ = read_part(p)  # every table, so every checksum is verified
             if attrs.get("spec_sha256") == sha:
                 check_segments(plan.units, units, p)
-        except StoreError as exc:  # corrupt: keep it for inspection, redo its work
+        except CorruptFileError as exc:  # keep it for inspection, redo its work
             aside = p.with_name(f"{p.name}.corrupt-{datetime.now():%Y%m%dT%H%M%S}")
             os.replace(p, aside)
             warnings.append(f"{exc}; moved it to {aside.name}: its work units will be redone")

@@ -52,9 +52,9 @@ def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
 
 
 def test_unknown_hardware_lists_known(capsys):
-    code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "B300",
+    code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "X900",
                        "--gpus", "8")
-    assert code == 2 and "unknown hardware 'B300'" in err and "H100-SXM" in err
+    assert code == 2 and "unknown hardware 'X900'" in err and "H100-SXM" in err
 
 
 def test_bench_reports_rates(capsys):
