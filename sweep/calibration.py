@@ -11,6 +11,9 @@ parameter towards its physical centre (cost/calibrated.py DEFAULT_PARAMETERS) wh
 leave it undetermined. Every fit starts from those centres, so it depends on the code and the
 data only. Leave-one-source-out re-fits without a source (from the same centres: nothing of
 the held-out source enters) and predicts it.
+
+The cases come from sweep.validate through the data contract (sweep.measured: Case,
+metric_of); :class:`Evaluator` evaluates them all in one call for each trial of parameters.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cost import calibrated
 from .cost.calibrated import DEFAULT_PARAMETERS
-from .validate import Case, Evaluator, metric_of
+from .measured import Case, metric_of
+from .schema import CANDIDATE_DTYPE, Reason
 
 __all__ = ["BOUNDS", "fit", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
-           "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT"]
+           "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
 
 #: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
 #: time parameters (newer first on a tie)
@@ -56,6 +61,46 @@ PRIOR_WEIGHT = 0.005
 PRIOR_OFFSET = {"kernel_us": 1.0}
 #: Powell is restarted from its own result while that still improves the objective
 MAX_RESTARTS = 5
+
+
+class Evaluator:
+    """Every option of every case in one stacked context; re-evaluated for new parameters."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        self.cases = list(cases)
+        contexts, columns, owner = [], [], []
+        for i, case in enumerate(self.cases):
+            ctx = calibrated.make_context(case.job, case.hw, case.hw.calibration)
+            for opt in case.options:
+                contexts.append(ctx)
+                columns.append(opt)
+                owner.append(i)
+        self.x = calibrated.stack_contexts(contexts)
+        self.c = {k: np.array([o[k] for o in columns]) for k in CANDIDATE_DTYPE.names}
+        self.owner = np.array(owner)
+        self.generation = np.array([self.cases[i].hw.generation for i in owner])
+
+    def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
+        """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
+        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve_bytes", 2.0**30)}
+        for gen, values in params.items():
+            mask = np.ones(len(self.owner), bool) if gen == "memory" else self.generation == gen
+            for k, v in values.items():
+                name, scale = keys.get(k, (k, 1.0))
+                self.x[name][mask] = v * scale
+
+    def run(self) -> dict[str, np.ndarray]:
+        """Per case: predicted step time (best feasible option), memory, feasibility."""
+        out = calibrated.evaluate(self.x, self.c)
+        step, mem, reported = out["step_time_s"], out["mem_bytes"], out["mem_reported_bytes"]
+        feasible = out["reason"] == Reason.OK
+        # best option per case: feasible first, then the fastest
+        order = np.lexsort((step, ~feasible, self.owner))
+        _, first = np.unique(self.owner[order], return_index=True)
+        chosen = order[first]
+        return {"step_time_s": step[chosen], "mem_bytes": mem[chosen],
+                "mem_reported_bytes": reported[chosen], "feasible": feasible[chosen],
+                "option": chosen}
 
 
 @dataclass
@@ -198,9 +243,11 @@ def fit(cases: Sequence[Case], tol: float = 1e-3) -> FitResult:
     return FitResult(params, rows, objective)
 
 
-def write_calibration(path, result: FitResult, data: str) -> None:
+def write_calibration(path, result: FitResult, data) -> None:
     """Write ``hardware/calibration.yaml``: the parameters per generation and a ``fitted``
-    block saying on what (atomically: a temporary file renamed over the old one)."""
+    block saying on what: ``data``, one CSV path or several (their names joined by " + ",
+    the sha256 of their bytes in order); atomically: a temporary file renamed over the old
+    one."""
     import datetime
     import hashlib
     import os
@@ -212,14 +259,15 @@ def write_calibration(path, result: FitResult, data: str) -> None:
     from .cost.calibrated import PARAMETERS as MEANING
 
     path = Path(path)
-    digest = hashlib.sha256(Path(data).read_bytes()).hexdigest()
+    files = [Path(data)] if isinstance(data, (str, Path)) else [Path(d) for d in data]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
     params, borrowed = fill_generations(result.parameters)
     header = ["# Parameters of the calibrated cost profile per GPU generation (the `generation`",
               "# key of a hardware file); a hardware file may override any of them under",
               "# `calibration:`. Written by `sweep calibrate --write`; do not edit by hand.", "#"]
     header += [f"#   {k}: {v}" for k, v in {**MEANING, **MEMORY_MEANING}.items()]
     body = {"fitted": {
-        "data": Path(data).name, "data_sha256": digest,
+        "data": " + ".join(f.name for f in files), "data_sha256": digest,
         "date": datetime.date.today().isoformat(),
         "method": "per generation: Powell minimisation, from the prior centres, of the "
                   "source-balanced mean |log error| of the published metric plus a weak "

@@ -206,12 +206,14 @@ def _calibration_params(cases) -> dict:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .validate import DEFAULT_DATA, available_cpus, express_all, read_runs, render, report
+    from .measured import data_paths, read_data
+    from .validate import available_cpus, express_all, render, report
 
     import importlib.util
 
-    data = args.data or DEFAULT_DATA
-    rows = read_runs(data)
+    paths = data_paths(args.data)
+    data = ", ".join(map(str, paths))
+    rows = read_data(paths)
     cases, _ = express_all(rows)
     loso = not args.no_loso
     if loso and importlib.util.find_spec("scipy") is None:
@@ -233,10 +235,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibration import GENERATIONS, fill_generations, fit, write_calibration
     from .catalog import CALIBRATION_FILE, REPO_ROOT
-    from .validate import DEFAULT_DATA, express_all, read_runs, render, report
+    from .measured import data_paths, read_data
+    from .validate import express_all, render, report
 
-    data = args.data or DEFAULT_DATA
-    rows = read_runs(data)
+    paths = data_paths(args.data)
+    data = ", ".join(map(str, paths))
+    rows = read_data(paths)
     cases, _ = express_all(rows)
     if not cases:
         raise SweepError(f"{data}: no row can be expressed; nothing to calibrate on")
@@ -257,7 +261,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(render(report(rows, params, loso=False), rows=False))
     if args.write:
         target = args.output or REPO_ROOT / "hardware" / CALIBRATION_FILE
-        write_calibration(target, result, str(data))
+        write_calibration(target, result, paths)
         print(f"wrote {target}")
     return 0
 
@@ -784,8 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="predict measured training runs; error per row and "
                        "source, memory, OOM, leave-one-source-out")
-    v.add_argument("--data", help="CSV with the columns of sweep/data/measured_training_runs.csv "
-                   "(default: the public runs shipped with sweep)")
+    v.add_argument("--data", help="a CSV of measured runs (the columns of sweep/measured.py; "
+                   "either shipped layout), a shipped file's name (measured_moe_blackwell), "
+                   "or 'all' for both shipped files (default: measured_training_runs.csv)")
     v.add_argument("--no-loso", action="store_true",
                    help="skip leave-one-source-out (re-fits; needs scipy)")
     v.add_argument("--workers", type=_positive_int,
@@ -797,7 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ca = sub.add_parser("calibrate", help="fit the calibrated profile's parameters per GPU "
                         "generation on measured runs (needs scipy)")
-    ca.add_argument("--data", help="CSV of measured runs (default: the shipped public runs)")
+    ca.add_argument("--data", help="CSV of measured runs, a shipped file's name, or 'all' "
+                    "(default: the shipped measured_training_runs.csv)")
     ca.add_argument("--write", action="store_true", help="write hardware/calibration.yaml")
     ca.add_argument("--output", help="with --write: write this file instead")
     ca.add_argument("--json", action="store_true", help="print JSON")

@@ -1,8 +1,8 @@
 """``sweep validate``: predict measured training runs in each run's own metric convention.
 
-Reads a CSV with the columns of ``sweep/data/measured_training_runs.csv`` (described in the
-``.md`` beside it), turns every row into a job, a hardware variant (the GPU and the row's
-interconnect) and the configuration it ran - or says why it cannot - and predicts the metric
+Reads CSVs of measured runs through the data contract (sweep.measured: the columns, the
+labels, both shipped layouts), turns every row into a job, a hardware variant (the GPU and the
+row's interconnect) and the configuration it ran - or says why it cannot - and predicts the metric
 the source published: iteration time, tokens/s, samples/s, or TFLOP/s by the source's own
 FLOP formula. Fields a source leaves unstated (micro-batch size, virtual stages, recompute)
 are filled with the best feasible choice under the model, i.e. the tuned configuration the
@@ -15,45 +15,30 @@ fast (sweep.calibration).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
+from .calibration import Evaluator, fill_generations, fit, predictions
 from .candidates import divisors
-from .catalog import list_names, load_hardware
-from .cost import calibrated
+from .catalog import load_hardware
 from .errors import SweepError
 from .hardware import Hardware, apply_overrides
 from .job import Job
-from .schema import CANDIDATE_DTYPE, Reason, Recompute, empty_candidates
+from .measured import (DEFAULT_DATA, FLOPS, METRICS, REQUIRED_COLUMNS, SHARDING, SHIPPED, Case,
+                       Refusal, Run, canonical, flops_of, iteration_flops, metric_of,
+                       parse_run, precision_of, read_runs, sharding_of, suggest)
+from .schema import Recompute, empty_candidates
 
-__all__ = ["DEFAULT_DATA", "Case", "read_runs", "express", "express_all", "flops_convention",
-           "Evaluator", "REQUIRED_COLUMNS", "METRICS", "report", "render", "spearman"]
+__all__ = ["DEFAULT_DATA", "SHIPPED", "Case", "read_runs", "express", "express_all",
+           "flops_convention", "Evaluator", "REQUIRED_COLUMNS", "METRICS", "metric_of",
+           "report", "render", "spearman"]
 
-DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "measured_training_runs.csv"
-REQUIRED_COLUMNS = (
-    "id", "source", "framework", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
-    "vocab", "seq_len", "arch_notes", "gpu", "n_gpus", "gpus_per_node", "interconnect", "tp",
-    "pp", "dp", "cp", "sp", "vp", "zero_fsdp", "recompute", "global_batch_seqs", "micro_batch",
-    "precision", "compile", "tflops_per_gpu", "tflops_definition", "mfu", "hfu",
-    "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s", "iter_time_s",
-    "mem_per_gpu_GB", "outcome")
-#: published metrics, in the order of preference (the most direct measurement first)
-METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s",
-           "tflops_per_gpu")
-
-#: GPU column -> hardware catalog entry
-GPU_MAP = {
-    "A100-SXM4-80GB": "A100-80GB", "A100-SXM4-40GB": "A100-40GB",
-    "H100-SXM5-80GB": "H100-SXM", "H100-SXM5-80GB (DGX-H100)": "H100-SXM",
-    "H100-SXM 96GB HBM2e (500W)": "H100-96GB-500W", "H200-SXM-141GB": "H200",
-}
 #: interconnect column (regex) -> scale-out per GPU, when it differs from the catalog default
 INTERCONNECT = [
     # IDRIS Jean Zay A100 nodes: 4 Omni-Path 100 Gb/s adapters per 8 GPUs
@@ -101,76 +86,37 @@ class Stack:
 DEEPSPEED_BUCKETS_GiB = 2 * 5e8 * 2 / 2**30
 
 
-#: framework column (regex) -> stack; first match wins
-STACKS = [
-    (r"Megatron-LM \(2021\)", Stack("materialized", True, False, "fp32", False, False)),
-    (r"Megatron-LM \(2022\)", Stack("materialized", True, False, "fp32", False, False)),
-    (r"Megatron-DeepSpeed", Stack("materialized", True, False, "fp32", False, False,
-                                  DEEPSPEED_BUCKETS_GiB, unfused_grad_accum=True)),
+#: framework (sweep.measured.FRAMEWORKS) -> stack
+STACKS = {
+    "megatron-lm-2021": Stack("materialized", True, False, "fp32", False, False),
+    "megatron-lm-2022": Stack("materialized", True, False, "fp32", False, False),
+    "megatron-deepspeed": Stack("materialized", True, False, "fp32", False, False,
+                                DEEPSPEED_BUCKETS_GiB, unfused_grad_accum=True),
     # DeepSpeed ZeRO-3 defaults: stage3_max_live_parameters 1e9, reduce_bucket_size 5e8
     # (DeepSpeed configuration docs)
-    (r"DeepSpeed ZeRO-3", Stack("materialized", True, True, "fp32", False, False,
-                                zero3_live_params=1e9, grad_bucket_params=5e8)),
+    "deepspeed-zero3": Stack("materialized", True, True, "fp32", False, False,
+                             zero3_live_params=1e9, grad_bucket_params=5e8),
     # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
     # NeMo's framework string names it too); both overlap the interleaved pipeline's p2p
     # (NeMo configs: overlap_p2p_comm true, batch_p2p_comm false; Megatron-LM's default)
-    (r"NeMo", Stack("flash", True, True, "bf16", True, True, pp_overlap=True)),
-    (r"Megatron-Core", Stack("flash", True, True, "fp32", True, True, pp_overlap=True)),
+    "nemo": Stack("flash", True, True, "bf16", True, True, pp_overlap=True),
+    # NeMo's successor for Megatron models: its performance configs reduce gradients in 16 bits
+    # too (Megatron-Bridge scripts/performance/utils/helpers.py set_basic_perf_overrides:
+    # ddp.grad_reduce_in_fp32 = False)
+    "megatron-bridge": Stack("flash", True, True, "bf16", True, True, pp_overlap=True),
+    "megatron-core": Stack("flash", True, True, "fp32", True, True, pp_overlap=True),
     # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
     # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
-    (r"Composer", Stack("flash", False, True, "fp32", False, False, fused_loss=True)),
-    (r"fms-fsdp", Stack("flash", False, True, "bf16", False, False)),
+    "composer": Stack("flash", False, True, "fp32", False, False, fused_loss=True),
+    "fms-fsdp": Stack("flash", False, True, "bf16", False, False),
     # PyTorch context parallelism rotates K/V with all-gather by default (torchtitan
     # context_parallel_rotate_method = "allgather"); training.compile also compiles the loss
     # since April 2025 (pytorch/torchtitan PR #1033, build_loss_fn); pipelines default to
     # p x v micro-batches and, interleaved, v = 2 stages per rank (generate_split_points)
-    (r"torchtitan", Stack("flash", False, True, "fp32", True, False, cp_comm=1,
-                          compiled_loss_since="2025-04", microbatches_are_stages=True,
-                          interleaved_v=2)),
-]
-
-
-@dataclass
-class Case:
-    """One measured run, expressed: what to evaluate and what to compare with."""
-
-    row: Mapping[str, str]
-    job: Job
-    hw: Hardware
-    n_gpus: int
-    options: np.ndarray  # (k,) CANDIDATE_DTYPE: the configuration, or the choices left open
-    metric: str
-    measured: float
-    flops: float = 0.0  # FLOPs per iteration by the source's formula (TFLOP/s metrics)
-    mem_measured_bytes: float | None = None
-    oom: bool = False
-    assumptions: list[str] = field(default_factory=list)
-
-    @property
-    def source(self) -> str:
-        return self.row["source"]
-
-    @property
-    def group(self) -> str:
-        """The sweep a row belongs to (its source and table)."""
-        return f"{self.row['source']} / {self.row.get('table', '')}"
-
-
-def read_runs(path: Path) -> list[dict[str, str]]:
-    """Rows of a measured-runs CSV.
-
-    Raises:
-        SweepError: unreadable file or missing columns (named).
-    """
-    try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise SweepError(f"{path}: missing column(s): {', '.join(missing)}")
-            return [dict(r) for r in reader]
-    except OSError as exc:
-        raise SweepError(f"{path}: cannot read ({exc.strerror})") from None
+    "torchtitan": Stack("flash", False, True, "fp32", True, False, cp_comm=1,
+                        compiled_loss_since="2025-04", microbatches_are_stages=True,
+                        interleaved_v=2),
+}
 
 
 def _num(row: Mapping[str, str], key: str) -> float | None:
@@ -185,42 +131,19 @@ def _num(row: Mapping[str, str], key: str) -> float | None:
 
 def _int(row, key) -> int | None:
     v = _num(row, key)
-    return int(v) if v is not None and v == int(v) else None
-
-
-# ------------------------------------------------------------------------------ FLOP formulas
-
-def megatron_eq3_flops(B, s, L, e, V) -> float:
-    """Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h) per iteration,
-    counting the recompute forward (used by Megatron-LM 2021, BLOOM and MT-NLG logs)."""
-    return 96.0 * B * s * L * e**2 * (1.0 + s / (6.0 * e) + V / (16.0 * L * e))
-
-
-def megatron_core_flops(B, s, L, e, f, H, Kv, d, V, swiglu) -> float:
-    """Megatron-Core (r0.8, July 2024) num_floating_point_operations: model FLOPs with
-    non-causal attention, GQA and gated MLPs; no recompute:
-    12 B s L e^2 ((1 + Kv/H + s/e) (H d / e) + (f/e)(3/2 if gated) + V / (2 L e))."""
-    gated = 1.5 if swiglu else 1.0
-    return 12.0 * B * s * L * e**2 * ((1.0 + Kv / H + s / e) * (H * d / e)
-                                      + (f / e) * gated + V / (2.0 * L * e))
+    return int(v) if v is not None and np.isfinite(v) and v == int(v) else None
 
 
 # ------------------------------------------------------------------------------ expressing rows
 
-#: the stacks' names, as a framework column may give them (for error messages)
-STACK_NAMES = [re.sub(r"\\(.)", r"\1", pattern) for pattern, _ in STACKS]
-
-
-def _stack(framework: str) -> Stack | None:
-    for pattern, stack in STACKS:
-        if re.search(pattern, framework):
-            return stack
-    return None
-
-
-def _recompute(text: str, row) -> tuple[list[tuple[int, float]], str | None]:
+def _recompute(text: str, row, layers_per_stage: int) -> tuple[list[tuple[int, float]],
+                                                                 str | None]:
     """Recompute options [(policy, layer fraction)] from the recompute column."""
     t = text.lower()
+    # Megatron --recompute-method block: the first N layers of each stage, in full
+    block = re.fullmatch(r"recompute[_-]num[_-]layers\s*=\s*(\d+)", t.strip())
+    if block:
+        return [(Recompute.FIRST_K, min(int(block.group(1)) / layers_per_stage, 1.0))], None
     if t.startswith("none"):
         return [(Recompute.NONE, 0.0)], None
     if t.startswith("full"):
@@ -241,28 +164,6 @@ def _recompute(text: str, row) -> tuple[list[tuple[int, float]], str | None]:
         return [(Recompute.NONE, 0.0), (Recompute.SELECTIVE, 0.0), (Recompute.FULL, 0.0)], \
             "recompute unstated: best of none / selective / full"
     return [], f"recompute {text!r} not understood"
-
-
-def _zero(text: str, node: int) -> tuple[int, int] | None:
-    """(ZeRO stage, shard group; 0 = the whole DP group) from the zero_fsdp column; HSDP
-    without a stated group shards within a node of ``node`` GPUs."""
-    t = text.lower()
-    if not t:
-        return 1, 0  # unstated: distributed optimizer (the caller notes the assumption)
-    if "hsdp" in t:
-        return 3, node
-    m = re.search(r"dp_shard=(\d+)", t)
-    if m:
-        return 3, int(m.group(1))
-    if "full_shard" in t or "full shard" in t or "zero-3" in t:
-        return 3, 0
-    if "shard_grad_op" in t or "zero-2" in t:
-        return 2, 0
-    if "zero-1" in t or "distributed optimizer" in t:
-        return 1, 0
-    if t.startswith("none"):
-        return 0, 0
-    return None
 
 
 def _placement(order: Sequence[tuple[str, int]], node: int) -> dict[str, int]:
@@ -294,113 +195,160 @@ def _grad_dtype(row, stack: Stack) -> str:
 UNFUSED_ACCUM_BYTES = {"bf16": 6.0, "mixed": 18.0}
 
 
-def express(row: Mapping[str, str]) -> Case | str:
-    """A measured run as a Case, or the reason it cannot be expressed."""
-    if row.get("outcome", "ok") not in ("ok", "OOM"):
-        return f"outcome {row.get('outcome')!r} is neither ok nor OOM"
-    hw_name = GPU_MAP.get(row["gpu"]) or (row["gpu"] if row["gpu"] in list_names("hardware")
-                                          else None)
-    if hw_name is None:
-        return (f"GPU {row['gpu']!r} is not in the hardware catalog (use a catalog name: "
-                f"{', '.join(list_names('hardware'))})")
-    stack = _stack(row["framework"])
-    if stack is None:
-        return (f"framework {row['framework']!r} unknown (it must name a known stack: "
-                f"{', '.join(STACK_NAMES)})")
-    dims = {k: _int(row, k) for k in ("n_layers", "hidden", "ffn_hidden", "n_heads",
-                                      "seq_len", "n_gpus", "global_batch_seqs")}
-    for k, v in dims.items():
-        if v is None:
-            text = (row.get(k) or "").strip()
-            return f"{k} {text!r} is not a whole number" if text else f"{k} unknown"
-    assumptions: list[str] = []
-    n = dims["n_gpus"]
-    tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
-    dp = _int(row, "dp") or n // max(tp * pp * cp, 1)
-    if tp * pp * cp * dp != n:
-        return f"tp x pp x cp x dp = {tp * pp * cp * dp}, not {n} GPUs"
-    B = dims["global_batch_seqs"]
-    if B % dp:
-        return f"global batch {B} is not a multiple of dp = {dp}"
-    arch = row.get("arch_notes", "")
-    swiglu = "SwiGLU" in arch
-    if "squared-ReLU" in arch:
-        assumptions.append("squared-ReLU MLP costed as a 2-matrix GELU MLP")
-    precision = row.get("precision", "").lower()
-    dtype = "fp8" if ("fp8" in precision or "float8" in precision) else (
-        "fp16" if precision.startswith("fp16") else "bf16")
-    heads = dims["n_heads"]
-    kv = _int(row, "n_kv_heads") or heads
-    compiled = row.get("compile", "") == "yes"
+def _refuse(kind: str, reason: str = "") -> Refusal:
+    return Refusal(kind, reason or kind)
+
+
+def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
+    """The Job a run trained: its model (dimensions from the columns or jobs/) as the
+    framework runs it."""
+    v, shape = run.values, run.shape
+    if run.model is not None:
+        m = run.model
+        arch = {"mlp": m.mlp, "norm": m.norm, "position": m.position, "causal": m.causal,
+                "dropout": m.dropout, "bias": m.bias, "tied_embeddings": m.tied_embeddings}
+    else:
+        notes = v["arch_notes"]
+        if "squared-ReLU" in notes:
+            assumptions.append("squared-ReLU MLP costed as a 2-matrix GELU MLP")
+        megatron_2021 = v["source"] in ("Narayanan2021", "Korthikanti2022", "BLOOM-prequel")
+        arch = {"mlp": "swiglu" if "SwiGLU" in notes else "gelu",
+                "norm": "rmsnorm" if "RMSNorm" in notes else "layernorm",
+                "position": "rope" if "RoPE" in notes or "LLaMA" in notes else "learned",
+                "causal": True, "dropout": megatron_2021,
+                "bias": "biases on" in notes or megatron_2021,
+                "tied_embeddings": "untied" not in notes}
+    compiled = v["compile"] == "yes"
     compiled_loss = compiled and bool(stack.compiled_loss_since) \
-        and row.get("date", "") >= stack.compiled_loss_since
-    grad_dtype = _grad_dtype(row, stack)
-    job = Job(
-        name=row["id"], n_layers=dims["n_layers"], hidden=dims["hidden"],
-        ffn_hidden=dims["ffn_hidden"], n_heads=heads, n_kv_heads=kv,
-        head_dim=dims["hidden"] // heads, vocab=_int(row, "vocab") or 0, seq_len=dims["seq_len"],
-        global_batch=B, mlp="swiglu" if swiglu else "gelu",
-        norm="rmsnorm" if "RMSNorm" in arch else "layernorm",
-        position="rope" if "RoPE" in arch or "LLaMA" in arch else "learned",
-        causal=True, dropout=row["source"] in ("Narayanan2021", "Korthikanti2022",
-                                               "BLOOM-prequel"),
-        bias="biases on" in arch or row["source"] in ("Narayanan2021", "Korthikanti2022",
-                                                      "BLOOM-prequel"),
-        tied_embeddings="untied" not in arch, dtype=dtype,
-        attention_kernel=stack.attention_kernel,
+        and v["date"] >= stack.compiled_loss_since
+    grad_dtype = _grad_dtype(v, stack)
+    flags = v["other_flags"].lower()
+    return Job(
+        name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
+        ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
+        n_kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"], vocab=shape["vocab"],
+        seq_len=shape["seq_len"], global_batch=shape["global_batch_seqs"], **arch,
+        dtype=run.dtype, attention_kernel=stack.attention_kernel,
         fused_kernels=stack.fused_kernels or compiled,
-        dp_overlap=stack.dp_overlap, pp_overlap=stack.pp_overlap, buffers_GiB=stack.buffers_GiB,
+        dp_overlap=stack.dp_overlap,
+        pp_overlap=stack.pp_overlap and "no overlap-p2p" not in flags,
+        buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
-        grad_dtype=grad_dtype, source=row.get("source_ref", ""),
+        grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
         # and the LM head take a pipeline slot each (the row's notes say so)
-        embedding_slots=bool(re.search(r"type:transformer\|embed", row.get("notes", ""))))
-    hw = load_hardware(hw_name)
+        embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])))
+
+
+def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
+    """The catalog hardware with the row's interconnect, and the GPUs of one NVLink domain
+    the run fills."""
+    v = run.values
+    hw = load_hardware(run.hardware)
     for pattern, overrides in INTERCONNECT:
-        if re.search(pattern, row.get("interconnect", "")):
+        if re.search(pattern, v["interconnect"]):
             hw = apply_overrides(hw, overrides, "interconnect")
-    node = _int(row, "gpus_per_node") or hw.nvlink_domain
-    hw = dataclasses.replace(hw, nvlink_domain=node)
-    zero = _zero(row.get("zero_fsdp", ""), node)
+    domain = _int(v, "nvlink_domain")
+    if domain:
+        # a run fills NVLink domains in equal parts: 64 of an NVL72's 72 GPUs at 64 - 256 GPUs
+        node = max(d for d in divisors(n).tolist() if d <= domain)
+    else:
+        node = _int(v, "gpus_per_node") or hw.nvlink_domain
+    return dataclasses.replace(hw, nvlink_domain=node), node
+
+
+def express(row: Mapping[str, str]) -> Case | Refusal:
+    """A measured run as a Case, or why it cannot be expressed."""
+    run = parse_run(row)
+    if isinstance(run, Refusal):
+        return run
+    v, stack = run.values, STACKS[run.framework]
+    assumptions = list(run.notes)
+    n, B = run.shape["n_gpus"], run.shape["global_batch_seqs"]
+    tp, pp, cp = (_int(v, k) or 1 for k in ("tp", "pp", "cp"))
+    dp = _int(v, "dp") or n // max(tp * pp * cp, 1)
+    if tp * pp * cp * dp != n:
+        return _refuse("layout inconsistent", f"tp x pp x cp x dp = {tp * pp * cp * dp}, "
+                                              f"not {n} GPUs")
+    if B % dp:
+        return _refuse("layout inconsistent", f"global batch {B} is not a multiple of dp = {dp}")
+    job = _job(run, stack, assumptions)
+    hw, node = _hardware(run, n)
+    zero = sharding_of(v["zero_fsdp"], v["fsdp"], node)
     if zero is None:
-        return f"sharding {row['zero_fsdp']!r} not understood"
-    if not row.get("zero_fsdp"):
+        text = v["zero_fsdp"] or v["fsdp"]
+        return _refuse("sharding not understood", f"sharding {text!r} not understood "
+                       f"({suggest(text, list(SHARDING))}accepted: {', '.join(SHARDING)}, "
+                       f"FSDP=N, dp_shard=N)")
+    if not zero[2]:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
-    recomputes, note = _recompute(row.get("recompute", ""), row)
+    layers_per_stage = int(np.ceil(job.n_layers / pp))
+    recomputes, note = _recompute(v["recompute"], v, layers_per_stage)
     if not recomputes:
-        return note or "recompute not understood"
+        return _refuse("recompute not understood", note or "recompute not understood")
     if note:
         assumptions.append(note)
-    sp_text = row.get("sp", "")
+    flags = v["other_flags"]
+    offload = re.search(r"cpu_offloading\w*=\d+", flags)
+    if offload:
+        assumptions.append(f"CPU offloading ({offload.group()}) not modelled")
+    sp_text = v["sp"]
     sp = 1 if sp_text == "yes" or (not sp_text and stack.default_sp) else 0
     # torchtitan's async TP (the row's id or metric notes name it) measured 4 - 16 % over
     # plain TP in the same runs; the model's TE-userbuffers overlap (all but 15 % of each
     # collective hidden behind its GEMM) would credit 19 - 27 %: predicted as plain TP
-    async_tp = re.search(r"async ?tp", row["id"] + " " + row.get("metric_notes", ""), re.I)
+    async_tp = re.search(r"async ?tp", v["id"] + " " + v["metric_notes"], re.I)
     tp_overlap = 1 if tp > 1 and stack.tp_overlap else 0
+    if re.search(r"tp comm overlap disabled", flags, re.IGNORECASE):
+        tp_overlap = 0
     if async_tp and tp > 1 and not tp_overlap:
         assumptions.append("async TP predicted as plain TP")
-    local = B // dp
+    cp_comm = stack.cp_comm if cp > 1 else 0
+    if cp > 1 and re.search(r"cp comm a2a", flags, re.IGNORECASE):
+        # Megatron cp_comm_type a2a (Ulysses all-to-all) is not modelled; all-gather is nearest
+        cp_comm = 1
+        assumptions.append("context-parallel all-to-all costed as an all-gather of K/V")
+    fixed = {"dp": dp, "tp": tp, "cp": cp, "pp": pp, "zero": zero[0], "shard_group": zero[1],
+             "sp": sp if tp > 1 else 0, "tp_overlap": tp_overlap, "cp_comm": cp_comm}
+    options = _options(v, stack, job, fixed, recomputes, node, assumptions)
+    if options is None:
+        return _refuse("no configuration satisfies the stated batch sizes")
+    oom = v["outcome"] == "OOM"
+    mem = _num(v, "mem_per_gpu_GB")
+    case = Case(row, job, hw, n, options, "", 0.0, mem_measured_bytes=mem * 2**30 if mem else None,
+                oom=oom, assumptions=assumptions)
+    if oom:
+        return case  # compared on feasibility only
+    return _metric(case, run)
+
+
+def _options(v: Mapping[str, str], stack: Stack, job: Job, fixed: dict[str, int],
+             recomputes: list[tuple[int, float]], node: int,
+             assumptions: list[str]) -> np.ndarray | None:
+    """(k,) CANDIDATE_DTYPE: the stated configuration, or every choice it leaves open
+    (virtual stages, micro-batch, recompute); None if no choice fits the batch sizes."""
+    dp, tp, cp, pp = fixed["dp"], fixed["tp"], fixed["cp"], fixed["pp"]
+    local = job.global_batch // dp
     layers_per_stage = int(np.ceil(job.n_layers / pp))
-    vp_given = _int(row, "vp")
-    interleaved = "interleaved" in row.get("pp_schedule", "").lower()
+    vp_given = _int(v, "vp")
+    interleaved = "interleaved" in v["pp_schedule"].lower()
     if vp_given:
         vp_options = [vp_given]
     elif pp > 1 and interleaved and stack.interleaved_v:
         vp_options = [stack.interleaved_v]
         assumptions.append(f"virtual stages unstated: {stack.interleaved_v} (the stack's "
                            "default)")
-    elif pp > 1 and (interleaved or row.get("source") in ("Narayanan2021",
-                                                          "MegatronLM-README-H100")):
+    elif pp > 1 and (interleaved or v["source"] in ("Narayanan2021",
+                                                    "MegatronLM-README-H100")):
         # an interleaved schedule without its v (these two sources ran it, their .md)
-        vp_options = [v for v in divisors(layers_per_stage).tolist()
-                      if v <= 8 and (v > 1 or not interleaved)]
+        vp_options = [x for x in divisors(layers_per_stage).tolist()
+                      if x <= 8 and (x > 1 or not interleaved)]
         assumptions.append("virtual stages unstated: best feasible")
     else:
         vp_options = [1]
-    mbs_given = _int(row, "micro_batch")
+    mbs_given = _int(v, "micro_batch")
     stage_rule = not mbs_given and pp > 1 and stack.microbatches_are_stages
 
     def mbs_options(vp: int) -> list[int]:
@@ -424,69 +372,56 @@ def express(row: Mapping[str, str]) -> Case | str:
             continue
         if vp > 1 and (local // mbs) % pp:  # interleaving needs m % p == 0 (Megatron)
             continue
-        rows.append(dict(dp=dp, tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vp, recompute=rec,
-                         recompute_layers=int(round(frac * layers_per_stage)), zero=zero[0],
-                         shard_group=zero[1], sp=sp if tp > 1 else 0, tp_overlap=tp_overlap,
-                         cp_comm=stack.cp_comm if cp > 1 else 0, **place))
+        rows.append(dict(fixed, mbs=mbs, vpp=vp, recompute=rec,
+                         recompute_layers=int(round(frac * layers_per_stage)), **place))
     if not rows:
-        return "no configuration satisfies the stated batch sizes"
+        return None
     options = empty_candidates(len(rows))
     for i, r in enumerate(rows):
-        for k, v in r.items():
-            options[k][i] = v
+        for k, x in r.items():
+            options[k][i] = x
     options["index"] = np.arange(len(rows))
-    oom = row.get("outcome") == "OOM"
-    mem = _num(row, "mem_per_gpu_GB")
-    case = Case(row, job, hw, n, options, "", 0.0, mem_measured_bytes=mem * 2**30 if mem else None,
-                oom=oom, assumptions=assumptions)
-    if oom:
-        return case  # compared on feasibility only
+    return options
+
+
+def _metric(case: Case, run: Run) -> Case | Refusal:
+    """The case with the metric it is compared on (METRICS, the most direct first; else MFU
+    by its formula), or why there is none."""
+    v, job = run.values, case.job
     for metric in METRICS:
-        value = _num(row, metric)
+        value = _num(v, metric)
         if value is None or value <= 0:
             continue
         if metric == "tflops_per_gpu":
-            convention = flops_convention(row)
-            if convention is None:
+            flops = iteration_flops(run.flops, job, job.global_batch)
+            if flops is None:
                 continue
-            case.flops = _iteration_flops(convention, job, B)
+            case.flops = flops
         case.metric, case.measured = metric, value
         return case
     # MFU alone: model TFLOP/s per GPU = MFU x the peak the source divided by
-    mfu, peak = _num(row, "mfu"), _num(row, "peak_tflops_used")
-    if mfu and peak and flops_convention(row) == "model":
-        case.flops = _iteration_flops("model", job, B)
+    mfu, peak = _num(v, "mfu"), _num(v, "peak_tflops_used")
+    if mfu and peak and run.flops in ("model", "model-causal"):
+        case.flops = iteration_flops(run.flops, job, job.global_batch)
         case.metric, case.measured = "tflops_per_gpu", mfu * peak
         case.assumptions.append(f"MFU {mfu:g} x {peak:g} TFLOP/s peak compared as model "
                                 "TFLOP/s per GPU")
         return case
-    return "no time-based metric with a known convention (iteration time, tokens/s, " \
-           "samples/s, TFLOP/s or MFU with its formula)"
+    text = v["flops"].strip()
+    if (_num(v, "tflops_per_gpu") or mfu) and text and run.flops is None:
+        return _refuse("FLOP convention not recognised",
+                       f"TFLOP/s or MFU given, but its FLOP count {text!r} is not recognised "
+                       f"({suggest(text, list(FLOPS))}accepted: {', '.join(FLOPS)})")
+    return _refuse("no time-based metric",
+                   "no time-based metric with a known convention (iteration time, tokens/s, "
+                   "samples/s, TFLOP/s or MFU with its formula)")
 
 
 def flops_convention(row: Mapping[str, str]) -> str | None:
-    """Which FLOP count a row's TFLOP/s or MFU uses (the ``tflops_definition`` column):
-    "eq3" (Megatron eq. 3, recompute forward counted), "model" (no recompute: Megatron-Core's
-    formula; Korthikanti 2022 section 6), or None when not recognised."""
-    definition = row.get("tflops_definition", "")
-    if "Eq.3" in definition or "Eq. 3" in definition:
-        return "eq3"
-    lower = definition.lower()
-    if "mfu = tflops/989" in lower or ("model flops" in lower and "no recompute" in lower):
-        return "model"
-    # the Megatron-LM README's MFU (its model table divides model TFLOP/s by 989)
-    if "mfu per readme" in lower and "Megatron" in row.get("framework", ""):
-        return "model"
-    return None
-
-
-def _iteration_flops(convention: str, job: Job, B: int) -> float:
-    """FLOPs of one iteration of B sequences counted by ``convention`` (flops_convention)."""
-    if convention == "eq3":
-        return megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden, job.vocab)
-    return megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden, job.ffn_hidden,
-                               job.n_heads, job.n_kv_heads, job.head_dim, job.vocab,
-                               job.mlp == "swiglu")
+    """Which FLOPS convention a row's TFLOP/s or MFU uses (the ``flops`` or
+    ``tflops_definition`` column), or None when not stated or not recognised."""
+    v = canonical(row)
+    return flops_of(v["flops"], v["framework"])
 
 
 #: columns that identify a sibling run: the same model on the same GPUs, laid out alike
@@ -507,9 +442,10 @@ def express_all(rows: Sequence[Mapping[str, str]]) -> tuple[list[Case], list[dic
             if sibling is not None:
                 row["global_batch_seqs"] = sibling["global_batch_seqs"]
         c = express(row)
-        if isinstance(c, str):
+        if isinstance(c, Refusal):
             unexpressed.append({"id": r.get("id", ""), "source": r.get("source", ""),
-                                "reason": c})
+                                "reason": c.reason, "kind": c.kind,
+                                "data_file": r.get("data_file", "")})
             continue
         if sibling is not None:
             c.row = r
@@ -517,58 +453,6 @@ def express_all(rows: Sequence[Mapping[str, str]]) -> tuple[list[Case], list[dic
                                  f"from {sibling.get('id', 'a sibling run')}")
         cases.append(c)
     return cases, unexpressed
-
-
-def metric_of(case: Case, step_time_s: np.ndarray) -> np.ndarray:
-    """The case's published metric from a predicted iteration time."""
-    B, s, n = case.job.global_batch, case.job.seq_len, case.n_gpus
-    return {"iter_time_s": step_time_s,
-            "tokens_per_s_per_gpu": B * s / (step_time_s * n),
-            "tokens_per_s_total": B * s / step_time_s,
-            "samples_per_s": B / step_time_s,
-            "tflops_per_gpu": case.flops / (step_time_s * n) / 1e12}[case.metric]
-
-
-# ------------------------------------------------------------------------------ evaluation
-
-class Evaluator:
-    """Every option of every case in one stacked context; re-evaluated for new parameters."""
-
-    def __init__(self, cases: Sequence[Case]) -> None:
-        self.cases = list(cases)
-        contexts, columns, owner = [], [], []
-        for i, case in enumerate(self.cases):
-            ctx = calibrated.make_context(case.job, case.hw, case.hw.calibration)
-            for opt in case.options:
-                contexts.append(ctx)
-                columns.append(opt)
-                owner.append(i)
-        self.x = calibrated.stack_contexts(contexts)
-        self.c = {k: np.array([o[k] for o in columns]) for k in CANDIDATE_DTYPE.names}
-        self.owner = np.array(owner)
-        self.generation = np.array([self.cases[i].hw.generation for i in owner])
-
-    def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
-        """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
-        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve_bytes", 2.0**30)}
-        for gen, values in params.items():
-            mask = np.ones(len(self.owner), bool) if gen == "memory" else self.generation == gen
-            for k, v in values.items():
-                name, scale = keys.get(k, (k, 1.0))
-                self.x[name][mask] = v * scale
-
-    def run(self) -> dict[str, np.ndarray]:
-        """Per case: predicted step time (best feasible option), memory, feasibility."""
-        out = calibrated.evaluate(self.x, self.c)
-        step, mem, reported = out["step_time_s"], out["mem_bytes"], out["mem_reported_bytes"]
-        feasible = out["reason"] == Reason.OK
-        # best option per case: feasible first, then the fastest
-        order = np.lexsort((step, ~feasible, self.owner))
-        _, first = np.unique(self.owner[order], return_index=True)
-        chosen = order[first]
-        return {"step_time_s": step[chosen], "mem_bytes": mem[chosen],
-                "mem_reported_bytes": reported[chosen], "feasible": feasible[chosen],
-                "option": chosen}
 
 
 # ------------------------------------------------------------------------------ the report
@@ -603,7 +487,8 @@ def spearman(a, b) -> float:
 NOT_CONFIG = frozenset({
     "id", "source_ref", "table", "date", "tflops_per_gpu", "mfu", "hfu",
     "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s", "iter_time_s",
-    "mem_per_gpu_GB", "outcome", "inferred_fields", "notes"})
+    "mem_per_gpu_GB", "outcome", "inferred_fields", "notes", "data_file", "release",
+    "step_time_s"})
 
 
 def replicates(cases: Sequence[Case]) -> list[dict]:
@@ -646,8 +531,6 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     process on up to ``workers`` processes (``sweep validate`` uses every available core;
     more than one worker needs the ``if __name__ == "__main__":`` guard in a calling script).
     """
-    from .calibration import predictions
-
     cases, unexpressed = express_all(rows)
     if not cases:
         why = "; ".join(f"{u['id'] or '(no id)'}: {u['reason']}" for u in unexpressed[:3])
@@ -656,13 +539,15 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     ev = Evaluator(cases)
     ev.set_parameters(params)
     pred, out = predictions(ev)
-    per_row, errors, by_source, mem_err = [], [], {}, []
+    per_row, errors, by_source, by_kind, mem_err = [], [], {}, {}, []
     oom_rows, false_oom = [], []
     for i, c in enumerate(cases):
         mem_pred = float(out["mem_bytes"][i])
         reported = float(out["mem_reported_bytes"][i])
         entry = {"id": c.row["id"], "source": c.source, "group": c.group,
-                 "gpu": c.row["gpu"], "metric": c.metric, "measured": c.measured,
+                 "gpu": c.row["gpu"], "hardware": c.hw.name,
+                 "precision": precision_of(c.row.get("precision") or ""),
+                 "metric": c.metric, "measured": c.measured,
                  "predicted": float(pred[i]) if c.metric else None,
                  "error": float(pred[i] / c.measured - 1.0) if c.metric else None,
                  "feasible": bool(out["feasible"][i]), "outcome": "OOM" if c.oom else "ok",
@@ -676,6 +561,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         if c.metric:
             errors.append(entry["error"])
             by_source.setdefault(c.source, []).append(entry["error"])
+            by_kind.setdefault(f"{c.hw.name} {entry['precision']}", []).append(entry["error"])
         if c.oom:
             oom_rows.append(entry)
         elif not out["feasible"][i]:
@@ -703,8 +589,11 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         "parameters": {k: dict(v) for k, v in params.items()},
         "rows": per_row, "unexpressed": unexpressed,
         "expressed_fraction": len(cases) / len(rows),
+        "files": _files(rows, unexpressed),
+        "refused": dict(Counter(u["kind"] for u in unexpressed).most_common()),
         "overall": _stats(errors),
         "per_source": {s: _stats(v) for s, v in sorted(by_source.items())},
+        "per_hardware_precision": {k: _stats(v) for k, v in sorted(by_kind.items())},
         "memory": {**_stats(mem_err), "within_15pct": float(np.mean(np.abs(mem_err) < 0.15))
                    if mem_err else float("nan")},
         "oom": {"n": len(oom_rows), "predicted_infeasible": sum(not e["feasible"]
@@ -724,11 +613,21 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     return result
 
 
+def _files(rows: Sequence[Mapping[str, str]], unexpressed: Sequence[dict]) -> dict:
+    """{data file: {"rows": n, "expressed": n}} in the order the rows came."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        f = out.setdefault(r.get("data_file", ""), {"rows": 0, "expressed": 0})
+        f["rows"] += 1
+        f["expressed"] += 1
+    for u in unexpressed:
+        out[u.get("data_file", "")]["expressed"] -= 1
+    return out
+
+
 def _held_out_errors(source: str, cases: Sequence[Case]) -> list[float]:
     """Leave ``source`` out: calibrate on the other sources (from the prior centres), then
     predict that source's timed rows; their relative errors."""
-    from .calibration import fill_generations, fit, predictions
-
     train = [c for c in cases if c.source != source]
     test = [c for c in cases if c.source == source and c.metric]
     fitted = fit(train, tol=1e-2).parameters
@@ -809,6 +708,10 @@ def render(rep: Mapping, rows: bool = True) -> str:
     m = rep["memory"]
     out.append(f"expressed: {rep['expressed_fraction'] * 100:.1f}% of rows "
                f"({len(rep['rows'])} of {len(rep['rows']) + len(rep['unexpressed'])})")
+    files = rep.get("files", {})
+    if len(files) > 1:
+        for name, f in files.items():
+            out.append(f"  {name}: {f['expressed']} of {f['rows']} rows expressed")
     out.append(f"time:      median |error| {_apct(o['median_abs'])}, 90th percentile "
                f"{_apct(o['p90_abs'])} over {o['n']} rows")
     if "loso" in rep:
@@ -845,9 +748,12 @@ def render(rep: Mapping, rows: bool = True) -> str:
                                    if r[key] is not None))
     if rep["unexpressed"]:
         out.append("")
-        out.append("rows not expressed:")
-        for e in rep["unexpressed"]:
-            out.append(f"  {e['id']} ({e['source']}): {e['reason']}")
+        out.append(fmt.table(["row not expressed", "source", "reason"],
+                             [[e["id"], e["source"], e["reason"]] for e in rep["unexpressed"]],
+                             "lll"))
+        out.append("")
+        out.append(fmt.table(["rows not expressed, by reason", "rows"],
+                             [[k, n] for k, n in rep["refused"].items()]))
     if rep["spearman"]:
         out.append("")
         out.append(fmt.table(["sweep (source / table)", "configs", "Spearman rho"],

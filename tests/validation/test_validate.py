@@ -118,7 +118,8 @@ def test_mfu_alone_is_compared_as_model_tflops(rows):
 
 
 def test_flops_conventions():
-    assert flops_convention({"tflops_definition": "Megatron Eq.3 (includes recompute)"}) == "eq3"
+    assert flops_convention({"tflops_definition": "Megatron Eq.3 (includes recompute)"}) \
+        == "hardware-eq3"
     assert flops_convention({"tflops_definition": "MFU (model flops, no recompute) / 312"}) \
         == "model"
     assert flops_convention({"tflops_definition": "MFU per README",
