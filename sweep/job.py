@@ -59,7 +59,7 @@ MAX_TOKENS_PER_BATCH = 2**36
 _CHOICES = {
     "mlp": ("gelu", "swiglu"),
     "norm": ("layernorm", "rmsnorm"),
-    "dtype": ("bf16", "fp16", "fp8", "fp32"),
+    "dtype": ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"),
     "position": ("learned", "rope", "none"),
     # how the training stack runs it (calibrated profile)
     "attention_kernel": ("flash", "materialized"),

@@ -127,8 +127,8 @@ PRECISIONS = {
     "fp8-tensorwise": "fp8",  # torchao float8 tensorwise (dynamic per-tensor)
     "fp8-rowwise": "fp8",  # torchao float8 rowwise
     "fp8-blockwise": None,  # 128x128 weight / 1x128 activation blocks (DeepSeek-V3)
-    "mxfp8": None,  # OCP MX: 32-element blocks with E8M0 scales (FP8-MX)
-    "nvfp4": None,
+    "mxfp8": "mxfp8",  # OCP MX: 32-element blocks with E8M0 scales (FP8-MX)
+    "nvfp4": "nvfp4",  # 16-element blocks with E4M3 scales
 }
 #: (pattern, precision): the earliest match in the text wins, ties in this order
 _PRECISION_TEXT = [

@@ -100,6 +100,13 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
                     if key not in sizes:
                         sizes[key] = cache.get(*key).size
                     cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))
+    for job in spec.jobs:  # block-scaled GEMMs need the tensor cores for them
+        if job.dtype in ("mxfp8", "nvfp4"):
+            for v in variants:
+                if "fp4" not in v.hardware.matrix_flops_per_s:
+                    raise SpecError(spec.source, "jobs", f"job {job.name} uses {job.dtype}, "
+                                    f"which needs block-scaled tensor cores (Blackwell); "
+                                    f"hardware {v.label} has none (no fp4 peak)")
     useful = {c.n_gpus for c in cases if c.candidates > 0}
     for n in spec.gpus:
         if n not in useful:

@@ -167,6 +167,12 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     Raises:
         SweepError: the configuration is not a candidate of this case (with the rule broken).
     """
+    if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
+        raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
+                         f"uses {job.dtype}")
+    if job.dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
+        raise SweepError(f"job {job.name} uses {job.dtype}, which needs block-scaled tensor "
+                         f"cores (Blackwell); hardware {hw.name} has none (no fp4 peak)")
     # offload is opt-in: searched only when the configuration names it
     offload = config.get("offload", 0) > 0
     space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,

@@ -73,6 +73,46 @@ DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "hbm_eff": 0.8, "kernel
                       "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "reserve_GiB": 2.0,
                       "allocator_cache": 0.1}
 
+#: GEMM precisions below 16 bits: per-tensor scaled fp8 (Transformer Engine delayed or
+#: current scaling) and the block-scaled formats of Blackwell's tensor cores
+LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+#: bytes of scale per element of a block-scaled tensor: MXFP8, one E8M0 scale per 32 elements
+#: (OCP Microscaling Formats spec v1.0, section 5.1); NVFP4, one E4M3 scale per 16 elements
+#: (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149, section 2; the per-tensor fp32
+#: scale is negligible)
+SCALE_BYTES = {"fp8": 0.0, "mxfp8": 1.0 / 32.0, "nvfp4": 1.0 / 16.0}
+#: bytes per element of the low-precision values
+VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+#: copies a cast writes: per-tensor fp8 casts once (its transpose is a cheap fp8 transpose,
+#: counted in the 3 B per element the model has charged since its first calibration);
+#: block-scaled formats quantize along the reduction dimension, so the transposed operand of
+#: the backward GEMMs is quantized again from the 16-bit source, a row-wise and a
+#: column-wise copy (Transformer Engine docs, "Using FP8 with Transformer Engine": MXFP8
+#: and NVFP4 recipes; arXiv 2509.25149 section 4.1)
+COPIES = {"fp8": 1.0, "mxfp8": 2.0, "nvfp4": 2.0}
+
+
+def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
+    """(bytes per element of the low-precision copy of a GEMM operand, scales included;
+    tensor peak FLOP/s of the format) for a job's dtype; (0, 0) for 16/32-bit jobs.
+
+    MXFP8 runs at the fp8 tensor rate and NVFP4 at the fp4 rate (B200 / GB200 / GB300
+    datasheets); both need block-scaled tensor cores, which a hardware file declares with an
+    ``fp4`` peak.
+
+    Raises:
+        ValueError: a block-scaled format on hardware without an fp4 peak.
+    """
+    if dtype not in LOW_PRECISION:
+        return 0.0, 0.0
+    if dtype != "fp8" and "fp4" not in hw.matrix_flops_per_s:
+        raise ValueError(f"{dtype} needs block-scaled tensor cores (Blackwell); hardware "
+                         f"{hw.name!r} has no fp4 peak")
+    fp8_peak = hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16"))
+    peak = hw.matrix_flops_per_s["fp4"] if dtype == "nvfp4" else fp8_peak
+    return COPIES[dtype] * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
+
+
 #: share of a TP collective left exposed when it is overlapped with GEMMs (the first chunk
 #: of a pipelined ring; Wang et al. 2023, "Overlap communication with dependent computation")
 TP_OVERLAP_RESIDUAL = 0.15
@@ -90,7 +130,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     """Numbers the model needs, in SI, from a job, a hardware variant, parameters and the
     strategy (1d or 2d)."""
     p = {**DEFAULT_PARAMETERS, **params}
-    fp8 = job.dtype == "fp8"
+    fp8 = job.dtype in LOW_PRECISION
+    lp_copy, peak_lp = low_precision(job.dtype, hw)
     # GEMM peak of the job's 16-bit (or fp32 -> TF32) datatype; fp8 GEMMs use peak8
     if job.dtype == "fp32":
         peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
@@ -118,7 +159,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "grad_bucket_params": job.grad_bucket_params or np.inf,
         # hardware
         "peak16_flops_per_s": peak16,
-        "peak8_flops_per_s": hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16")),
+        "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
         # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
         # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
         # cublasGemmStridedBatchedEx with compute type CUDA_R_32F)
@@ -251,8 +292,10 @@ def _layer(x, c, lay):
     rope_passes = x["rope"] * np.where(fused, 2.0, 6.0)
     elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
         + drop * 2 * A  # 1-byte dropout masks
-    # fp8: inputs of the four GEMMs cast (read 2 B, write 1 B), again for their gradients
-    elem_bytes_f = elem_bytes_f + x["fp8"] * 3.0 * T * (2 * e + H * d / t + f / t)
+    # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
+    # copies with their scales), again for their gradients
+    elem_bytes_f = elem_bytes_f + x["fp8"] * (ab + x["lp_copy_bytes"]) * T * (
+        2 * e + H * d / t + f / t)
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
     elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
@@ -679,7 +722,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
     zero = np.asarray(c["zero"])
     pp = np.asarray(c["pp"], dtype=np.float64)
     v = np.asarray(c["vpp"], dtype=np.float64)
-    w_b = ab + x["fp8"]  # fp8 keeps an fp8 copy of the weights besides the 16-bit ones
+    w_b = ab + x["fp8"] * x["lp_copy_bytes"]  # the low-precision copy of the weights
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sweep.candidates import enumerate_calibrated, last_stage_layers
+from sweep.candidates import enumerate_calibrated, enumerate_space, last_stage_layers
 from sweep.catalog import load_hardware, load_job
 from sweep.cost import calibrated, evaluate_columns, op_table
 from sweep.cost.kernels import collective_s, flash_attention_s, gemm_s, p2p_s
@@ -286,6 +286,69 @@ def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
     t8 = gemm_s(1280, 1280, 1280, x8, x8["peak8_flops_per_s"] * x8["fp8_eff"], 0.5)
     assert t8 == pytest.approx(t16 / 2, rel=1e-12)
     assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
+
+
+BLACKWELL_TOY = dataclasses.replace(TOY, matrix_flops_per_s={"bf16": 100e12, "fp8": 200e12,
+                                                             "fp4": 400e12})
+
+
+@pytest.mark.parametrize("dtype, peak, copy_bytes", [
+    ("fp8", 200e12, 1.0),                     # per-tensor scale: one copy, 1 B
+    ("mxfp8", 200e12, 2 * (1 + 1 / 32)),      # row- and column-wise, an E8M0 per 32
+    ("nvfp4", 400e12, 2 * (0.5 + 1 / 16)),    # row- and column-wise, an E4M3 per 16
+])
+def test_block_scaled_formats_by_hand(dtype, peak, copy_bytes):
+    """Peaks of each format, the bytes of its cast copies (weights and GEMM inputs)."""
+    job = dataclasses.replace(TINY, dtype=dtype)
+    x = ctx(job, BLACKWELL_TOY)
+    assert x["peak8_flops_per_s"] == peak and x["lp_copy_bytes"] == pytest.approx(copy_bytes)
+    assert run(job, BLACKWELL_TOY)["mem_weights_bytes"] == pytest.approx(
+        (2 + copy_bytes) * 2 * P_LAYER)
+    # the casts: (2 B read + the copies) per GEMM input element, T x (2e + H d + f), in
+    # the forward and twice in the backward, 2 layers, at 1000 GB/s x hbm_eff 0.5; the
+    # same GEMM peak as fp8 for MXFP8, so the whole difference is the extra cast bytes
+    fp8 = run(dataclasses.replace(TINY, dtype="fp8"), BLACKWELL_TOY)
+    lowp = run(job, BLACKWELL_TOY)
+    inputs = 1024 * 8 * (2 * 1024 + 1024 + 4096)
+    extra_s = (copy_bytes - 1.0) * inputs * 3 * 2 / (1000e9 * 0.5)
+    if dtype != "nvfp4":
+        assert lowp["step_time_s"] - fp8["step_time_s"] == pytest.approx(extra_s, rel=1e-9)
+        assert lowp["t_compute_s"] == pytest.approx(fp8["t_compute_s"], rel=1e-12)
+    assert lowp["t_memory_s"] - fp8["t_memory_s"] == pytest.approx(extra_s, rel=1e-9)
+
+
+def test_a_block_scaled_format_never_beats_its_unscaled_peak():
+    """Same peak, more cast traffic: MXFP8 is never faster than per-tensor fp8, and no
+    low-precision run is faster than its GEMM FLOPs at the format's peak allow."""
+    job, hw = load_job("llama3_8b"), load_hardware("B200")
+    space = enumerate_space("calibrated", job, 64, "1d", hw.nvlink_domain)
+    c = space.columns(0, min(space.size, 20000))
+    steps = {}
+    for dt in ("bf16", "fp8", "mxfp8", "nvfp4"):
+        out = evaluate_columns("calibrated", dataclasses.replace(job, dtype=dt), hw, "1d", 64,
+                               c)
+        steps[dt] = out["step_time_s"]
+        peak = calibrated.low_precision(dt, hw)[1] or hw.matrix_peak("bf16")
+        assert (out["step_time_s"] >= out["hardware_flops"] / peak).all()
+    assert (steps["mxfp8"] >= steps["fp8"]).all()
+    assert (steps["fp8"] <= steps["bf16"]).all() and (steps["nvfp4"] <= steps["mxfp8"]).all()
+
+
+def test_block_scaled_formats_need_blackwell_tensor_cores(tmp_path, capsys):
+    from sweep.cli import main
+    from sweep.errors import SweepError
+    from sweep.predict import predict
+
+    with pytest.raises(ValueError, match="nvfp4 needs block-scaled tensor cores"):
+        ctx(dataclasses.replace(TINY, dtype="nvfp4"))
+    with pytest.raises(SweepError, match="hardware H100-SXM has none"):
+        predict("calibrated", dataclasses.replace(load_job("llama3_8b"), dtype="mxfp8"),
+                load_hardware("H100-SXM"), "1d", 8, {"tp": 8})
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [{name: llama3_8b, dtype: nvfp4}]\ngpus: 8\n"
+                    "hardware: {base: [B200, H100-SXM]}\n")
+    assert main(["plan", str(spec)]) == 2
+    assert "uses nvfp4, which needs block-scaled tensor cores" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("accum_bytes,slots", [(0.0, False), (18.0, True)])

@@ -118,23 +118,24 @@ def test_every_dense_moe_file_row_is_expressed_or_refused_for_what_is_not_modell
     cases, refused = express_all(list(moe.values()))
     dense_ids = {i for i, r in moe.items() if r["is_moe"] == "0"}
     assert dense_ids <= {c.row["id"] for c in cases} | {u["id"] for u in refused}
-    assert len(cases) == 88 and all(c.row["id"] in dense_ids for c in cases)
+    assert len(cases) == 117 and all(c.row["id"] in dense_ids for c in cases)
     kinds = Counter(u["kind"] for u in refused if u["id"] in dense_ids)
-    assert kinds == {"precision mxfp8 is not modelled": 21, "precision nvfp4 is not modelled": 8,
-                     "hybrid Mamba-Transformer models are not modelled": 7,
+    assert kinds == {"hybrid Mamba-Transformer models are not modelled": 7,
                      "power-limited GPU not in the hardware catalog": 4}
     assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {MOE: 140}
     # a precision is costed as its own dtype, never silently as bf16
     for c in cases:
         assert c.job.dtype == PRECISIONS[precision_of(c.row["precision"])], c.row["id"]
     assert {c.hw.name for c in cases} == {"H100-SXM", "B200", "GB200-NVL72", "GB300-NVL72"}
+    assert Counter(c.job.dtype for c in cases)["mxfp8"] == 21
+    assert Counter(c.job.dtype for c in cases)["nvfp4"] == 8
 
 
 def test_moe_rows_and_unmodelled_precisions_are_refused_with_their_reasons(moe):
     assert next(r for r in moe.values() if r["is_moe"] == "1") and \
         all(str(express(r)) == MOE for r in moe.values() if r["is_moe"] == "1")
-    assert "precision mxfp8 ('MXFP8') is not modelled" in str(express(moe["mb_167"]))
-    assert "precision nvfp4 ('NVFP4') is not modelled" in str(express(moe["mb_165"]))
+    assert express(moe["mb_167"]).job.dtype == "mxfp8"
+    assert express(moe["mb_165"]).job.dtype == "nvfp4"
     blockwise = dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act")
     assert "precision fp8-blockwise" in str(express(blockwise))
     assert "hybrid Mamba-Transformer" in str(express(moe["dg_022"]))
@@ -162,12 +163,12 @@ def test_validate_all_prints_files_and_refusals_by_reason(capsys):
     assert main(["validate", "--data", "all", "--no-loso", "--summary"]) == 0
     out = capsys.readouterr().out
     assert "measured_training_runs.csv: 271 of 271 rows expressed" in out
-    assert "measured_moe_blackwell.csv: 88 of 268 rows expressed" in out
+    assert "measured_moe_blackwell.csv: 117 of 268 rows expressed" in out
     assert "rows not expressed, by reason" in out
-    assert f"{MOE}     140" in out and "precision nvfp4 is not modelled" in out
+    assert f"{MOE}     140" in out and "hybrid Mamba-Transformer models" in out
     assert main(["validate", "--data", "measured_moe_blackwell", "--no-loso", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 88}}
+    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 117}}
     assert rep["refused"][MOE] == 140 and "B200 bf16" in rep["per_hardware_precision"]
 
 
