@@ -28,7 +28,7 @@ from .units import brief, finite_float
 
 __all__ = ["load_hardware", "load_job", "read_yaml", "search_roots", "list_names",
            "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "MAX_YAML_BYTES",
-           "MAX_YAML_NODES", "MAX_YAML_DEPTH"]
+           "MAX_YAML_NODES", "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +38,9 @@ MAX_YAML_BYTES = 2**20
 #: YAML nodes of one file, an alias counting as every node it repeats (a "billion laughs"
 #: file is a few lines with 10**9 nodes); above the 100,000 values a list may have
 MAX_YAML_NODES = 1_000_000
+#: items of one YAML list, refused while it is read (no spec list may have more: spec.py
+#: MAX_AXIS_POINTS); a 1 MiB list of half a million items took 9 s and 430 MB to build
+MAX_YAML_SEQUENCE = 100_000
 #: nesting levels of one file (a spec needs about 6); deeper input would exhaust the stack
 MAX_YAML_DEPTH = 100
 
@@ -68,6 +71,9 @@ class _Loader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
+        if isinstance(index, int) and index >= MAX_YAML_SEQUENCE:  # stop early: a long list
+            raise _Refused("", f"a list of more than {MAX_YAML_SEQUENCE:,} items",
+                           event.start_mark)
         if isinstance(event, yaml.AliasEvent):
             node = self.anchors.get(event.anchor)
             if node is not None:  # (an unknown alias is the composer's error)

@@ -429,8 +429,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          reduce=not args.no_reduce, shard=args.shard,
                          max_variants=args.max_variants,
                          progress=_Progress() if not args.quiet else None,
-                         warn=lambda w: print(f"sweep run: warning: {w}", file=sys.stderr,
-                                              flush=True))
+                         warn=lambda w: print(f"sweep run: warning: {' '.join(w.split())}",
+                                              file=sys.stderr, flush=True))
     args._rank = comm.rank
     try:
         summary = run_sweep(args.spec, comm, options)
@@ -548,6 +548,21 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, max_variants=args.max_variants)
     limit_s = time_limit_s(args.time)
+    out = Path(args.out or Path("results") / spec.name).resolve()
+    extra = []
+    for item in args.sbatch:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SweepError(f"--sbatch: {item!r} is not key=value (e.g. qos=debug)")
+        extra.append((key.strip().lstrip("-"), value.strip()))
+    options = SbatchOptions(
+        spec=str(Path(args.spec).resolve()), out=str(out), job_name=args.job_name or spec.name,
+        python=args.python or sys.executable, workdir=os.getcwd(), version=__version__,
+        nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
+        launcher=args.launcher, mpi=args.mpi, partition=args.partition, account=args.account,
+        setup=tuple(args.setup), extra=tuple(extra), shards=args.array,
+        max_running=args.max_running)
+    scripts = render_scripts(options)  # bad options refused before the estimate is printed
     # refuses a spec that cannot run before anything is written or submitted
     plan, estimate, _ = _plan_and_estimate(spec, budget_s=0.5)
     workers = args.nodes * args.ntasks_per_node * max(args.array, 1)
@@ -564,21 +579,6 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         print(f"sweep slurm: note: that is {per_rank_s / limit_s:.0%} of --time {args.time}; "
               f"the job may stop at its limit (submitting again continues it): raise --time "
               f"or use more ranks", file=sys.stderr)
-    out = Path(args.out or Path("results") / spec.name).resolve()
-    extra = []
-    for item in args.sbatch:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SweepError(f"--sbatch: {item!r} is not key=value (e.g. qos=debug)")
-        extra.append((key.strip().lstrip("-"), value.strip()))
-    options = SbatchOptions(
-        spec=str(Path(args.spec).resolve()), out=str(out), job_name=args.job_name or spec.name,
-        python=args.python or sys.executable, workdir=os.getcwd(), version=__version__,
-        nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
-        launcher=args.launcher, mpi=args.mpi, partition=args.partition, account=args.account,
-        setup=tuple(args.setup), extra=tuple(extra), shards=args.array,
-        max_running=args.max_running)
-    scripts = render_scripts(options)
     if not options.shards:
         return _one_job(args, out, scripts["sweep.sbatch"])
     return _job_array(args, out, options, scripts)

@@ -53,9 +53,12 @@ class RunLock:
                   f"({exc.strerror}); do not start two runs in {self.run_dir} at once",
                   file=sys.stderr)
             return
-        if exclusive:  # who holds it, for the message of the one refused
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        if exclusive:  # who holds it, for the message of the one refused (best effort)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            except OSError:  # a full disk: the lock holds without the note
+                pass
         self._fds.append(fd)
 
     def acquire(self) -> RunLock:

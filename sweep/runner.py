@@ -330,7 +330,8 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
         except SweepError as exc:
             setup = ("error", (type(exc).__name__, str(exc)))
         except OSError as exc:  # read-only folder, disk full, ...: one line, nothing half-done
-            setup = ("error", ("StoreError", f"{exc.filename or ''}: {exc.strerror or exc}"))
+            where = exc.filename or "the run folder"
+            setup = ("error", ("StoreError", f"{where}: {exc.strerror or exc}"))
     setup = comm.bcast(setup, root=0)
     if setup[0] == "error":  # every rank raises the same error: no rank is left waiting
         kind, message = setup[1]

@@ -1,9 +1,11 @@
 """``sweep show``: the best configurations per case of a ``sweep.h5``, as a table, CSV or JSON.
 
 Rows join ``/top`` with ``/cases``; numbers keep SI units in CSV/JSON (seconds, bytes) and
-are rounded for the table. Every rendered row has a ``status``: ``ok`` (a configuration),
-``infeasible`` (the case is complete and has no feasible configuration) or ``pending`` (the
-case is not complete and has none yet). The JSON is strict: NaN and infinities are null.
+are rounded for the table. Every rendered row has a ``status``: ``ok`` (a configuration of a
+complete case), ``partial`` (the best so far of a case not completely searched: it may still
+change), ``infeasible`` (the case is complete and has no feasible configuration) or
+``pending`` (the case is not complete and has none yet). The JSON is strict: NaN and
+infinities are null.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fmt
+from .errors import StoreError
 from .store import read_results
 
 __all__ = ["load_rows", "format_rows", "config_text", "row_status", "status_text", "FORMATS",
@@ -47,6 +50,8 @@ def load_rows(path: Path, top: int = 1, case: int | None = None,
     attrs, data = read_results(Path(path))
     cases, rows = data["cases"], data["top"]
     if case is not None:
+        if not (cases["case_id"] == case).any():
+            raise StoreError(f"{path}: no case {case} (case ids 0 to {len(cases) - 1})")
         cases = cases[cases["case_id"] == case]
     cases = cases[:limit]
     rows = rows[rows["place"] < top]
@@ -89,10 +94,11 @@ def config_text(r) -> str:
 
 
 def row_status(r) -> str:
-    """``ok`` (the row has a configuration), ``infeasible`` (its case is complete without a
-    feasible one) or ``pending`` (its case is not complete and has none yet)."""
+    """``ok`` (a configuration of a complete case), ``partial`` (one of a case not yet
+    completely searched), ``infeasible`` (its case is complete without a feasible one) or
+    ``pending`` (its case is not complete and has none yet)."""
     if r.get("place") is not None:
-        return "ok"
+        return "ok" if r.get("complete", True) else "partial"
     return "infeasible" if r.get("complete") else "pending"
 
 
@@ -137,13 +143,17 @@ def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:
         if r.get("place") is None:
             table.append(head + ["-", status_text(r), "", "", "", "", ""])
             continue
-        table.append(head + [r["place"] + 1, config_text(r), _placement(r),
+        place = f"{r['place'] + 1}" + ("*" if r["status"] == "partial" else "")
+        table.append(head + [place, config_text(r), _placement(r),
                              fmt.seconds(r["step_time_s"]), f"{r['samples_per_s']:.5g}",
                              fmt.percent(r["mfu"]), f"{r['mem_bytes'] / 1e9:.1f}"])
     pending = sum(1 for r in rows if r["status"] == "pending")
+    partial = len({r["case_id"] for r in rows if r["status"] == "partial"})
     note = "" if attrs.get("complete") else (
         "\n(partial results: the run is not complete"
-        + (f"; {pending} case(s) pending)" if pending else ")"))
+        + (f"; {pending} case(s) pending" if pending else "")
+        + (f"; * = best so far of {partial} case(s) not completely searched" if partial
+           else "") + ")")
     return fmt.table(["case", "job", "hardware", "strategy", "GPUs", "#", "config",
                       "NVLink per domain", "step", "samples/s", "MFU", "mem GB"], table,
                      align="rlllrrllrrrr") + note

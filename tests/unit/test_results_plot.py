@@ -433,3 +433,27 @@ def test_core_runs_without_pandas_and_matplotlib(tmp_path, nersc):
                            "scaling", "-o", str(tmp_path / "x.png")], capture_output=True,
                           text=True, timeout=120)
     assert plot.returncode == 2 and "pip install 'sweep[" in plot.stderr
+
+
+def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
+    """An outside tester saw a partly searched case's best-so-far printed as final."""
+    from sweep.cli import main
+    from sweep.runner import Interrupted, RunOptions, run_sweep
+    from sweep.show import format_rows, load_rows
+    from tests.unit.test_run_faults import StopAfter
+
+    run = tmp_path / "p"
+    spec = str(DATA / "specs" / "small.yaml")
+    with pytest.raises(Interrupted):
+        run_sweep(spec, StopAfter(polls=13), RunOptions(out_dir=run, block_size=1000))
+    assert main(["reduce", str(run), "--partial"]) == 0
+    attrs, rows = load_rows(run / "sweep.h5", top=1)
+    statuses = {r["case_id"]: format_rows(attrs, [r], "csv").splitlines()[1].rsplit(",", 1)[1]
+                for r in rows}
+    partial = [r for r in rows if not r["complete"] and r["place"] is not None]
+    assert partial and all(statuses[r["case_id"]] == "partial" for r in partial)
+    table = format_rows(attrs, rows)
+    assert "* = best so far of" in table
+    capsys.readouterr()
+    assert main(["show", str(run / "sweep.h5"), "--case", "999"]) == 2
+    assert "no case 999 (case ids 0 to" in capsys.readouterr().err

@@ -123,3 +123,13 @@ def test_a_time_limit_below_the_estimate_gets_a_note(tmp_path, capsys):
     assert "of --time 0:01; the job may stop at its limit" in capsys.readouterr().err
     assert main(["slurm", small, "--time", "1:2:3:4"]) == 2
     assert "--time: '1:2:3:4' is not a Slurm time" in capsys.readouterr().err
+
+
+def test_bad_options_are_refused_before_the_estimate_is_printed(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    code = main(["slurm", str(DATA / "specs" / "small.yaml"), "--job-name", "x\n",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "--job-name" in err, err
