@@ -172,9 +172,9 @@ def _minimize(objective, start: np.ndarray, bounds: Sequence[tuple[float, float]
     try:
         from scipy.optimize import minimize
     except ImportError:  # pragma: no cover - scipy is in the validate / test extras
-        from .errors import SweepError
+        from .errors import SweepError, install_hint
 
-        raise SweepError("calibration needs scipy: pip install 'sweep[validate]'") from None
+        raise SweepError(f"calibration needs scipy: {install_hint('validate')}") from None
     options = {"xtol": tol, "ftol": tol * 1e-2, "maxfev": 4000}
     best = minimize(objective, start, method="Powell", bounds=bounds, options=options)
     # the mean |log error| has kinks where Powell's line searches stall: a restart from the

@@ -16,7 +16,7 @@ from . import __version__, fmt
 from ._alloc import keep_heap
 from .catalog import load_hardware, load_job
 from .cost import PROFILES
-from .errors import SweepError
+from .errors import SweepError, install_hint
 
 __all__ = ["main", "build_parser"]
 
@@ -219,7 +219,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if loso and importlib.util.find_spec("scipy") is None:
         loso = False
         print("sweep validate: leave-one-source-out skipped: re-fitting needs scipy "
-              "(pip install 'sweep[validate]')", file=sys.stderr)
+              f"({install_hint('validate')})", file=sys.stderr)
     rep = report(rows, _calibration_params(cases), loso=loso,
                  workers=args.workers or available_cpus())
     rep["data"] = str(data)

@@ -7,7 +7,18 @@ they are rows with ``feasible = False`` and a reason code (``schema.Reason``).
 
 from __future__ import annotations
 
-__all__ = ["SweepError", "SpecError", "StoreError", "WorldError"]
+__all__ = ["SweepError", "SpecError", "StoreError", "WorldError", "install_hint",
+           "DISTRIBUTION"]
+
+#: the distribution's name (the import name and the command stay ``sweep``; the PyPI
+#: project called ``sweep`` is an unrelated one, SWeeP)
+DISTRIBUTION = "sweep-hpc"
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra: from the checkout, never ``pip install sweep``."""
+    return (f"pip install -e '.[{extra}]' in the sweep checkout (distribution {DISTRIBUTION}; "
+            f"the PyPI package named 'sweep' is unrelated)")
 
 
 class SweepError(Exception):

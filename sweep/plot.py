@@ -14,7 +14,7 @@ tests can check the plotted data against the HDF5 tables:
 "Best" is over strategies (``Results.best_per_system``) unless a strategy is chosen. Partial,
 empty and single-point results never crash a kind: it draws what exists (panels without
 data say so) or raises :class:`SweepError` saying why there is nothing to draw. Needs
-matplotlib and pandas (``pip install 'sweep[plot]'``); uses matplotlib's object API only (no
+matplotlib and pandas (``pip install -e '.[plot]'`` in the checkout); uses matplotlib's object API only (no
 pyplot state), so it is safe in any process.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SweepError
+from .errors import SweepError, install_hint
 from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results, _pandas
 
 __all__ = ["KINDS", "FORMATS", "PlotOptions", "draw", "save", "kinds_that_fit", "why_not"]
@@ -59,7 +59,7 @@ def _mpl():
     try:
         from matplotlib.figure import Figure
     except ImportError:  # pragma: no cover - matplotlib is in the plot / test extras
-        raise SweepError("sweep plot needs matplotlib: pip install 'sweep[plot]'") from None
+        raise SweepError(f"sweep plot needs matplotlib: {install_hint('plot')}") from None
     return Figure
 
 

@@ -10,7 +10,7 @@
     res.best_per_system()  # best over strategies, per (job, hardware variant, GPU count)
     res.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=8192)   # a 2-axis table
 
-Needs pandas (``pip install 'sweep[results]'``). Partial runs open too: ``res.complete`` is
+Needs pandas (``pip install -e '.[results]'`` in the checkout). Partial runs open too: ``res.complete`` is
 False, ``res.note`` says so, and every case carries its own ``complete`` flag.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SweepError
+from .errors import SweepError, install_hint
 
 __all__ = ["Results", "open_results", "TIME_PARTS", "MEMORY_PARTS", "DEGREES"]
 
@@ -44,8 +44,8 @@ def _pandas():
     try:
         import pandas
     except ImportError:  # pragma: no cover - pandas is in the results / plot / test extras
-        raise SweepError("needs pandas: pip install 'sweep[results]' (tables) or "
-                         "'sweep[plot]' (plots and reports)") from None
+        raise SweepError(f"needs pandas: {install_hint('plot')} for plots and reports "
+                         f"(the 'results' extra is enough for tables)") from None
     return pandas
 
 

@@ -432,7 +432,7 @@ def test_core_runs_without_pandas_and_matplotlib(tmp_path, nersc):
     plot = subprocess.run([sys.executable, "-c", BLOCKED, "plot", str(nersc), "--kind",
                            "scaling", "-o", str(tmp_path / "x.png")], capture_output=True,
                           text=True, timeout=120)
-    assert plot.returncode == 2 and "pip install 'sweep[" in plot.stderr
+    assert plot.returncode == 2 and "pip install -e '.[plot]'" in plot.stderr
 
 
 def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
