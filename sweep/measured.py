@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .catalog import list_names, load_hardware, load_job, search_roots
+from .cost.calibrated import unsupported_precision
 from .errors import SweepError
 from .hardware import Hardware
 from .job import Job
@@ -604,6 +605,9 @@ def parse_run(row: Mapping[str, str]) -> Run | Refusal:
         return Refusal(f"precision {precision} is not modelled",
                        f"precision {precision} ({v['precision']!r}) is not modelled (modelled: "
                        f"{', '.join(plain)}; fp8 {' / '.join(recipes)} scaling)")
+    why = unsupported_precision(dtype, load_hardware(hardware))
+    if why:  # e.g. fp8 on an A100: no tensor cores for it, never another format's peak
+        return Refusal("precision not supported by the GPU", why)
     return Run(v, hardware, framework, precision, dtype, flops_of(v["flops"], v["framework"]),
                shape, model, tuple(notes))
 

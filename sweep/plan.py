@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .candidates import CandidateSpace, enumerate_space
+from .cost.calibrated import unsupported_precision
 from .errors import SpecError
 from .job import Job
 from .spec import SweepSpec
@@ -100,13 +101,12 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
                     if key not in sizes:
                         sizes[key] = cache.get(*key).size
                     cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))
-    for job in spec.jobs:  # block-scaled GEMMs need the tensor cores for them
-        if job.dtype in ("mxfp8", "nvfp4"):
+    if spec.cost_model == "calibrated":  # low-precision GEMMs need tensor cores for them
+        for job in spec.jobs:
             for v in variants:
-                if "fp4" not in v.hardware.matrix_flops_per_s:
-                    raise SpecError(spec.source, "jobs", f"job {job.name} uses {job.dtype}, "
-                                    f"which needs block-scaled tensor cores (Blackwell); "
-                                    f"hardware {v.label} has none (no fp4 peak)")
+                why = unsupported_precision(job.dtype, v.hardware)
+                if why:
+                    raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
     useful = {c.n_gpus for c in cases if c.candidates > 0}
     for n in spec.gpus:
         if n not in useful:

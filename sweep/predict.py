@@ -15,6 +15,7 @@ import numpy as np
 
 from .candidates import enumerate_space, last_stage_layers
 from .cost import evaluate_columns, op_table, pack_results
+from .cost.calibrated import unsupported_precision
 from .errors import SweepError
 from .hardware import Hardware
 from .job import Job
@@ -170,9 +171,9 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
         raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
                          f"uses {job.dtype}")
-    if job.dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
-        raise SweepError(f"job {job.name} uses {job.dtype}, which needs block-scaled tensor "
-                         f"cores (Blackwell); hardware {hw.name} has none (no fp4 peak)")
+    why = unsupported_precision(job.dtype, hw) if profile == "calibrated" else None
+    if why:
+        raise SweepError(f"job {job.name}: {why}")
     # offload is opt-in: searched only when the configuration names it
     offload = config.get("offload", 0) > 0
     space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,

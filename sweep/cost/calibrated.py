@@ -92,6 +92,19 @@ VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 COPIES = {"fp8": 1.0, "mxfp8": 2.0, "nvfp4": 2.0}
 
 
+def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
+    """Why ``hw`` cannot run GEMMs in ``dtype`` (None: it can). fp8 needs fp8 tensor cores
+    (Hopper, Ada, Blackwell: an ``fp8`` peak in the hardware file); MXFP8 and NVFP4 need
+    block-scaled ones (Blackwell: an ``fp4`` peak). Never a silent fallback to another
+    format's peak."""
+    if dtype == "fp8" and "fp8" not in hw.matrix_flops_per_s:
+        return f"fp8 needs fp8 tensor cores; hardware {hw.name!r} has no fp8 peak"
+    if dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
+        return (f"{dtype} needs block-scaled tensor cores (Blackwell); hardware {hw.name!r} "
+                f"has none (no fp4 peak)")
+    return None
+
+
 def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
     """(bytes per element of the low-precision copy of a GEMM operand, scales included;
     tensor peak FLOP/s of the format) for a job's dtype; (0, 0) for 16/32-bit jobs.
@@ -101,15 +114,14 @@ def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
     ``fp4`` peak.
 
     Raises:
-        ValueError: a block-scaled format on hardware without an fp4 peak.
+        ValueError: the hardware has no tensor cores for the format (unsupported_precision).
     """
     if dtype not in LOW_PRECISION:
         return 0.0, 0.0
-    if dtype != "fp8" and "fp4" not in hw.matrix_flops_per_s:
-        raise ValueError(f"{dtype} needs block-scaled tensor cores (Blackwell); hardware "
-                         f"{hw.name!r} has no fp4 peak")
-    fp8_peak = hw.matrix_flops_per_s.get("fp8", 2.0 * hw.matrix_peak("bf16"))
-    peak = hw.matrix_flops_per_s["fp4"] if dtype == "nvfp4" else fp8_peak
+    why = unsupported_precision(dtype, hw)
+    if why:
+        raise ValueError(why)
+    peak = hw.matrix_flops_per_s["fp4" if dtype == "nvfp4" else "fp8"]
     return COPIES[dtype] * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
 
 

@@ -341,14 +341,19 @@ def test_block_scaled_formats_need_blackwell_tensor_cores(tmp_path, capsys):
 
     with pytest.raises(ValueError, match="nvfp4 needs block-scaled tensor cores"):
         ctx(dataclasses.replace(TINY, dtype="nvfp4"))
-    with pytest.raises(SweepError, match="hardware H100-SXM has none"):
+    # fp8 on a GPU without fp8 tensor cores is refused too (it was costed at 2x bf16)
+    with pytest.raises(SweepError, match="fp8 needs fp8 tensor cores; hardware 'A100-80GB'"):
+        predict("calibrated", dataclasses.replace(load_job("llama3_8b"), dtype="fp8"),
+                load_hardware("A100-80GB"), "1d", 8, {"tp": 8})
+    with pytest.raises(SweepError, match="hardware 'H100-SXM' has none"):
         predict("calibrated", dataclasses.replace(load_job("llama3_8b"), dtype="mxfp8"),
                 load_hardware("H100-SXM"), "1d", 8, {"tp": 8})
     spec = tmp_path / "s.yaml"
     spec.write_text("name: s\njobs: [{name: llama3_8b, dtype: nvfp4}]\ngpus: 8\n"
                     "hardware: {base: [B200, H100-SXM]}\n")
     assert main(["plan", str(spec)]) == 2
-    assert "uses nvfp4, which needs block-scaled tensor cores" in capsys.readouterr().err
+    assert "job llama3_8b[dtype=nvfp4]: nvfp4 needs block-scaled tensor cores" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("accum_bytes,slots", [(0.0, False), (18.0, True)])

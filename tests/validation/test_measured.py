@@ -139,6 +139,9 @@ def test_moe_rows_and_unmodelled_precisions_are_refused_with_their_reasons(moe):
     blockwise = dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act")
     assert "precision fp8-blockwise" in str(express(blockwise))
     assert "hybrid Mamba-Transformer" in str(express(moe["dg_022"]))
+    on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
+    assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
+        str(express(on_a100))
     # a dense row naming a MoE model is refused as MoE whatever its is_moe says
     assert str(express(dict(moe["mb_171"], is_moe="0", model="DeepSeek-V3"))) == MOE
 
