@@ -21,11 +21,14 @@ Columns (:data:`COLUMNS`; other spellings in :data:`ALIASES`; empty = not stated
   ``nvlink_domain``, ``interconnect``, ``compile``;
 * metrics, at least one: ``iter_time_s``, ``tokens_per_s_per_gpu``, ``tokens_per_s_total``,
   ``samples_per_s``, ``tflops_per_gpu`` with ``flops`` (:data:`FLOPS`), ``mfu`` with
-  ``peak_tflops_used``; and ``mem_per_gpu_GB``, ``outcome`` (``ok`` or ``OOM``).
+  ``peak_tflops_used``; and ``mem_per_gpu_GB`` with ``mem_definition``
+  (:data:`MEMORY_DEFINITIONS`: reserved, the default, or allocated; some sources' default is
+  in :data:`MEMORY_DEFINITION_OF_SOURCE`), ``outcome`` (``ok`` or ``OOM``).
 
 A row that cannot be read is a :class:`Refusal`: why, and for a label not recognised the
-nearest accepted values (difflib). A precision the cost model does not model (MXFP8, NVFP4,
-blockwise FP8) is refused, never costed as another.
+nearest accepted values (difflib). A precision the cost model does not model (blockwise
+FP8), or one the GPU has no tensor cores for (fp8 on an A100), is refused, never costed as
+another.
 """
 
 from __future__ import annotations
@@ -205,6 +208,29 @@ class Run:
     notes: tuple[str, ...] = ()  # what reading the row assumed
 
 
+#: what a measured memory figure counts: ``reserved`` (nvidia-smi, or
+#: torch.cuda.max_memory_reserved: the allocator's cache and the CUDA context included, the
+#: default) or ``allocated`` (torch.cuda.max_memory_allocated: live tensors only)
+MEMORY_DEFINITIONS = ("reserved", "allocated")
+#: sources whose .md says which one they publish (column ``mem_definition`` overrides)
+MEMORY_DEFINITION_OF_SOURCE = {
+    "SimuMax B200 release v1.2": "allocated",  # measured_moe_blackwell.md: "peak allocated"
+}
+
+
+def memory_definition(row: Mapping[str, str]) -> str:
+    """What the row's ``mem_per_gpu_GB`` counts (MEMORY_DEFINITIONS).
+
+    Raises:
+        SweepError: an unknown ``mem_definition`` value.
+    """
+    given = (row.get("mem_definition") or "").strip().lower()
+    if given and given not in MEMORY_DEFINITIONS:
+        raise SweepError(f"row {row.get('id')}: mem_definition {given!r}: expected one of "
+                         f"{', '.join(MEMORY_DEFINITIONS)}")
+    return given or MEMORY_DEFINITION_OF_SOURCE.get(row.get("source", ""), "reserved")
+
+
 @dataclass
 class Case:
     """One measured run, expressed: what to evaluate and what to compare with."""
@@ -218,6 +244,7 @@ class Case:
     measured: float
     flops: float = 0.0  # FLOPs per iteration by the source's formula (TFLOP/s metrics)
     mem_measured_bytes: float | None = None
+    mem_definition: str = "reserved"  # what the measured memory counts (MEMORY_DEFINITIONS)
     oom: bool = False
     assumptions: list[str] = field(default_factory=list)
 

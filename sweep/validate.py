@@ -32,7 +32,8 @@ from .hardware import Hardware, apply_overrides
 from .job import Job
 from .measured import (DEFAULT_DATA, FLOPS, METRICS, REQUIRED_COLUMNS, SHARDING, SHIPPED, Case,
                        Refusal, Run, canonical, flops_of, iteration_flops, metric_of,
-                       parse_run, precision_of, read_runs, sharding_of, suggest)
+                       memory_definition, parse_run, precision_of, read_runs, sharding_of,
+                       suggest)
 from .schema import Recompute, empty_candidates
 
 __all__ = ["DEFAULT_DATA", "SHIPPED", "Case", "read_runs", "express", "express_all",
@@ -318,7 +319,7 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     oom = v["outcome"] == "OOM"
     mem = _num(v, "mem_per_gpu_GB")
     case = Case(row, job, hw, n, options, "", 0.0, mem_measured_bytes=mem * 2**30 if mem else None,
-                oom=oom, assumptions=assumptions)
+                mem_definition=memory_definition(row), oom=oom, assumptions=assumptions)
     if oom:
         return case  # compared on feasibility only
     return _metric(case, run)
@@ -721,7 +722,8 @@ def render(rep: Mapping, rows: bool = True) -> str:
     if m["n"]:
         out.append(f"memory:    median |error| {_apct(m['median_abs'])}, 90th percentile "
                    f"{_apct(m['p90_abs'])}, {m['within_15pct'] * 100:.0f}% of {m['n']} rows "
-                   f"within 15% (measured vs predicted reported peak)")
+                   f"within 15% (measured vs predicted peak, reserved or allocated as "
+                   f"each source reports it)")
     oom = rep["oom"]
     if oom["n"]:
         missed = f"; missed: {', '.join(oom['missed'])}" if oom["missed"] else ""

@@ -632,10 +632,12 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         "t_bubble_s": bubble, "t_optimizer_s": t_opt, "t_offload_s": t_off,
         "hardware_flops": flops,
     }
-    out.update({k: v for k, v in mem.items() if k not in ("host_bytes", "mem_reported_bytes")})
+    reported_kinds = ("mem_reported_bytes", "mem_allocated_bytes")
+    out.update({k: v for k, v in mem.items() if k not in ("host_bytes", *reported_kinds)})
     over_hbm = mem["mem_bytes"] > x["hbm_bytes"]
     over_host = mem.pop("host_bytes") > x["host_cap_bytes"]
-    out["mem_reported_bytes"] = mem.pop("mem_reported_bytes")
+    for k in reported_kinds:
+        out[k] = mem.pop(k)
     out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
                              np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
@@ -786,4 +788,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
             "mem_optimizer_bytes": optimizer, "mem_activations_bytes": activations,
             "mem_other_bytes": other, "host_bytes": host,
             # what nvidia-smi / torch.cuda.max_memory_reserved report: plus allocator cache
-            "mem_reported_bytes": total + x["allocator_cache"] * activations}
+            "mem_reported_bytes": total + x["allocator_cache"] * activations,
+            # what torch.cuda.max_memory_allocated reports: the tensors alone, without the
+            # CUDA context, NCCL's own buffers and workspaces (the reserve) or the cached
+            # free blocks (PyTorch docs, "CUDA semantics: memory management")
+            "mem_allocated_bytes": total - x["reserve_bytes"]}

@@ -11,6 +11,7 @@ import pytest
 
 from sweep.catalog import load_job
 from sweep.cli import main
+from sweep.errors import SweepError
 from sweep.measured import (DEFAULT_DATA, MOE, PRECISIONS, SHIPPED, Refusal, Run, data_paths,
                             flops_of, framework_of, match_gpu, parse_run, precision_of,
                             read_data, read_runs, sharding_of)
@@ -192,3 +193,25 @@ def test_calibration_records_every_file_it_was_fitted_on(tmp_path):
     write_calibration(tmp_path / "c.yaml", FitResult(params, {}, {}), list(SHIPPED))
     text = (tmp_path / "c.yaml").read_text()
     assert "data: measured_training_runs.csv + measured_moe_blackwell.csv" in text
+
+
+def test_allocated_memory_is_compared_as_allocated(moe):
+    """SimuMax publishes torch's peak *allocated* memory (its .md): the comparison leaves out
+    the CUDA context / NCCL reserve and the allocator's cached blocks, and a row may say
+    which it publishes in a mem_definition column."""
+    from sweep.calibration import Evaluator
+    from sweep.measured import memory_definition
+    from sweep.validate import express
+
+    row = moe["sm_001"]
+    assert memory_definition(row) == "allocated"
+    assert memory_definition({**row, "mem_definition": "reserved"}) == "reserved"
+    with pytest.raises(SweepError, match="mem_definition 'peak'"):
+        memory_definition({**row, "mem_definition": "peak"})
+    allocated = express(row)
+    reserved = express({**row, "mem_definition": "reserved"})
+    out = Evaluator([allocated, reserved]).run()
+    reserve = allocated.hw.calibration["reserve_GiB"] * 2**30
+    assert out["mem_bytes"][0] == out["mem_bytes"][1]
+    assert out["mem_reported_bytes"][0] == pytest.approx(out["mem_bytes"][0] - reserve)
+    assert out["mem_reported_bytes"][1] > out["mem_bytes"][1]  # plus the allocator's cache
