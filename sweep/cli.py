@@ -518,6 +518,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         state = "complete" if res["complete"] else f"partial ({res['units_done']:,} units)"
     print(f"sweep.h5: {state}")
+    foreign = [p["file"] for p in st["parts"] if not p["this_spec"]]
+    if foreign:  # a resume would refuse them: say so instead of suggesting it
+        print(f"next: {', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''} "
+              f"{'was' if len(foreign) == 1 else 'were'} written for another spec than "
+              f"{d}/spec.yaml (was it edited?): put the spec back, or move those parts away "
+              f"(or start over: sweep run SPEC --out {d} --force)")
+        return 1
     if complete:
         print(f"next: sweep show {d}/sweep.h5" if state == "complete"
               else f"next: every unit is done; sweep reduce {d}")

@@ -166,3 +166,14 @@ def test_mpich_under_open_mpi_is_refused_before_mpi_init(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
     with pytest.raises(WorldError, match="MPI4PY_LIBMPI=libmpi.so.40"):
         check_library()
+
+
+def test_status_does_not_suggest_a_resume_that_would_be_refused(finished, tmp_path, capsys):
+    """After spec.yaml was edited, status used to suggest the resume that then failed."""
+    run = tmp_path / "edited"
+    shutil.copytree(finished, run)
+    spec = run / "spec.yaml"
+    spec.write_text(spec.read_text().replace("top_n: 5", "top_n: 4"))
+    assert main(["status", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "part-00000.h5 was written for another spec" in out and "--resume" not in out
