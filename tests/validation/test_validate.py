@@ -1,7 +1,7 @@
 """`sweep validate` against the public measured runs, and `sweep validate` / `sweep calibrate`
 as a user runs them on their own CSV.
 
-The thresholds are the bars of the calibrated profile (README, "Validation"): they fail if a
+The thresholds are the bars of the calibrated profile (docs/model.md, "Validation"): they fail if a
 model change makes the predictions of real runs worse.
 """
 
@@ -273,11 +273,11 @@ def test_replicates_are_same_configuration_runs_and_their_spread(rows, capsys, t
     assert f"  {base['id']}, k22_again: metric 10.0%" in capsys.readouterr().out
 
 
-# ------------------------------------------------------------------------------ README
+# ------------------------------------------------------------------------------ docs/model.md
 
 def _readme_table(first_header: str) -> list[list[str]]:
-    """Cells of the README's markdown table whose header row starts with ``first_header``."""
-    lines = (REPO_ROOT / "README.md").read_text().splitlines()
+    """Cells of docs/model.md's markdown table whose header row starts with ``first_header``."""
+    lines = (REPO_ROOT / "docs" / "model.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines)
                  if line.startswith(f"| {first_header} |"))
     body = []
