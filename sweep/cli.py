@@ -434,18 +434,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     args._rank = comm.rank
     try:
         summary = run_sweep(args.spec, comm, options)
-    except SweepError as exc:
+    except (SweepError, OSError) as exc:
         if comm.size == 1:
-            raise
+            raise  # main prints it
         if getattr(exc, "collective", False):  # every rank has it; rank 0 prints it
             code = _print_error(args, exc)
             comm.finalize()
             return code
-        _abort_one_rank(comm, str(exc))
-    except OSError as exc:  # disk full, permissions: this rank's part cannot be written
-        if comm.size == 1:
-            raise
-        _abort_one_rank(comm, _os_error_text(exc))
+        # this rank's own failure (a part file it cannot write: disk full, permissions)
+        _abort_one_rank(comm, str(exc) if isinstance(exc, SweepError) else _os_error_text(exc))
     except BaseException as exc:  # one rank failed: abort all ranks instead of hanging
         if comm.size > 1 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback

@@ -8,8 +8,11 @@ spin at 100 % CPU, which on an oversubscribed node steals time from ranks still 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
+
+import numpy as np
 
 from .errors import WorldError
 
@@ -171,7 +174,6 @@ class MpiComm:
         a block of work; if they have not after ``STOP_GRACE_S``, this rank aborts the job
         (every rank's progress is saved by then) instead of hanging until the allocation
         ends."""
-        import numpy as np
         from mpi4py import MPI
 
         mine = np.array([signum], dtype=np.int64)
@@ -186,8 +188,6 @@ class MpiComm:
             if stop_at is None and (late or self.poll_stop()):
                 stop_at = time.monotonic()
             if stop_at is not None and time.monotonic() - stop_at > STOP_GRACE_S:
-                import sys
-
                 print(f"sweep run: rank {self.rank}: the other ranks did not reach the end of "
                       f"the run within {STOP_GRACE_S:.0f} s of a stop request; aborting the "
                       f"job (saved progress is kept; continue with --resume)",

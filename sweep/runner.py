@@ -128,13 +128,15 @@ def _prepare(spec_path: str, options: RunOptions, size: int
         raise StoreError(f"{out}: cannot create the run folder ({exc.strerror})") from None
     lock = RunLock(out, None if options.shard is None else options.shard[0]).acquire()
     try:
-        return lock, _prepare_locked(spec_path, options, size, text, plan, out, resume)
+        return lock, _prepare_locked(options, size, text, plan, out, resume)
     except BaseException:
         lock.release()
         raise
 
 
-def _prepare_locked(spec_path, options, size, text, plan, out, resume):
+def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
+                    resume: bool) -> tuple[str, str, np.ndarray, list[str]]:
+    """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
     parts = list_parts(out)
     if options.force:
