@@ -62,7 +62,7 @@ _CHOICES = {
     "dtype": ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"),
     "position": ("learned", "rope", "none"),
     # how the training stack runs it (calibrated profile)
-    "attention_kernel": ("flash", "materialized"),
+    "attention_kernel": ("flash", "fused", "materialized"),
     # fp32: fp32 main gradients; bf16: 16-bit gradients; mixed: 16-bit gradients plus an fp32
     # accumulation buffer (DeepSpeed BF16Optimizer)
     "grad_dtype": ("fp32", "bf16", "mixed"),
@@ -81,6 +81,12 @@ _BOOL_FIELDS = {
                        "each (Megatron-DeepSpeed type:transformer|embedding, Megatron-Core "
                        "account_for_embedding/loss_in_pipeline_split)",
     "training": "false = forward only (inference)",
+    "lp_saved_inputs": "fp8 / MXFP8 / NVFP4 jobs keep the inputs of their linear layers for "
+                       "the backward pass in the low-precision format, with its scales "
+                       "(Transformer Engine); false: in 16 bits (torchao float8 in eager mode)",
+    "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
+                 "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
+                 "fp32 master copy stays in the optimizer",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text"}
@@ -94,6 +100,9 @@ _FLOAT_FIELDS = {
                         "outside the weight-gradient GEMMs, bytes: 0 = fused into the GEMM "
                         "(Megatron gradient_accumulation_fusion), 6 = autograd adds into "
                         "16-bit gradients, 18 = DeepSpeed BF16Optimizer's fp32 cast and add",
+    "offload_act_layers": "activations of this many layers per pipeline stage are kept in "
+                          "host memory, copied out and back behind compute (Megatron-Core "
+                          "cpu_offloading_num_layers); 0 = none",
 }
 
 
@@ -119,7 +128,7 @@ class Job:
     dropout: bool = False
     bias: bool = False
     tied_embeddings: bool = False
-    attention_kernel: str = "flash"  # flash (FlashAttention) or materialized score matrix
+    attention_kernel: str = "flash"  # flash (FlashAttention-2 class), fused (cuDNN / FA3), materialized
     fused_kernels: bool = True  # elementwise ops fused (TE / apex / torch.compile)
     dp_overlap: bool = True  # gradient / parameter collectives overlapped with compute
     pp_overlap: bool = True  # interleaved pipelines overlap p2p with compute
@@ -131,6 +140,9 @@ class Job:
     grad_bucket_params: float = 0.0  # ZeRO-2/3 unsharded-gradient cap; 0: one whole layer
     grad_accum_bytes: float = 0.0  # per parameter and micro-batch, outside the GEMMs
     embedding_slots: bool = False  # pipeline split counts embedding and LM head as layers
+    lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
+    lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
+    offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     source: str = ""
 
     @property

@@ -48,7 +48,9 @@ STRATEGIES = ("1d", "2d")
 #: calibrated parameters (per GPU generation) and their meaning
 PARAMETERS = {
     "gemm_eff": "fraction of the dense tensor peak a large GEMM sustains",
-    "attn_eff": "fraction of the 16-bit tensor peak FlashAttention sustains",
+    "attn_eff": "fraction of the 16-bit tensor peak FlashAttention-2-class kernels sustain",
+    "fused_attn_eff": "fraction of the 16-bit tensor peak fused attention (cuDNN via "
+                      "Transformer Engine, FlashAttention-3) sustains",
     "hbm_eff": "fraction of HBM bandwidth memory-bound kernels sustain",
     "kernel_us": "fixed cost per kernel (launch, tail, framework), microseconds",
     "nvl_eff": "fraction of NVLink bandwidth a ring collective sustains",
@@ -69,7 +71,8 @@ MEMORY_PARAMETERS = {
 #: 80 % of the HBM datasheet bandwidth; a few microseconds per kernel launch; NCCL ring bus
 #: bandwidth (nccl-tests' busbw) about 3/4 of NVLink's and 85 % of a NIC's line rate; fp8
 #: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
-DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "hbm_eff": 0.8, "kernel_us": 5.0,
+DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "fused_attn_eff": 0.5, "hbm_eff": 0.8,
+                      "kernel_us": 5.0,
                       "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "reserve_GiB": 2.0,
                       "allocator_cache": 0.1}
 
@@ -90,6 +93,10 @@ VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 #: column-wise copy (Transformer Engine docs, "Using FP8 with Transformer Engine": MXFP8
 #: and NVFP4 recipes; arXiv 2509.25149 section 4.1)
 COPIES = {"fp8": 1.0, "mxfp8": 2.0, "nvfp4": 2.0}
+#: low-precision copies of a linear layer's input kept for its backward (the weight-gradient
+#: GEMM): one, in the layout that GEMM reads (Transformer Engine's Linear / LayerNormLinear /
+#: LayerNormMLP save the quantized input rather than the 16-bit one when fp8 is on)
+SAVED_COPIES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
 
 
 def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
@@ -125,6 +132,15 @@ def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
     return COPIES[dtype] * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
 
 
+def saved_input_bytes(job: Job) -> float:
+    """Bytes per element of the linear-layer inputs a job keeps for its backward pass: the
+    low-precision copy with its scales (SAVED_COPIES) when the job computes its GEMMs below
+    16 bits and its stack saves them so (Job.lp_saved_inputs), else the 16/32-bit value."""
+    if job.dtype in LOW_PRECISION and job.lp_saved_inputs:
+        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + SCALE_BYTES[job.dtype])
+    return 4.0 if job.dtype == "fp32" else 2.0
+
+
 #: share of a TP collective left exposed when it is overlapped with GEMMs (the first chunk
 #: of a pipelined ring; Wang et al. 2023, "Overlap communication with dependent computation")
 TP_OVERLAP_RESIDUAL = 0.15
@@ -155,9 +171,16 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "Kv": job.n_kv_heads, "d": job.head_dim, "V": job.vocab, "s": job.seq_len,
         "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
         "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
-        "flash": float(job.attention_kernel == "flash"), "fused": float(job.fused_kernels),
+        "flash": float(job.attention_kernel in ("flash", "fused")),
+        "fused_attn": float(job.attention_kernel == "fused"), "fused": float(job.fused_kernels),
         "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
         "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
+        "saved_in_bytes": saved_input_bytes(job),
+        # weights held only as their low-precision copies (fp8 / MXFP8 parameters; NVFP4
+        # weights stay 16-bit with a quantized copy: Megatron-Bridge sets fp8_param for
+        # FP8 and MXFP8 recipes only)
+        "lp_params": float(job.lp_params and job.dtype in ("fp8", "mxfp8")),
+        "offload_act_layers": float(job.offload_act_layers),
         # bytes of gradient per parameter held, and sent by data-parallel collectives
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
@@ -184,6 +207,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
+        # a generation fitted without fused-attention runs (Volta, Ampere: no FA3; cuDNN's
+        # fused attention there is FlashAttention-2-class) uses attn_eff for both
+        "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
         "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
         "fp8_eff": p["fp8_eff"], "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
@@ -604,6 +630,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
     t_off = t_off + np.where(off & 1, layers * m * np.maximum(
         2.0 * p_layer * ab / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    # the job's own activation offloading (offload_act_layers), on a side stream likewise
+    n_offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0))
+    t_off = t_off + np.where(training, n_offloaded * m * np.maximum(
+        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
@@ -702,17 +732,20 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways."""
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab, drop = x["act_bytes"], x["dropout"]
+    # inputs of linear layers are kept in the GEMMs' low-precision format when the stack
+    # saves them so (saved_input_bytes); GEMM outputs and norm inputs stay 16-bit
+    sb = x["saved_in_bytes"]
     f_up = f * (1.0 + x["swiglu"])
-    gemm_in = np.where(sp, Ta, T) * e * ab  # norm outputs feeding qkv / up (sharded with SP)
+    gemm_in = np.where(sp, Ta, T) * e * sb  # norm outputs feeding qkv / up (sharded with SP)
     norm_in = 2.0 * Ta * e * ab
     masks = drop * 2.0 * Ta * e
     qkv = T * (H + 2 * Kv) * d / t * ab
-    attn_out = T * H * d / t * ab
+    attn_out = T * H * d / t * sb  # the output projection's input
     batch = T / (s / cp) * H / t
     scores = batch * (s / cp) * s
     flash = x["flash"] > 0
     core = np.where(flash, batch * (s / cp) * 4.0, scores * (ab + drop * (1 + ab)))
-    mlp = T * f_up / t * ab + T * f / t * ab + drop * T * f / t
+    mlp = T * f_up / t * ab + T * f / t * sb + drop * T * f / t  # fc1 out; fc2 in
     full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
     r = np.asarray(recompute)
     selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
@@ -721,7 +754,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     # and every other GEMM output: q, v and the gate (SwiGLU: then down) or up projection
     q_v = T * (H + Kv) * d / t * ab
     mlp_saved = T * f / t * ab + np.where(x["swiglu"] > 0, Ta * e * ab, 0.0)
-    op_sac = checkpoint + q_v + attn_out + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
+    op_sac = checkpoint + q_v + T * H * d / t * ab + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
         + mlp_saved
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
@@ -736,7 +769,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
     zero = np.asarray(c["zero"])
     pp = np.asarray(c["pp"], dtype=np.float64)
     v = np.asarray(c["vpp"], dtype=np.float64)
-    w_b = ab + x["fp8"] * x["lp_copy_bytes"]  # the low-precision copy of the weights
+    # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
+    w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_copy_bytes"]
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP
@@ -764,6 +798,11 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
     stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_layer,
                       layers * act_layer)
+    # activations of the first offload_act_layers layers copied to host memory after their
+    # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the
+    # last layer's stay, its backward starts at once
+    offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0)) * act_layer
+    stored = stored - offloaded
     # backward: the gradients of one layer's activations, and for recomputed layers the
     # recomputed activations themselves, which replace their checkpoint while they are live
     working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
@@ -776,7 +815,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
                       T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
     off = np.asarray(c["offload"])
     host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
-        + np.where(off & 1, weights, 0.0)
+        + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
     optimizer = np.where(off & 4, 0.0, optimizer)
     acts = np.where(off & 2, 2 * act_layer, acts)
     weights = np.where(off & 1, 2 * p_layer * ab, weights)

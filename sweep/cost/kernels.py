@@ -77,7 +77,12 @@ def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_frac
         flops = flops * FLASH_BWD_FACTOR
     d_pad = head_dim / (_ceil_div(head_dim, FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN)
     blocks = b * heads * _ceil_div(q_len, FLASH_Q_BLOCK)
-    eff = x["attn_eff"] * d_pad * _wave_efficiency(blocks, x["sm_count"])
+    # FlashAttention-2-class kernels (flash-attn 2, PyTorch SDPA) or the warp-specialised
+    # fused kernels of Hopper and Blackwell (cuDNN fused attention via Transformer Engine,
+    # FlashAttention-3): on H100 the latter sustain about twice the former (FA3 paper,
+    # arXiv 2407.08608, figures 5-7: FA2 vs FA3 / cuDNN)
+    kernel_eff = np.where(x["fused_attn"] > 0, x["fused_attn_eff"], x["attn_eff"])
+    eff = kernel_eff * d_pad * _wave_efficiency(blocks, x["sm_count"])
     return flops / (x["peak16_flops_per_s"] * eff) + x["kernel_s"]
 
 

@@ -673,3 +673,71 @@ def test_interleaved_p2p_overlap_leaves_the_fill_and_drain_exposed():
     # 1F1B without interleaving overlaps nothing
     assert run(job=job, pp=2)["t_pp_comm_s"] == run(job=serial, pp=2)["t_pp_comm_s"] == \
         pytest.approx(16 * one, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------ issue 15
+
+#: linear-layer inputs of one TINY layer: the norm outputs feeding QKV and the MLP up
+#: projection, the output projection's input, the MLP down projection's input (T x widths)
+LINEAR_INPUTS = 1024 * (2 * 1024 + 1024 + 4096)
+
+
+@pytest.mark.parametrize("dtype, saved_bytes", [("fp8", 1.0), ("mxfp8", 1 + 1 / 32),
+                                                ("nvfp4", 0.5 + 1 / 16)])
+def test_low_precision_jobs_keep_linear_inputs_in_their_format(dtype, saved_bytes):
+    """Transformer Engine saves the quantized input of each linear layer for its
+    weight-gradient GEMM: 2 B -> the format's bytes (with scales) per element, in the two
+    stored layers and the working layer; the 16-bit GEMM outputs and norm inputs stay."""
+    job = dataclasses.replace(TINY, dtype=dtype)
+    lowp = run(job, BLACKWELL_TOY)
+    assert lowp["mem_activations_bytes"] == pytest.approx(
+        3 * (ACT_LAYER - (2 - saved_bytes) * LINEAR_INPUTS), rel=1e-12)
+    kept16 = run(dataclasses.replace(job, lp_saved_inputs=False), BLACKWELL_TOY)
+    assert kept16["mem_activations_bytes"] == 3 * ACT_LAYER
+
+
+def test_offloaded_layers_move_their_activations_to_the_host_behind_compute():
+    """offload_act_layers (Megatron cpu_offloading_num_layers): all but the last layer's
+    activations may go; the copy out and back is hidden unless it outlasts the layer."""
+    fast = dataclasses.replace(TOY, host_memory_bytes=1e12, host_link_bytes_per_s=1e15)
+    base = run(hw=fast)
+    one = run(dataclasses.replace(TINY, offload_act_layers=1), fast)
+    many = run(dataclasses.replace(TINY, offload_act_layers=5), fast)
+    assert one["mem_activations_bytes"] == 2 * ACT_LAYER  # 3 layers' worth -> 2
+    assert many["mem_activations_bytes"] == one["mem_activations_bytes"]  # the last stays
+    assert one["t_offload_s"] == 0 and one["step_time_s"] == base["step_time_s"]
+    slow = dataclasses.replace(fast, host_link_bytes_per_s=1e9)
+    lay = calibrated._layer_terms(ctx(), cand())
+    exposed = 2 * ACT_LAYER / 1e9 - float(lay["fwd"][0] + lay["bwd"][0])
+    assert run(dataclasses.replace(TINY, offload_act_layers=1), slow)["t_offload_s"] == \
+        pytest.approx(8 * exposed, rel=1e-9)  # 8 micro-batches x 1 layer
+    tiny_host = dataclasses.replace(fast, host_memory_bytes=1e3)
+    assert run(dataclasses.replace(TINY, offload_act_layers=1), tiny_host)["reason"] == \
+        Reason.OFFLOAD_CAPACITY
+
+
+def test_fused_attention_kernels_run_at_their_own_efficiency():
+    """attention_kernel fused (cuDNN / FlashAttention-3) at fused_attn_eff, flash
+    (FlashAttention-2 class) at attn_eff; materialized at neither."""
+    fused = dataclasses.replace(TINY, attention_kernel="fused")
+    x2 = ctx(attn_eff=0.25, fused_attn_eff=0.5)
+    x3 = ctx(fused, attn_eff=0.25, fused_attn_eff=0.5)
+    fa2 = flash_attention_s(1, 8, 1280, 1280, 128, x2, 0.5, False)
+    fa3 = flash_attention_s(1, 8, 1280, 1280, 128, x3, 0.5, False)
+    assert fa2 == pytest.approx(2 * fa3, rel=1e-12)
+    # a generation without a fused_attn_eff of its own uses attn_eff for both
+    x_old = calibrated.make_context(fused, TOY, {k: v for k, v in PARAMS.items()})
+    assert x_old["fused_attn_eff"] == x_old["attn_eff"] == 0.5
+
+
+def test_more_memory_never_makes_a_feasible_config_infeasible():
+    job, hw = load_job("llama3_70b"), load_hardware("H100-SXM")
+    space = enumerate_space("calibrated", job, 64, "1d", hw.nvlink_domain)
+    c = space.columns(0, min(space.size, 20000))
+    feasible = {}
+    for gb in (40, 80, 141):
+        big = dataclasses.replace(hw, hbm_capacity_bytes=gb * 2.0**30)
+        out = evaluate_columns("calibrated", job, big, "1d", 64, c)
+        feasible[gb] = out["reason"] == Reason.OK
+    assert feasible[40].sum() < feasible[80].sum() < feasible[141].sum()
+    assert not (feasible[40] & ~feasible[80]).any() and not (feasible[80] & ~feasible[141]).any()
