@@ -28,7 +28,7 @@ from .cost.calibrated import DEFAULT_PARAMETERS
 from .measured import Case, metric_of
 from .schema import CANDIDATE_DTYPE, Reason
 
-__all__ = ["BOUNDS", "fit", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
+__all__ = ["BOUNDS", "fit", "load_ranges", "outside_ranges", "exercised", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
            "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
 
 #: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
@@ -36,11 +36,12 @@ __all__ = ["BOUNDS", "fit", "FitResult", "predictions", "TIME_PARAMETERS", "GENE
 GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 
 #: physical bounds of each parameter (efficiencies are fractions of a datasheet peak)
-BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "hbm_eff": (0.3, 1.0),
+BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
+          "hbm_eff": (0.3, 1.0),
           "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0), "net_eff": (0.2, 1.0),
           "fp8_eff": (0.3, 1.0), "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
-TIME_PARAMETERS = ("gemm_eff", "attn_eff", "hbm_eff", "kernel_us", "nvl_eff", "net_eff",
-                   "fp8_eff")
+TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_us", "nvl_eff",
+                   "net_eff", "fp8_eff")
 MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
 #: a run predicted more than 50 % off counts as this error and no more: such rows are outside
 #: what the model expresses (e.g. DeepSpeed ZeRO-3 of 2021, 2-4x slower than any physical
@@ -145,24 +146,76 @@ def predictions(ev: Evaluator) -> tuple[np.ndarray, dict]:
     return pred, out
 
 
-def log_prior(names: Sequence[str], theta: Sequence[float]) -> float:
-    """PRIOR_WEIGHT x the sum of squared log-ratios of the parameters to their centres."""
+def log_prior(names: Sequence[str], theta: Sequence[float],
+              centres: Mapping[str, float] | None = None) -> float:
+    """PRIOR_WEIGHT x the sum of squared log-ratios of the parameters to their centres
+    (default: DEFAULT_PARAMETERS)."""
+    centres = DEFAULT_PARAMETERS if centres is None else centres
     total = 0.0
     for name, value in zip(names, theta):
         off = PRIOR_OFFSET.get(name, 0.0)
-        total += np.log((value + off) / (DEFAULT_PARAMETERS[name] + off)) ** 2
+        total += np.log((value + off) / (centres[name] + off)) ** 2
     return PRIOR_WEIGHT * float(total)
 
 
 def _time_objective(ev: Evaluator, gen: str, names: Sequence[str], weights: np.ndarray,
-                    measured: np.ndarray):
+                    measured: np.ndarray, centres: Mapping[str, float] | None = None):
     def objective(theta: np.ndarray) -> float:
         ev.set_parameters({gen: dict(zip(names, theta))})
         pred, _ = predictions(ev)
         err = np.abs(np.log(pred / measured))
         err = np.minimum(np.where(np.isfinite(err), err, OUTLIER_LOG_ERROR), OUTLIER_LOG_ERROR)
-        return float(np.sum(weights * err)) + log_prior(names, theta)
+        return float(np.sum(weights * err)) + log_prior(names, theta, centres)
     return objective
+
+
+def load_ranges() -> dict[str, dict[str, tuple[float, float, str]]]:
+    """{generation: {parameter: (low, high, source)}} from the catalog's ranges file."""
+    from .catalog import RANGES_FILE, REPO_ROOT, read_yaml
+
+    raw = read_yaml(REPO_ROOT / "hardware" / RANGES_FILE) or {}
+    return {gen: {name: (float(e["range"][0]), float(e["range"][1]), str(e["source"]))
+                  for name, e in entries.items()} for gen, entries in raw.items()}
+
+
+def bounds_of(gen: str, name: str, ranges: Mapping) -> tuple[float, float]:
+    """The fit's bounds for ``name`` in ``gen``: its cited physical range, else BOUNDS."""
+    entry = ranges.get(gen, {}).get(name)
+    return (entry[0], entry[1]) if entry else BOUNDS[name]
+
+
+def centre_of(gen: str, name: str, ranges: Mapping) -> float:
+    """Where the fit starts and its prior pulls: the physical centre (DEFAULT_PARAMETERS) if
+    inside the range, else the range's geometric middle."""
+    low, high = bounds_of(gen, name, ranges)
+    centre = DEFAULT_PARAMETERS[name]
+    if low <= centre <= high:
+        return centre
+    return float(np.sqrt(max(low, 1e-3) * high))
+
+
+def outside_ranges(params: Mapping[str, Mapping[str, float]],
+                   ranges: Mapping) -> dict[str, list[str]]:
+    """{generation: [parameters outside their cited physical range]}."""
+    out: dict[str, list[str]] = {}
+    for gen, values in params.items():
+        for name, value in values.items():
+            entry = ranges.get(gen, {}).get(name)
+            if entry and not entry[0] - 1e-9 <= value <= entry[1] + 1e-9:
+                out.setdefault(gen, []).append(name)
+    return out
+
+
+def exercised(name: str, cases: Sequence[Case]) -> bool:
+    """Whether any of ``cases`` depends on parameter ``name`` (fp8_eff: a low-precision GEMM;
+    attn_eff / fused_attn_eff: FlashAttention-2-class / fused attention)."""
+    if name == "fp8_eff":
+        return any(c.job.dtype in calibrated.LOW_PRECISION for c in cases)
+    if name == "attn_eff":
+        return any(c.job.attention_kernel == "flash" for c in cases)
+    if name == "fused_attn_eff":
+        return any(c.job.attention_kernel == "fused" for c in cases)
+    return True
 
 
 def _source_weights(cases: Sequence[Case]) -> np.ndarray:
@@ -204,25 +257,40 @@ def _rounded(objective, theta: np.ndarray) -> list[float]:
     return [float(v) for v in theta]
 
 
-def fit(cases: Sequence[Case], tol: float = 1e-3) -> FitResult:
+def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -> FitResult:
     """Fit every generation present in ``cases`` (time), then the memory parameters,
     starting from the prior centres (DEFAULT_PARAMETERS): the result depends on the cases
-    only."""
+    only. ``within_ranges``: bound each parameter by its cited physical range
+    (hardware/parameter_ranges.yaml) instead of the generic BOUNDS, and centre its prior
+    inside that range. Parameters no case exercises take the centre of their range."""
     params: dict[str, dict[str, float]] = {}
     rows: dict[str, int] = {}
     objective: dict[str, float] = {}
+    ranges = load_ranges()
     for gen in sorted({c.hw.generation for c in cases}):
         timed = [c for c in cases if c.hw.generation == gen and c.metric]
         if not timed:
             continue
         ev = Evaluator(timed)
-        names = [n for n in TIME_PARAMETERS
-                 if n != "fp8_eff" or any(c.job.dtype == "fp8" for c in timed)]
-        x0 = np.array([DEFAULT_PARAMETERS[n] for n in names])
+        centres = {n: centre_of(gen, n, ranges) for n in TIME_PARAMETERS}
+        limits = {n: bounds_of(gen, n, ranges if within_ranges else {}) for n in TIME_PARAMETERS}
+        prior = centres if within_ranges else DEFAULT_PARAMETERS
+        # parameters no run exercises stay at their centres (fp8_eff without fp8 runs:
+        # only where the generation has an fp8 range, i.e. fp8 tensor cores)
+        # fused_attn_eff without fused-attention runs: left out, so that make_context uses
+        # attn_eff for both
+        fixed = {n: centres[n] for n in TIME_PARAMETERS if not exercised(n, timed)
+                 and n != "fused_attn_eff" and (n != "fp8_eff" or n in ranges.get(gen, {}))}
+        names = [n for n in TIME_PARAMETERS if exercised(n, timed)]
+        ev.set_parameters({gen: fixed})
+        x0 = np.array([prior[n] for n in names])
         measured = np.array([c.measured for c in timed])
-        objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured)
-        theta, value = _minimize(objective_gen, x0, [BOUNDS[n] for n in names], tol)
-        params[gen] = dict(zip(names, _rounded(objective_gen, theta)))
+        objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured,
+                                        prior)
+        theta, value = _minimize(objective_gen, x0, [limits[n] for n in names], tol)
+        params[gen] = {**dict(zip(names, _rounded(objective_gen, theta))),
+                       **{n: round(v, 4) for n, v in fixed.items()}}
+        params[gen] = {n: params[gen][n] for n in TIME_PARAMETERS if n in params[gen]}
         rows[gen] = len(timed)
         objective[gen] = value
     # memory: measured peaks and feasibility, with the time parameters just fitted
@@ -280,6 +348,10 @@ def write_calibration(path, result: FitResult, data) -> None:
                   "peaks plus a penalty per wrong feasibility (sweep/calibration.py)",
         "rows": dict(result.rows),
         "borrowed": {g: f"no measured runs: {d} values" for g, d in borrowed.items()},
+        # parameters outside their cited physical range (hardware/parameter_ranges.yaml):
+        # each stands for a mechanism the model lacks
+        "outside_range": {g: ", ".join(v) for g, v in
+                          outside_ranges(params, load_ranges()).items() if g in result.rows},
     }}
     for gen in GENERATIONS:
         if gen in params:

@@ -27,7 +27,7 @@ from .job import Job, parse_job
 from .units import brief, finite_float
 
 __all__ = ["load_hardware", "load_job", "read_yaml", "search_roots", "list_names",
-           "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "MAX_YAML_BYTES",
+           "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "RANGES_FILE", "MAX_YAML_BYTES",
            "MAX_YAML_NODES", "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
@@ -171,7 +171,7 @@ def search_roots(near: Path | None = None) -> list[Path]:
 
 
 def _find(kind: str, name: str, near: Path | None) -> Path | None:
-    if kind == "hardware" and name == Path(CALIBRATION_FILE).stem:
+    if kind == "hardware" and name in {Path(f).stem for f in NOT_HARDWARE}:
         return None
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
@@ -195,7 +195,7 @@ def list_names(kind: str, near: Path | None = None) -> list[str]:
         d = root / kind
         if d.is_dir():
             names.update(p.stem for p in d.glob("*.y*ml")
-                         if not (kind == "hardware" and p.name == CALIBRATION_FILE))
+                         if not (kind == "hardware" and p.name in NOT_HARDWARE))
     return sorted(names)
 
 
@@ -208,6 +208,10 @@ def _unknown(kind: str, name: str, source: str, key: str, near: Path | None) -> 
 
 #: per-generation parameters of the calibrated profile, next to the hardware files
 CALIBRATION_FILE = "calibration.yaml"
+#: their cited physical ranges (sweep.calibration.load_ranges)
+RANGES_FILE = "parameter_ranges.yaml"
+#: files in hardware/ that are not hardware
+NOT_HARDWARE = (CALIBRATION_FILE, RANGES_FILE)
 
 
 @lru_cache(maxsize=64)
