@@ -223,6 +223,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     rep = report(rows, _calibration_params(cases), loso=loso,
                  workers=args.workers or available_cpus())
     rep["data"] = str(data)
+    if args.markdown:
+        from .validate import markdown
+
+        print(markdown(rep, [p.name for p in paths]), end="")
+        return 0
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -233,7 +238,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibration import GENERATIONS, fill_generations, fit, write_calibration
+    from .calibration import (GENERATIONS, fill_generations, fit, load_ranges, outside_ranges,
+                              write_calibration)
     from .catalog import CALIBRATION_FILE, REPO_ROOT
     from .measured import data_paths, read_data
     from .validate import express_all, render, report
@@ -244,17 +250,24 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     cases, _ = express_all(rows)
     if not cases:
         raise SweepError(f"{data}: no row can be expressed; nothing to calibrate on")
-    result = fit(cases)  # from the prior centres: the result depends on code and data only
+    # from the prior centres: the result depends on code and data only
+    result = fit(cases, within_ranges=args.within_ranges)
     params, borrowed = fill_generations(result.parameters)
+    outside = outside_ranges(params, load_ranges())
     if args.json:
-        print(json.dumps({"parameters": params, "rows": result.rows,
-                          "borrowed": borrowed}, indent=1))
+        print(json.dumps({"parameters": params, "rows": result.rows, "borrowed": borrowed,
+                          "outside_range": outside}, indent=1))
     else:
         names = sorted({k for g, v in params.items() if g != "memory" for k in v})
         gens = [g for g in GENERATIONS if g in params]
-        print(f"sweep calibrate: fitted on {data} ({len(cases)} rows expressed)")
+        print(f"sweep calibrate: fitted on {data} ({len(cases)} rows expressed)"
+              f"{', within the cited ranges' if args.within_ranges else ''}")
         print(fmt.table(["parameter"] + gens, [[n] + [
-            f"{params[g][n]:g}" if n in params[g] else "-" for g in gens] for n in names]))
+            (f"{params[g][n]:g}" + ("*" if n in outside.get(g, ()) else ""))
+            if n in params[g] else "-" for g in gens] for n in names]))
+        if any(outside.values()):
+            print("* outside its cited physical range (hardware/parameter_ranges.yaml): the "
+                  "fit absorbs a mechanism the model lacks (docs/model.md)")
         for g, d in borrowed.items():
             print(f"{g}: no measured runs; {d} values used")
         print("memory: " + ", ".join(f"{k} = {v:g}" for k, v in params["memory"].items()))
@@ -794,7 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "source, memory, OOM, leave-one-source-out")
     v.add_argument("--data", help="a CSV of measured runs (the columns of sweep/measured.py; "
                    "either shipped layout), a shipped file's name (measured_moe_blackwell), "
-                   "or 'all' for both shipped files (default: measured_training_runs.csv)")
+                   "or 'all' for both shipped files (the default)")
     v.add_argument("--no-loso", action="store_true",
                    help="skip leave-one-source-out (re-fits; needs scipy)")
     v.add_argument("--workers", type=_positive_int,
@@ -802,13 +815,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: every available core)")
     v.add_argument("--summary", action="store_true", help="omit the per-row table")
     v.add_argument("--json", action="store_true", help="print JSON")
+    v.add_argument("--markdown", action="store_true",
+                   help="print the accuracy tables (per source, GPU generation, precision, "
+                        "model kind; memory; parameters and their ranges) as markdown: "
+                        "docs/validation.md is this output")
     v.set_defaults(func=_cmd_validate)
 
     ca = sub.add_parser("calibrate", help="fit the calibrated profile's parameters per GPU "
                         "generation on measured runs (needs scipy)")
     ca.add_argument("--data", help="CSV of measured runs, a shipped file's name, or 'all' "
-                    "(default: the shipped measured_training_runs.csv)")
+                    "(default: both shipped files)")
     ca.add_argument("--write", action="store_true", help="write hardware/calibration.yaml")
+    ca.add_argument("--within-ranges", action="store_true",
+                    help="keep every parameter inside its cited physical range "
+                         "(hardware/parameter_ranges.yaml) instead of generic bounds")
     ca.add_argument("--output", help="with --write: write this file instead")
     ca.add_argument("--json", action="store_true", help="print JSON")
     ca.set_defaults(func=_cmd_calibrate)

@@ -290,9 +290,10 @@ def read_runs(path: Path) -> list[dict[str, str]]:
 
 def data_paths(data: str | Path | None) -> list[Path]:
     """The files ``--data`` names: a path; ``all`` (the shipped files); or a shipped file's
-    name or stem (``measured_moe_blackwell``); default the dense file."""
+    name or stem (``measured_moe_blackwell``); default both shipped files (what
+    ``hardware/calibration.yaml`` is fitted on)."""
     if data is None:
-        return [DEFAULT_DATA]
+        return list(SHIPPED)
     if str(data) == "all":
         return list(SHIPPED)
     path = Path(data)

@@ -80,6 +80,14 @@ class Stack:
     #: gradients accumulate across micro-batches outside the weight-gradient GEMMs (the
     #: DeepSpeed engine), not fused into them (Megatron gradient_accumulation_fusion)
     unfused_grad_accum: bool = False
+    #: fp8 / MXFP8 weights held only in that format (Megatron fp8_param_gather)
+    lp_params: bool = False
+    #: linear-layer inputs saved for backward in the low-precision format (Transformer Engine
+    #: does; torchao's Float8Linear saves the 16-bit input in eager mode: float8_linear.py
+    #: matmul_with_hp_or_float8_args, pytorch/ao#1850)
+    lp_saved_inputs: bool = True
+    #: recompute policy of the stack's benchmark configs when a row does not state one
+    default_recompute: str = ""
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -100,12 +108,19 @@ STACKS = {
     # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
     # NeMo's framework string names it too); both overlap the interleaved pipeline's p2p
     # (NeMo configs: overlap_p2p_comm true, batch_p2p_comm false; Megatron-LM's default)
-    "nemo": Stack("flash", True, True, "bf16", True, True, pp_overlap=True),
+    # Transformer Engine's DotProductAttention runs cuDNN's fused attention (or FA3) on Hopper
+    # and Blackwell (TE attention/dot_product_attention/utils.py get_attention_backend): the
+    # "fused" class, not FlashAttention-2
+    "nemo": Stack("fused", True, True, "bf16", True, True, pp_overlap=True),
     # NeMo's successor for Megatron models: its performance configs reduce gradients in 16 bits
     # too (Megatron-Bridge scripts/performance/utils/helpers.py set_basic_perf_overrides:
     # ddp.grad_reduce_in_fp32 = False)
-    "megatron-bridge": Stack("flash", True, True, "bf16", True, True, pp_overlap=True),
-    "megatron-core": Stack("flash", True, True, "fp32", True, True, pp_overlap=True),
+    # its performance configs (scripts/performance, v0.2.0 - v0.3.1) set fp8_param_gather /
+    # fp8_param for FP8 and MXFP8, and no recompute for the dense Llama models but for three
+    # that state recompute_num_layers (configs/llama/*_workload_base_configs.py)
+    "megatron-bridge": Stack("fused", True, True, "bf16", True, True, pp_overlap=True,
+                             lp_params=True, default_recompute="none"),
+    "megatron-core": Stack("fused", True, True, "fp32", True, True, pp_overlap=True),
     # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
     # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
     "composer": Stack("flash", False, True, "fp32", False, False, fused_loss=True),
@@ -116,7 +131,7 @@ STACKS = {
     # p x v micro-batches and, interleaved, v = 2 stages per rank (generate_split_points)
     "torchtitan": Stack("flash", False, True, "fp32", True, False, cp_comm=1,
                         compiled_loss_since="2025-04", microbatches_are_stages=True,
-                        interleaved_v=2),
+                        interleaved_v=2, lp_saved_inputs=False),
 }
 
 
@@ -224,6 +239,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         and v["date"] >= stack.compiled_loss_since
     grad_dtype = _grad_dtype(v, stack)
     flags = v["other_flags"].lower()
+    # Megatron-Core activation offloading: cpu_offloading_num_layers=N
+    offload = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", flags)
     return Job(
         name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
         ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
@@ -236,11 +253,13 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
+        lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
         # and the LM head take a pipeline slot each (the row's notes say so)
-        embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])))
+        embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])),
+        offload_act_layers=float(offload.group(1)) if offload else 0.0)
 
 
 def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
@@ -286,15 +305,16 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     if not zero[2]:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
     layers_per_stage = int(np.ceil(job.n_layers / pp))
-    recomputes, note = _recompute(v["recompute"], v, layers_per_stage)
+    recomputes, note = _recompute(v["recompute"] or stack.default_recompute, v,
+                                  layers_per_stage)
+    if not v["recompute"] and stack.default_recompute:
+        assumptions.append(f"recompute unstated: {stack.default_recompute} (the stack's "
+                           "benchmark configs)")
     if not recomputes:
         return _refuse("recompute not understood", note or "recompute not understood")
     if note:
         assumptions.append(note)
     flags = v["other_flags"]
-    offload = re.search(r"cpu_offloading\w*=\d+", flags)
-    if offload:
-        assumptions.append(f"CPU offloading ({offload.group()}) not modelled")
     sp_text = v["sp"]
     sp = 1 if sp_text == "yes" or (not sp_text and stack.default_sp) else 0
     # torchtitan's async TP (the row's id or metric notes name it) measured 4 - 16 % over
@@ -541,6 +561,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
     ev.set_parameters(params)
     pred, out = predictions(ev)
     per_row, errors, by_source, by_kind, mem_err = [], [], {}, {}, []
+    by_category: dict[str, dict[str, list[float]]] = {k: {} for k in CATEGORIES}
     oom_rows, false_oom = [], []
     for i, c in enumerate(cases):
         mem_pred = float(out["mem_bytes"][i])
@@ -563,6 +584,8 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
             errors.append(entry["error"])
             by_source.setdefault(c.source, []).append(entry["error"])
             by_kind.setdefault(f"{c.hw.name} {entry['precision']}", []).append(entry["error"])
+            for kind, of in CATEGORIES.items():
+                by_category[kind].setdefault(of(c), []).append(entry["error"])
         if c.oom:
             oom_rows.append(entry)
         elif not out["feasible"][i]:
@@ -595,6 +618,8 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         "overall": _stats(errors),
         "per_source": {s: _stats(v) for s, v in sorted(by_source.items())},
         "per_hardware_precision": {k: _stats(v) for k, v in sorted(by_kind.items())},
+        **{f"per_{kind}": {k: _stats(v) for k, v in sorted(groups_.items())}
+           for kind, groups_ in by_category.items()},
         "memory": {**_stats(mem_err), "within_15pct": float(np.mean(np.abs(mem_err) < 0.15))
                    if mem_err else float("nan")},
         "oom": {"n": len(oom_rows), "predicted_infeasible": sum(not e["feasible"]
@@ -611,7 +636,24 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         per = {s: _stats(errs) for s, errs in zip(sources, held_out)}
         loso_err = [e for errs in held_out for e in errs]
         result["loso"] = {"overall": _stats(loso_err), "per_source": per}
+        # the held-out errors by category (each row predicted without its own source)
+        for kind, of in CATEGORIES.items():
+            grouped: dict[str, list[float]] = {}
+            for source, errs in zip(sources, held_out):
+                test = [c for c in cases if c.source == source and c.metric]
+                for c, e in zip(test, errs):
+                    grouped.setdefault(of(c), []).append(e)
+            result["loso"][f"per_{kind}"] = {k: _stats(v) for k, v in sorted(grouped.items())}
     return result
+
+
+#: the categories accuracy is stated in besides the source: GPU generation, GEMM precision,
+#: dense or mixture-of-experts model
+CATEGORIES = {
+    "generation": lambda c: c.hw.generation,
+    "precision": lambda c: c.job.dtype,
+    "model_kind": lambda c: "dense",  # mixture-of-experts rows are refused (issue 16)
+}
 
 
 def _files(rows: Sequence[Mapping[str, str]], unexpressed: Sequence[dict]) -> dict:
@@ -762,3 +804,87 @@ def render(rep: Mapping, rows: bool = True) -> str:
                              [[g, v["n"], f"{v['rho']:.2f}"]
                               for g, v in rep["spearman"].items()]))
     return "\n".join(out)
+
+
+def markdown(rep: Mapping, files: Sequence[str]) -> str:
+    """docs/validation.md: the accuracy of the calibrated profile per source, GPU
+    generation, precision and model kind, in sample and leave-one-source-out; memory; the
+    parameters against their cited physical ranges. Generated: ``sweep validate
+    --markdown``."""
+    from .calibration import GENERATIONS, load_ranges, outside_ranges
+
+    def pct(x) -> str:
+        return "–" if x is None or not np.isfinite(x) else f"{100 * x:.1f} %"
+
+    loso = rep.get("loso", {})
+    out = ["# Accuracy of the calibrated profile", "",
+           "<!-- generated by `sweep validate --markdown` (the data: "
+           + " + ".join(files) + "); do not edit by hand -->", "",
+           f"Every row of {' and '.join(f'`sweep/data/{f}`' for f in files)} that the model "
+           "can express is predicted in its own metric convention (iteration time, tokens/s, "
+           "samples/s, TFLOP/s or MFU by the source's formula). *In sample*: with the shipped "
+           "parameters (`hardware/calibration.yaml`, fitted on these rows). *Leave one source "
+           "out* (LOSO): each source predicted by parameters re-fitted without it, from the "
+           "same prior centres; this is the figure to expect on runs from a new source.", ""]
+    ov, lo = rep["overall"], loso.get("overall", {})
+    out += [f"**All {ov['n']} timed rows:** median |error| {pct(ov['median_abs'])}, 90th "
+            f"percentile {pct(ov['p90_abs'])} in sample; leave one source out "
+            f"{pct(lo.get('median_abs'))}, 90th percentile {pct(lo.get('p90_abs'))}. "
+            f"Expressed: {sum(f['expressed'] for f in rep['files'].values())} of "
+            f"{sum(f['rows'] for f in rep['files'].values())} rows "
+            + "(" + "; ".join(f"{k}: {n}" for k, n in rep["refused"].items()) + " refused)."
+            if rep["refused"] else "", ""]
+    titles = {"source": "source", "generation": "GPU generation", "precision": "precision",
+              "model_kind": "model"}
+    for kind, title in titles.items():
+        stats = rep[f"per_{kind}"]
+        held = loso.get(f"per_{kind}", {})
+        out += [f"## By {title}", "",
+                f"| {title} | rows | median \\|error\\| | 90th pct | median error | "
+                "LOSO median \\|error\\| | LOSO 90th pct |", "|---|---|---|---|---|---|---|"]
+        for name, st in stats.items():
+            h = held.get(name, {})
+            out.append(f"| {name} | {st['n']} | {pct(st['median_abs'])} | "
+                       f"{pct(st['p90_abs'])} | {_pct(st['bias']).replace('%', ' %')} | "
+                       f"{pct(h.get('median_abs'))} | {pct(h.get('p90_abs'))} |")
+        out.append(f"| **all** | {ov['n']} | {pct(ov['median_abs'])} | {pct(ov['p90_abs'])} "
+                   f"| {_pct(ov['bias']).replace('%', ' %')} | {pct(lo.get('median_abs'))} | "
+                   f"{pct(lo.get('p90_abs'))} |")
+        out.append("")
+    mem, oom = rep["memory"], rep["oom"]
+    out += ["## Memory", "",
+            f"{mem['n']} rows publish a measured peak (reserved or allocated, as each source "
+            f"counts it): median error {pct(mem['median_abs'])}, 90th percentile "
+            f"{pct(mem['p90_abs'])}, {100 * mem['within_15pct']:.0f} % within 15 %. "
+            f"Out-of-memory rows: {oom['predicted_infeasible']} of {oom['n']} predicted "
+            "infeasible. Rows that ran but are predicted over capacity (the margin): "
+            + (", ".join(f"`{e['id']}` (+{e['over_pct']:.1f} %)"
+                         for e in rep["ran_but_predicted_over_capacity"]) or "none") + ".", ""]
+    params = {k: v for k, v in rep["parameters"].items() if k != "memory"}
+    ranges = load_ranges()
+    outside = outside_ranges(params, ranges)
+    gens = [g for g in GENERATIONS if g in ranges and g in params]
+    names = [n for n in dict.fromkeys(n for g in gens for n in params[g])]
+    out += ["## Parameters and their physical ranges", "",
+            "Each value with its cited range (`hardware/parameter_ranges.yaml`, sources "
+            "below). **Bold**: outside its range: the fit absorbs a mechanism the model "
+            "lacks (docs/model.md).", "",
+            "| parameter | " + " | ".join(gens) + " |", "|---" * (len(gens) + 1) + "|"]
+    for name in names:
+        cells = []
+        for g in gens:
+            value = params[g].get(name)
+            entry = ranges[g].get(name)
+            if value is None:
+                cells.append("–")
+                continue
+            text = f"{value:.3g}"
+            if name in outside.get(g, ()):
+                text = f"**{text}**"
+            cells.append(text + (f" ({entry[0]:g} – {entry[1]:g})" if entry else ""))
+        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    out += ["", "Sources of the ranges:", ""]
+    for g in gens:
+        for name, (_, _, source) in ranges[g].items():
+            out.append(f"* {g} `{name}`: {source}")
+    return "\n".join(out) + "\n"
