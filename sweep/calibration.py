@@ -39,9 +39,9 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
           "hbm_eff": (0.3, 1.0),
           "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0), "net_eff": (0.2, 1.0),
-          "fp8_eff": (0.3, 1.0), "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
+          "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0), "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
 TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_us", "nvl_eff",
-                   "net_eff", "fp8_eff")
+                   "net_eff", "fp8_eff", "fp4_eff")
 MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
 #: a run predicted more than 50 % off counts as this error and no more: such rows are outside
 #: what the model expresses (e.g. DeepSpeed ZeRO-3 of 2021, 2-4x slower than any physical
@@ -207,10 +207,13 @@ def outside_ranges(params: Mapping[str, Mapping[str, float]],
 
 
 def exercised(name: str, cases: Sequence[Case]) -> bool:
-    """Whether any of ``cases`` depends on parameter ``name`` (fp8_eff: a low-precision GEMM;
+    """Whether any of ``cases`` depends on parameter ``name`` (fp8_eff: an fp8 / MXFP8 GEMM,
+    fp4_eff: an NVFP4 one;
     attn_eff / fused_attn_eff: FlashAttention-2-class / fused attention)."""
     if name == "fp8_eff":
-        return any(c.job.dtype in calibrated.LOW_PRECISION for c in cases)
+        return any(c.job.dtype in ("fp8", "mxfp8") for c in cases)
+    if name == "fp4_eff":
+        return any(c.job.dtype == "nvfp4" for c in cases)
     if name == "attn_eff":
         return any(c.job.attention_kernel == "flash" for c in cases)
     if name == "fused_attn_eff":
@@ -280,7 +283,8 @@ def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -
         # fused_attn_eff without fused-attention runs: left out, so that make_context uses
         # attn_eff for both
         fixed = {n: centres[n] for n in TIME_PARAMETERS if not exercised(n, timed)
-                 and n != "fused_attn_eff" and (n != "fp8_eff" or n in ranges.get(gen, {}))}
+                 and n != "fused_attn_eff"
+                 and (n not in ("fp8_eff", "fp4_eff") or n in ranges.get(gen, {}))}
         names = [n for n in TIME_PARAMETERS if exercised(n, timed)]
         ev.set_parameters({gen: fixed})
         x0 = np.array([prior[n] for n in names])

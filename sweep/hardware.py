@@ -55,6 +55,10 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "nvlink_latency": ("s", "nvlink_latency"),
     "scaleout_bandwidth": ("bytes_per_s", "scaleout"),
     "scaleout_latency": ("s", "scaleout_latency"),
+    # per ring member: a ring of n reaches half its peak bus bandwidth at n x this many bytes
+    # (nccl-tests curves)
+    "nvlink_half_bandwidth_per_rank": ("bytes", "nvlink_half_bandwidth_per_rank"),
+    "scaleout_half_bandwidth_per_rank": ("bytes", "scaleout_half_bandwidth_per_rank"),
     "host_memory": ("bytes", "host_memory"),
     "host_link": ("bytes_per_s", "host_link"),
 }
@@ -66,6 +70,8 @@ _SPELLINGS = {
     "nvlink_latency": ("'3 us'", "nvlink_latency_us"),
     "scaleout_bandwidth": ("'400 Gb/s'", "scaleout_Gbps"),
     "scaleout_latency": ("'5 us'", "scaleout_latency_us"),
+    "nvlink_half_bandwidth_per_rank": ("'4 MiB'", "nvlink_half_bandwidth_per_rank_MiB"),
+    "scaleout_half_bandwidth_per_rank": ("'2 MiB'", "scaleout_half_bandwidth_per_rank_MiB"),
     "host_memory": ("'256 GiB'", "host_memory_GiB"), "host_link": ("'64 GB/s'", "host_link_GBps"),
 }
 _PEAKS = ("matrix", "vector")  # matrix_tflops / vector_tflops / matrix_flops: {dtype: ...}
@@ -103,6 +109,10 @@ class Hardware:
     scaleout_efficiency: float = 1.0  # achievable fraction of scaleout_bytes_per_s
     host_memory_bytes: float = 0.0  # second memory tier (offload target); 0 = none
     host_link_bytes_per_s: float = 0.0  # bandwidth to the second tier
+    # a ring collective of n GPUs reaches half its peak bus bandwidth at a buffer of n x this,
+    # inside the NVLink domain and across domains (nccl-tests curves; 0 = at every size)
+    nvlink_half_bandwidth_per_rank_bytes: float = 0.0
+    scaleout_half_bandwidth_per_rank_bytes: float = 0.0
     calibration: Mapping[str, float] = field(default_factory=dict)
     generation: str = ""  # architecture family; the calibrated profile's parameters key
     sm_count: int = 108  # SMs, for wave quantization of GEMMs
@@ -218,7 +228,8 @@ def _valid_keys() -> str:
     keys = sorted(_PLAIN) + sorted(_QUANTITIES) + [
         "hbm_GBps", "hbm_GiB", "hbm_GB", "nvlink_GBps", "nvlink_latency_us", "scaleout_GBps",
         "scaleout_Gbps", "scaleout_latency_us", "matrix_tflops", "vector_tflops",
-        "host_memory_GiB", "host_link_GBps"]
+        "host_memory_GiB", "host_link_GBps", "nvlink_half_bandwidth_per_rank_MiB",
+        "scaleout_half_bandwidth_per_rank_MiB"]
     return ", ".join(keys) + " (any unit suffix of the right dimension works)"
 
 
@@ -303,6 +314,9 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         scaleout_efficiency=eff["scaleout_efficiency"],
         host_memory_bytes=values.get("host_memory", 0.0),
         host_link_bytes_per_s=values.get("host_link", 0.0),
+        nvlink_half_bandwidth_per_rank_bytes=values.get("nvlink_half_bandwidth_per_rank", 0.0),
+        scaleout_half_bandwidth_per_rank_bytes=values.get("scaleout_half_bandwidth_per_rank",
+                                                          0.0),
         calibration=cal,
         source=str(values.get("source", "")),
     )
@@ -318,6 +332,8 @@ _FIELD_OF = {
     "scaleout_latency": "scaleout_latency_s",
     "host_memory": "host_memory_bytes",
     "host_link": "host_link_bytes_per_s",
+    "nvlink_half_bandwidth_per_rank": "nvlink_half_bandwidth_per_rank_bytes",
+    "scaleout_half_bandwidth_per_rank": "scaleout_half_bandwidth_per_rank_bytes",
 }
 #: keys a spec grid may override, with a description (listed in error messages)
 OVERRIDABLE = {
@@ -328,7 +344,9 @@ OVERRIDABLE = {
     "matrix_tflops": "16-bit tensor peak (other precisions scale with it)",
     "vector_tflops": "16-bit vector peak (other precisions scale with it)",
     "<quantity>_<unit>": "hbm_GBps, hbm_GiB, hbm_GB, nvlink_GBps, scaleout_GBps, scaleout_Gbps, "
-                         "nvlink_latency_us, scaleout_latency_us, host_memory_GiB, host_link_GBps",
+                         "nvlink_latency_us, scaleout_latency_us, host_memory_GiB, host_link_GBps, "
+                         "nvlink_half_bandwidth_per_rank_MiB, "
+                         "scaleout_half_bandwidth_per_rank_MiB",
 }
 
 

@@ -55,7 +55,9 @@ PARAMETERS = {
     "kernel_us": "fixed cost per kernel (launch, tail, framework), microseconds",
     "nvl_eff": "fraction of NVLink bandwidth a ring collective sustains",
     "net_eff": "fraction of scale-out NIC bandwidth a ring collective sustains",
-    "fp8_eff": "fp8 GEMM throughput relative to the fp8 peak x gemm_eff (scaling, casts)",
+    "fp8_eff": "fp8 / MXFP8 GEMM throughput relative to the fp8 peak x gemm_eff (scaling, "
+               "casts)",
+    "fp4_eff": "NVFP4 GEMM throughput relative to the fp4 peak x gemm_eff",
 }
 #: memory parameters (all generations): reserved bytes and allocator overhead
 MEMORY_PARAMETERS = {
@@ -73,7 +75,8 @@ MEMORY_PARAMETERS = {
 #: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
 DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "fused_attn_eff": 0.5, "hbm_eff": 0.8,
                       "kernel_us": 5.0,
-                      "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "reserve_GiB": 2.0,
+                      "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "fp4_eff": 0.7,
+                      "reserve_GiB": 2.0,
                       "allocator_cache": 0.1}
 
 #: GEMM precisions below 16 bits: per-tensor scaled fp8 (Transformer Engine delayed or
@@ -202,6 +205,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "hbm_Bps": hw.hbm_bytes_per_s, "hbm_bytes": hw.hbm_capacity_bytes,
         "nvl_Bps": hw.nvlink_bytes_per_s, "nvl_lat_s": hw.nvlink_latency_s,
         "net_Bps": hw.scaleout_bytes_per_s, "net_lat_s": hw.scaleout_latency_s,
+        "nvl_half_bytes": hw.nvlink_half_bandwidth_per_rank_bytes,
+        "net_half_bytes": hw.scaleout_half_bandwidth_per_rank_bytes,
         "nics": hw.nics_per_gpu, "sm_count": float(hw.sm_count),
         "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
@@ -211,7 +216,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # fused attention there is FlashAttention-2-class) uses attn_eff for both
         "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
         "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
-        "fp8_eff": p["fp8_eff"], "reserve_bytes": p["reserve_GiB"] * 2.0**30,
+        "fp8_eff": p["fp8_eff"], "nvfp4": float(job.dtype == "nvfp4"),
+        # a generation fitted without NVFP4 runs uses fp8_eff for it too
+        "fp4_eff": params.get("fp4_eff", p["fp8_eff"]), "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
     }
 
@@ -264,7 +271,12 @@ def _layer(x, c, lay):
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab = x["act_bytes"]
     f_up = f * (1.0 + x["swiglu"])  # SwiGLU: gate and up projections
-    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * x["fp8_eff"],
+    # NVFP4 GEMMs reach a smaller share of their (4x bf16) peak than fp8 ones at training
+    # shapes: Transformer Engine's B300 GEMM benchmark (hidden 4096, 15,872 tokens) runs
+    # NVFP4 kernels at 34 % of the fp4 peak, MXFP8 at 58 %, bf16 at 66 % of theirs
+    # (TE docs, "GEMM Speedups Across Precisions"); hence a parameter of its own
+    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
+    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
                         x["peak16_flops_per_s"])
     eff = x["gemm_eff"]
     # the four GEMMs of a block as (tokens, output width, input width)

@@ -108,21 +108,32 @@ def _bandwidth(group, per_domain, x: Mapping):
 def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray:
     """Ring all-gather / reduce-scatter ((n-1)/n V / B), all-reduce (twice that) or
     broadcast (V / B) of a buffer of ``nbytes`` (the full, un-sharded size) over ``group``
-    GPUs, plus (n-1) steps of latency (the scale-out latency once the group spans domains).
-    Zero for a group of one.
+    GPUs, at the bus bandwidth NCCL reaches for that size, plus (n-1) steps of latency (the
+    scale-out latency once the group spans domains). Zero for a group of one.
     """
     n = np.asarray(group, dtype=np.float64)
     g = np.minimum(np.asarray(per_domain, dtype=np.float64), n)
     bw = _bandwidth(n, g, x)
-    lat = np.where(g >= n, x["nvl_lat_s"], x["net_lat_s"])
+    one_domain = g >= n
+    lat = np.where(one_domain, x["nvl_lat_s"], x["net_lat_s"])
+    # NCCL reaches its peak bus bandwidth only on large buffers: each of a ring's steps
+    # first fills a pipeline of chunks, so a ring of n runs at half its peak at a buffer of
+    # S_h = n x (half-bandwidth bytes per rank). Charged as min(S, S_h) bytes more: busbw =
+    # peak x S / (S + S_h) from S_h up (fits nccl-tests all_reduce_perf curves from 16 MiB up
+    # within 2-8 % rms on 8x A100, H100, B200 and 4x GB200; per rank S_h / n is 2-5 MiB, and
+    # 72-rank NVL72 rings fit the same ~3.5-4 MiB; docs/notes/parameter-ranges.md) and
+    # peak / 2 below it, where the latency term takes over
+    half = n * np.where(one_domain, x["nvl_half_bytes"], x["net_half_bytes"])
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    wire = nbytes + np.minimum(nbytes, half)
     if kind == "broadcast":
         # pipelined ring broadcast: the whole buffer crosses every link once (NCCL's
         # broadcast bus bandwidth equals its algorithm bandwidth)
-        t = nbytes / bw + (n - 1.0) * lat
+        t = wire / bw + (n - 1.0) * lat
     else:
         factor = {"allgather": 1.0, "reducescatter": 1.0, "allreduce": 2.0}[kind]
-        t = factor * ((n - 1.0) / np.maximum(n, 1.0) * nbytes / bw + (n - 1.0) * lat)
-    return np.where((n > 1) & (np.asarray(nbytes) > 0), t, 0.0)
+        t = factor * ((n - 1.0) / np.maximum(n, 1.0) * wire / bw + (n - 1.0) * lat)
+    return np.where((n > 1) & (nbytes > 0), t, 0.0)
 
 
 def p2p_s(nbytes, inside_domain, x: Mapping) -> np.ndarray:

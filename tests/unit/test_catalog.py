@@ -35,6 +35,19 @@ def test_hardware_keys_convert_to_si():
     assert alt.hbm_bytes_per_s == 1e12
 
 
+
+def test_half_bandwidth_sizes_are_optional_bytes():
+    assert parse_hardware(MIN_HW, "x.yaml", "x").nvlink_half_bandwidth_per_rank_bytes == 0.0
+    hw = parse_hardware({**MIN_HW, "nvlink_half_bandwidth_per_rank_MiB": 4,
+                         "scaleout_half_bandwidth_per_rank": "2 MiB"}, "x.yaml", "x")
+    assert hw.nvlink_half_bandwidth_per_rank_bytes == 4 * 2**20
+    assert hw.scaleout_half_bandwidth_per_rank_bytes == 2 * 2**20
+    with pytest.raises(SpecError, match="x.yaml: nvlink_half_bandwidth_per_rank: a bare number "
+                                        "has no unit"):
+        parse_hardware({**MIN_HW, "nvlink_half_bandwidth_per_rank": 4}, "x.yaml", "x")
+    swept = apply_overrides(hw, {"nvlink_half_bandwidth_per_rank_MiB": 8}, "s.yaml")
+    assert swept.nvlink_half_bandwidth_per_rank_bytes == 8 * 2**20
+
 @pytest.mark.parametrize("change, message", [
     ({"hbm_GBps": -5}, "x.yaml: hbm_GBps: expected a positive value"),
     ({"hbm_GBps": "fast"}, "x.yaml: hbm_GBps: expected a positive number"),
