@@ -87,6 +87,9 @@ _PLAIN = {
     "generation": "architecture (volta, ampere, hopper, blackwell): selects calibration",
     "sm_count": "streaming multiprocessors (GEMM wave quantization)",
     "gemm_tile": "[M, N] output tile of the typical tensor-core GEMM kernel",
+    "matrix_sustained_fraction": "best-shape GEMM throughput measured on this GPU (power and "
+                                 "clock limits; e.g. a MAMF search) / its datasheet peak, in "
+                                 "(0, 1]; default: the generation's",
 }
 
 
@@ -117,6 +120,8 @@ class Hardware:
     generation: str = ""  # architecture family; the calibrated profile's parameters key
     sm_count: int = 108  # SMs, for wave quantization of GEMMs
     gemm_tile: tuple[int, int] = (128, 128)  # output tile (M, N) of typical GEMM kernels
+    # best-shape GEMM throughput this GPU sustains / its datasheet peak (0 = its generation's)
+    matrix_sustained_fraction: float = 0.0
     source: str = ""
 
     def matrix_peak(self, dtype: str) -> float:
@@ -270,7 +275,10 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if req not in values:
             raise _fail(source, req, "missing")
     eff = {}
-    for k in ("nvlink_efficiency", "scaleout_efficiency"):
+    for k in ("nvlink_efficiency", "scaleout_efficiency", "matrix_sustained_fraction"):
+        if k == "matrix_sustained_fraction" and k not in values:
+            eff[k] = 0.0
+            continue
         v = values.get(k, 1.0)
         number = finite_float(v)
         if number is None or not 0 < number <= 1:
@@ -312,6 +320,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         nics_per_gpu=nics,
         nvlink_efficiency=eff["nvlink_efficiency"],
         scaleout_efficiency=eff["scaleout_efficiency"],
+        matrix_sustained_fraction=eff["matrix_sustained_fraction"],
         host_memory_bytes=values.get("host_memory", 0.0),
         host_link_bytes_per_s=values.get("host_link", 0.0),
         nvlink_half_bandwidth_per_rank_bytes=values.get("nvlink_half_bandwidth_per_rank", 0.0),
@@ -341,6 +350,7 @@ OVERRIDABLE = {
     "nics_per_gpu": "scale-out NICs per GPU",
     "nvlink_efficiency": "NVLink efficiency",
     "scaleout_efficiency": "scale-out efficiency",
+    "matrix_sustained_fraction": "sustained best-shape GEMM fraction of the tensor peak",
     "matrix_tflops": "16-bit tensor peak (other precisions scale with it)",
     "vector_tflops": "16-bit vector peak (other precisions scale with it)",
     "<quantity>_<unit>": "hbm_GBps, hbm_GiB, hbm_GB, nvlink_GBps, scaleout_GBps, scaleout_Gbps, "
@@ -378,7 +388,7 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                                                      maximum=MAX_NVLINK_DOMAIN))
         elif key in ("nics_per_gpu",):
             changes["nics_per_gpu"] = _positive(value, source, path)
-        elif key in ("nvlink_efficiency", "scaleout_efficiency"):
+        elif key in ("nvlink_efficiency", "scaleout_efficiency", "matrix_sustained_fraction"):
             v = _positive(value, source, path)
             if v > 1:
                 raise _fail(source, path, f"expected a number in (0, 1], got {brief(value)}")

@@ -513,6 +513,8 @@ def _hardware_yaml(hw: Hardware) -> dict[str, Any]:
         out["generation"] = hw.generation
     if hw.host_memory_bytes:
         out.update(host_memory_B=hw.host_memory_bytes, host_link_Bps=hw.host_link_bytes_per_s)
+    if hw.matrix_sustained_fraction:
+        out["matrix_sustained_fraction"] = hw.matrix_sustained_fraction
     if hw.nvlink_half_bandwidth_per_rank_bytes:
         out["nvlink_half_bandwidth_per_rank_B"] = hw.nvlink_half_bandwidth_per_rank_bytes
     if hw.scaleout_half_bandwidth_per_rank_bytes:

@@ -45,9 +45,22 @@ __all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES
 #: 2d: SUMMA over a tp x tp2 grid
 STRATEGIES = ("1d", "2d")
 
+#: best-shape bf16 GEMM throughput / datasheet dense peak of a typical GPU per generation, for
+#: hardware files that do not measure their own (Hardware.matrix_sustained_fraction): A100
+#: SXM 271.2 of 312 TFLOP/s, H100 SXM 794.5 of 989, B200 1745 of 2250 (ml-engineering,
+#: compute/accelerator "Maximum Achievable Matmul FLOPS" table); Volta as Ampere [inferred]
+SUSTAINED_FRACTION = {"volta": 0.869, "ampere": 0.869, "hopper": 0.803, "blackwell": 0.776}
+
+
+def sustained_fraction(hw: Hardware) -> float:
+    """The fraction of its datasheet tensor peak ``hw`` sustains on its best GEMM shape
+    (power and clock limits): its own measurement, else its generation's, else 1."""
+    return hw.matrix_sustained_fraction or SUSTAINED_FRACTION.get(hw.generation, 1.0)
+
+
 #: calibrated parameters (per GPU generation) and their meaning
 PARAMETERS = {
-    "gemm_eff": "fraction of the dense tensor peak a large GEMM sustains",
+    "gemm_eff": "fraction of the GPU's sustained best-shape GEMM rate a training GEMM reaches",
     "attn_eff": "fraction of the 16-bit tensor peak FlashAttention-2-class kernels sustain",
     "fused_attn_eff": "fraction of the 16-bit tensor peak fused attention (cuDNN via "
                       "Transformer Engine, FlashAttention-3) sustains",
@@ -68,7 +81,7 @@ MEMORY_PARAMETERS = {
 }
 #: the parameters' physical centres: the values before any fit and the centres of the weak
 #: prior the fit keeps (calibration.py PRIOR_WEIGHT). Round figures of what the hardware
-#: sustains in isolation: large cuBLAS GEMMs about 3/4 of the dense tensor peak;
+#: sustains in isolation: training GEMMs about 3/4 of the best shape's rate;
 #: FlashAttention-2 50 - 73 % of the A100 peak (Dao 2023, abstract); streaming kernels about
 #: 80 % of the HBM datasheet bandwidth; a few microseconds per kernel launch; NCCL ring bus
 #: bandwidth (nccl-tests' busbw) about 3/4 of NVLink's and 85 % of a NIC's line rate; fp8
@@ -212,6 +225,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
+        "gemm_sustained": sustained_fraction(hw),
         # a generation fitted without fused-attention runs (Volta, Ampere: no FA3; cuDNN's
         # fused attention there is FlashAttention-2-class) uses attn_eff for both
         "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
@@ -278,7 +292,8 @@ def _layer(x, c, lay):
     lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
     peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
                         x["peak16_flops_per_s"])
-    eff = x["gemm_eff"]
+    # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
+    eff = x["gemm_eff"] * x["gemm_sustained"]
     # the four GEMMs of a block as (tokens, output width, input width)
     full = [((H + 2 * Kv) * d, e), (e, H * d), (f_up, e), (e, f)]
     if summa:
@@ -445,11 +460,11 @@ def _layer_terms(x, c):
     emb_f = np.where(has_vocab, memory_s(2.0 * T * e * ab, x, 1.0)
                      + collective_s("allreduce", T * e * ab, t, c["nv_tp"], x), 0.0)
     emb_b = np.where(has_vocab & training, memory_s(3.0 * T * e * ab, x, 2.0), 0.0)
-    peak = x["peak16_flops_per_s"]
-    head_f = np.where(has_vocab, gemm_s(T, V / t, e, x, peak, x["gemm_eff"])
+    peak, eff = x["peak16_flops_per_s"], x["gemm_eff"] * x["gemm_sustained"]
+    head_f = np.where(has_vocab, gemm_s(T, V / t, e, x, peak, eff)
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
-    head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, x["gemm_eff"])
-                      + gemm_s(e, V / t, T, x, peak, x["gemm_eff"])
+    head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, eff)
+                      + gemm_s(e, V / t, T, x, peak, eff)
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
     lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b, T=T, Ta=Ta)
     # activations one layer keeps: under the candidate's policy, none, full recompute

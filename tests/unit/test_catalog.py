@@ -48,6 +48,17 @@ def test_half_bandwidth_sizes_are_optional_bytes():
     swept = apply_overrides(hw, {"nvlink_half_bandwidth_per_rank_MiB": 8}, "s.yaml")
     assert swept.nvlink_half_bandwidth_per_rank_bytes == 8 * 2**20
 
+
+def test_sustained_gemm_fraction_is_optional_and_a_fraction():
+    assert parse_hardware(MIN_HW, "x.yaml", "x").matrix_sustained_fraction == 0.0
+    hw = parse_hardware({**MIN_HW, "matrix_sustained_fraction": 0.8}, "x.yaml", "x")
+    assert hw.matrix_sustained_fraction == 0.8
+    with pytest.raises(SpecError, match="x.yaml: matrix_sustained_fraction: expected a number "
+                                        "in \\(0, 1\\]"):
+        parse_hardware({**MIN_HW, "matrix_sustained_fraction": 1.3}, "x.yaml", "x")
+    assert apply_overrides(hw, {"matrix_sustained_fraction": 0.7},
+                           "s.yaml").matrix_sustained_fraction == 0.7
+
 @pytest.mark.parametrize("change, message", [
     ({"hbm_GBps": -5}, "x.yaml: hbm_GBps: expected a positive value"),
     ({"hbm_GBps": "fast"}, "x.yaml: hbm_GBps: expected a positive number"),
