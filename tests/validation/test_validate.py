@@ -388,6 +388,30 @@ def test_the_prior_is_zero_at_its_centres_and_grows_in_log_space():
         PRIOR_WEIGHT * np.log(1.0 / (centre["kernel_us"] + 1.0)) ** 2)
 
 
+def test_leaving_a_physical_range_costs_linearly_in_log_space():
+    from sweep.calibration import RANGE_WEIGHT, range_penalty
+
+    ranges = {"gemm_eff": (0.75, 1.0), "kernel_us": (1.6, 10.0)}
+    assert range_penalty(["gemm_eff", "kernel_us"], [0.8, 5.0], ranges) == 0.0
+    assert range_penalty(["gemm_eff"], [0.5], ranges) == pytest.approx(
+        RANGE_WEIGHT * np.log(0.75 / 0.5))
+    # 20 µs: log((20 + 1) / (10 + 1)); a parameter without a range pays nothing
+    assert range_penalty(["kernel_us", "fp8_eff"], [20.0, 0.1], ranges) == pytest.approx(
+        RANGE_WEIGHT * np.log(21.0 / 11.0))
+
+
+def test_a_value_just_past_its_bound_is_put_on_it_when_the_runs_do_not_care():
+    from sweep.calibration import _onto_bounds
+
+    flat = _onto_bounds(lambda t: 0.0, np.array([0.7995, 0.5]), [(0.8, 1.0), (0.4, 0.6)])
+    assert list(flat) == [0.8, 0.5]
+    # a steep objective keeps it; further than 1 % away it is not touched
+    steep = _onto_bounds(lambda t: 10.0 * t[0], np.array([0.7995]), [(0.8, 1.0)])
+    assert list(steep) == [0.7995]
+    far = _onto_bounds(lambda t: 0.0, np.array([0.6]), [(0.8, 1.0)])
+    assert list(far) == [0.6]
+
+
 def test_rounding_a_fitted_value_never_crosses_a_step_of_the_objective():
     from sweep.calibration import _rounded
 
