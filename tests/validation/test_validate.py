@@ -348,6 +348,30 @@ def test_readme_parameter_table_is_the_calibration_file():
                 assert _printed(table[generation][name], text), (name, generation, text)
 
 
+def test_readme_parameters_are_the_calibration_file_with_their_ranges():
+    from sweep.calibration import load_ranges
+
+    table = load_calibration(REPO_ROOT / "hardware" / "calibration.yaml")
+    ranges = load_ranges()
+    lines = (REPO_ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| parameter | Ampere |"))
+    rows = [ln for ln in lines[start + 2:] if ln.startswith("| `")]
+    assert len(rows) == 9
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = cells[0].strip("`")
+        for generation, text in zip(("ampere", "hopper", "blackwell"), cells[1:4]):
+            if text == "–":
+                assert name not in table[generation] or name == "fused_attn_eff"
+                continue
+            value = table[generation][name]
+            assert _printed(value, text.strip("*")), (name, generation, text)
+            low, high, _ = ranges[generation][name]
+            assert f"({low:g} – {high:g})" in text, (name, generation, text)
+            outside = not low - 1e-9 <= value <= high + 1e-9
+            assert text.startswith("**") == outside, (name, generation, text)
+
+
 def test_validation_md_is_what_validate_markdown_prints(shipped):
     """docs/validation.md is generated (sweep validate --markdown): the same text, but for the
     leave-one-source-out figures, Powell re-fits to a tolerance that a different BLAS may
