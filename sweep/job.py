@@ -45,13 +45,43 @@ _INT_FIELDS = {
     "vocab": "vocabulary size; 0 = no embedding / LM head modelled",
     "seq_len": "tokens per sequence",
     "global_batch": "sequences per iteration",
+    # mixture of experts (0 = a dense model)
+    "n_experts": "routed experts per MoE layer; 0 = dense",
+    "top_k": "routed experts per token",
+    "moe_ffn_hidden": "FFN inner width of one routed expert",
+    "shared_ffn_hidden": "total FFN inner width of the shared expert(s); 0 = none",
+    "first_k_dense": "leading dense (non-MoE) layers",
+    "moe_layer_step": "after the dense layers, every moe_layer_step-th layer is MoE (1 = all)",
+    "router_groups": "expert groups of group-limited routing; 0 = none",
+    "router_group_topk": "groups one token may route to",
+    # multi-head latent attention (DeepSeek-V2/V3); 0 = not MLA
+    "q_lora_rank": "MLA query compression rank; 0 = queries not compressed",
+    "kv_lora_rank": "MLA key/value compression rank",
+    "qk_nope_head_dim": "MLA per-head query/key width without position encoding",
+    "qk_rope_head_dim": "MLA per-head query/key width carrying RoPE",
+    "v_head_dim": "MLA per-head value width",
+    "mtp_layers": "multi-token-prediction layers (DeepSeek-V3); not counted in n_layers",
 }
+#: integer fields that may be 0
+_ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
+            "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
+            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+#: the fields of an MoE model, and of MLA attention (validated together)
+MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
+              "moe_layer_step", "router_groups", "router_group_topk", "router",
+              "capacity_factor")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+              "v_head_dim")
 #: upper bound of each integer field (real models: <= ~200 layers, widths <= ~100k,
 #: vocabularies <= ~256k, contexts <= ~10M tokens)
 INT_MAX = {
     "n_layers": 2**16, "hidden": 2**20, "ffn_hidden": 2**22, "n_heads": 2**16,
     "n_kv_heads": 2**16, "head_dim": 2**16, "vocab": 2**24, "seq_len": 2**24,
-    "global_batch": 2**24,
+    "global_batch": 2**24, "n_experts": 2**16, "top_k": 2**16, "moe_ffn_hidden": 2**22,
+    "shared_ffn_hidden": 2**22, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
+    "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
+    "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
+    "v_head_dim": 2**16, "mtp_layers": 2**8,
 }
 #: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
 #: <= 2**22 this keeps micro-batch x sequence x width below 2**58, inside int64.
@@ -66,6 +96,9 @@ _CHOICES = {
     # fp32: fp32 main gradients; bf16: 16-bit gradients; mixed: 16-bit gradients plus an fp32
     # accumulation buffer (DeepSpeed BF16Optimizer)
     "grad_dtype": ("fp32", "bf16", "mixed"),
+    # MoE router score function; attention: multi-head (MHA / GQA / MQA) or latent (MLA)
+    "router": ("softmax", "sigmoid"),
+    "attention": ("mha", "mla"),
 }
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
@@ -103,6 +136,8 @@ _FLOAT_FIELDS = {
     "offload_act_layers": "activations of this many layers per pipeline stage are kept in "
                           "host memory, copied out and back behind compute (Megatron-Core "
                           "cpu_offloading_num_layers); 0 = none",
+    "capacity_factor": "MoE expert capacity as a multiple of the even share of tokens "
+                       "(tokens beyond it are dropped); 0 = dropless",
 }
 
 
@@ -143,6 +178,25 @@ class Job:
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
+    # mixture of experts (n_experts = 0: dense)
+    n_experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int = 0  # one routed expert
+    shared_ffn_hidden: int = 0  # all shared experts together
+    first_k_dense: int = 0
+    moe_layer_step: int = 1
+    router: str = "softmax"
+    router_groups: int = 0
+    router_group_topk: int = 0
+    capacity_factor: float = 0.0  # 0 = dropless
+    # attention: mha (MHA / GQA / MQA through n_kv_heads) or mla (multi-head latent)
+    attention: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
     source: str = ""
 
     @property
@@ -155,21 +209,76 @@ class Job:
         """Width of the concatenated key (or value) heads."""
         return self.n_kv_heads * self.head_dim
 
+    @property
+    def is_moe(self) -> bool:
+        """Whether some layers are mixture-of-experts layers."""
+        return self.n_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """MoE layers: every moe_layer_step-th layer after the first_k_dense dense ones."""
+        if not self.is_moe:
+            return 0
+        return -(-(self.n_layers - self.first_k_dense) // self.moe_layer_step)
+
+    def attention_params(self) -> int:
+        """Weights of one attention block (projections; MLA: with its two LoRA norms).
+
+        MLA (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core
+        multi_latent_attention.py): queries h -> q_lora (norm) -> H (dn + dr), or h -> H (dn +
+        dr) without compression; keys/values h -> kv_lora + dr (the shared RoPE key), kv_lora
+        (norm) -> H (dn + dv); output H dv -> h.
+        """
+        e = self.hidden
+        if self.attention == "mla":
+            H, dn, dr, dv = (self.n_heads, self.qk_nope_head_dim, self.qk_rope_head_dim,
+                             self.v_head_dim)
+            q_lora, kv_lora = self.q_lora_rank, self.kv_lora_rank
+            q = (e * q_lora + q_lora + q_lora * H * (dn + dr)) if q_lora else e * H * (dn + dr)
+            kv = e * (kv_lora + dr) + kv_lora + kv_lora * H * (dn + dv)
+            return q + kv + H * dv * e
+        return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
+
+    def _ffn_params(self, width: int) -> int:
+        return (3 if self.mlp == "swiglu" else 2) * self.hidden * width
+
+    def _biases(self, width: int) -> int:
+        return (self.attention_width + 2 * self.kv_width + self.hidden
+                + (2 if self.mlp == "swiglu" else 1) * width + self.hidden) if self.bias else 0
+
     def params_per_layer(self) -> int:
-        """Weights of one block: attention projections + MLP + norms (+ biases)."""
-        e, f = self.hidden, self.ffn_hidden
-        attn = e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
-        mlp = (3 if self.mlp == "swiglu" else 2) * e * f
+        """Weights of one dense block: attention projections + MLP + norms (+ biases)."""
+        norms = (4 if self.norm == "layernorm" else 2) * self.hidden
+        return (self.attention_params() + self._ffn_params(self.ffn_hidden) + norms
+                + self._biases(self.ffn_hidden))
+
+    def params_per_moe_layer(self, active: bool = False) -> int:
+        """Weights of one MoE block: attention, the router (n_experts x hidden), the routed
+        experts (all of them, or the top_k a token uses when ``active``), the shared
+        expert(s) and the norms (expert biases, GPT-OSS, counted per expert)."""
+        e = self.hidden
+        experts = self.top_k if active else self.n_experts
         norms = (4 if self.norm == "layernorm" else 2) * e
-        biases = (self.attention_width + 2 * self.kv_width + e
-                  + (2 if self.mlp == "swiglu" else 1) * f + e) if self.bias else 0
-        return attn + mlp + norms + biases
+        expert_bias = ((2 if self.mlp == "swiglu" else 1) * self.moe_ffn_hidden + e) \
+            if self.bias else 0
+        attn_bias = (self.attention_width + 2 * self.kv_width + e) if self.bias else 0
+        return (self.attention_params() + self.n_experts * e
+                + experts * (self._ffn_params(self.moe_ffn_hidden) + expert_bias)
+                + self._ffn_params(self.shared_ffn_hidden) + norms + attn_bias)
 
     def params_total(self) -> int:
-        """All weights: blocks, embedding (and LM head unless tied) and the final norm."""
+        """All weights: blocks, embedding (and LM head unless tied) and the final norm
+        (multi-token-prediction layers not included, as model cards count them)."""
         emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         pos = self.seq_len * self.hidden if self.position == "learned" and self.vocab else 0
-        return self.n_layers * self.params_per_layer() + emb + pos + 2 * self.hidden
+        dense = self.n_layers - self.moe_layers
+        return (dense * self.params_per_layer() + self.moe_layers * self.params_per_moe_layer()
+                + emb + pos + 2 * self.hidden)
+
+    def params_active(self) -> int:
+        """Weights one token uses: as params_total, with top_k routed experts per MoE layer."""
+        return self.params_total() - self.moe_layers * (
+            self.params_per_moe_layer() - self.params_per_moe_layer(active=True))
 
     def record(self) -> dict[str, Any]:
         """Flat record of every field, for the ``/cases`` table."""
@@ -199,8 +308,8 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         key = str(key)
         if key in _INT_FIELDS:
             ok = isinstance(value, int) and not isinstance(value, bool)
-            if not ok or value < (0 if key == "vocab" else 1):
-                want = "a non-negative integer" if key == "vocab" else "a positive integer"
+            if not ok or value < (0 if key in _ZERO_OK else 1):
+                want = "a non-negative integer" if key in _ZERO_OK else "a positive integer"
                 raise _fail(source, key, f"expected {want}, got {brief(value)}")
             if value > INT_MAX[key]:
                 raise _fail(source, key, f"expected at most {INT_MAX[key]}, got {brief(value)}")
@@ -240,10 +349,58 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
     if values["n_heads"] % values["n_kv_heads"]:
         raise _fail(source, "n_kv_heads", f"{values['n_kv_heads']} does not divide "
                                           f"n_heads = {values['n_heads']}")
+    _check_moe(values, source)
+    _check_mla(values, source)
     values.setdefault("vocab", 0)
     values["name"] = str(values.get("name", default_name) or default_name)
     values.pop("notes", None)
     return Job(**values)
+
+
+def _check_moe(values: dict[str, Any], source: str) -> None:
+    """An MoE job names its experts, top-k and expert width consistently; a dense job has
+    no MoE keys."""
+    experts = values.get("n_experts", 0)
+    if not experts:
+        defaults = {f.name: f.default for f in dataclasses.fields(Job)}
+        for key in MOE_FIELDS:
+            if key in values and values[key] != defaults[key]:
+                raise _fail(source, key, "is an MoE setting; give n_experts too")
+        return
+    for req in ("top_k", "moe_ffn_hidden"):
+        if not values.get(req):
+            raise _fail(source, req, "missing (an MoE job needs it: n_experts is given)")
+    if values["top_k"] > experts:
+        raise _fail(source, "top_k", f"{values['top_k']} routed experts per token, more than "
+                                     f"n_experts = {experts}")
+    if values.get("first_k_dense", 0) >= values["n_layers"]:
+        raise _fail(source, "first_k_dense", f"{values['first_k_dense']} dense layers leave no "
+                                             f"MoE layer of n_layers = {values['n_layers']}")
+    groups, group_topk = values.get("router_groups", 0), values.get("router_group_topk", 0)
+    if groups and experts % groups:
+        raise _fail(source, "router_groups", f"{groups} groups do not divide n_experts = "
+                                             f"{experts}")
+    if group_topk and not groups:
+        raise _fail(source, "router_group_topk", "needs router_groups")
+    if group_topk > groups:
+        raise _fail(source, "router_group_topk", f"{group_topk} is more than router_groups = "
+                                                 f"{groups}")
+    if groups and values["top_k"] > group_topk * (experts // groups):
+        raise _fail(source, "top_k", f"{values['top_k']} is more than the "
+                                     f"{group_topk * (experts // groups)} experts of "
+                                     f"{group_topk} groups")
+
+
+def _check_mla(values: dict[str, Any], source: str) -> None:
+    """MLA names its ranks and head widths; multi-head attention has none of them."""
+    if values.get("attention", "mha") == "mha":
+        for key in MLA_FIELDS:
+            if values.get(key):
+                raise _fail(source, key, "is an MLA setting; give attention: mla")
+        return
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if not values.get(key):
+            raise _fail(source, key, "missing (attention: mla needs it)")
 
 
 def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str = "") -> Job:

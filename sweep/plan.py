@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .candidates import CandidateSpace, enumerate_space
+from .cost import unmodelled
 from .cost.calibrated import unsupported_precision
 from .errors import SpecError
 from .job import Job
@@ -88,6 +89,10 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
     Raises:
         SpecError: a GPU count of the spec has no candidate for any job and strategy.
     """
+    for job in spec.jobs:  # refused by name, never costed as a dense model
+        why = unmodelled(job)
+        if why:
+            raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
     cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)
     variants = expand_variants(spec)
     cases: list[Case] = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .candidates import enumerate_space, last_stage_layers
-from .cost import evaluate_columns, op_table, pack_results
+from .cost import evaluate_columns, op_table, pack_results, unmodelled
 from .cost.calibrated import unsupported_precision
 from .errors import SweepError
 from .hardware import Hardware
@@ -171,7 +171,8 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
         raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
                          f"uses {job.dtype}")
-    why = unsupported_precision(job.dtype, hw) if profile == "calibrated" else None
+    why = unmodelled(job) or (unsupported_precision(job.dtype, hw)
+                              if profile == "calibrated" else None)
     if why:
         raise SweepError(f"job {job.name}: {why}")
     # offload is opt-in: searched only when the configuration names it

@@ -14,7 +14,7 @@ from sweep.catalog import MAX_YAML_BYTES, load_calibration, load_hardware, load_
 from sweep.cli import main
 from sweep.errors import SpecError
 from sweep.hardware import MAX_NVLINK_DOMAIN, apply_overrides, parse_hardware
-from sweep.job import INT_MAX, MAX_TOKENS_PER_BATCH, parse_job
+from sweep.job import INT_MAX, MAX_TOKENS_PER_BATCH, MLA_FIELDS, MOE_FIELDS, parse_job
 from sweep.spec import (DEFAULT_MAX_VARIANTS, MAX_AXIS_POINTS, MAX_GPUS, MAX_TOP_N,
                         MAX_UNIT_SIZE, load_spec, parse_spec, resolved_yaml, spec_hash)
 from sweep.units import parse_quantity
@@ -336,6 +336,14 @@ def test_job_integers_are_bounded(field):
         raw["seq_len" if field == "global_batch" else "global_batch"] = 1
     if field in ("n_heads", "n_kv_heads"):
         raw["hidden"] = raw["n_heads"] = INT_MAX[field]
+    context = {}  # a consistent MoE or MLA job around the field
+    if field in MOE_FIELDS or field == "n_experts":
+        context = {"n_experts": 2**16, "top_k": 1, "moe_ffn_hidden": 1, "n_layers": 2**16}
+        if field.startswith("router_group"):
+            context.update(router_groups=2**16, router_group_topk=2**16)
+    if field in MLA_FIELDS:
+        context = {"attention": "mla", **{k: 1 for k in MLA_FIELDS}}
+    raw.update({k: v for k, v in context.items() if k != field})
     parse_job(raw, "j.yaml", "j")  # the bound itself is fine
     with pytest.raises(SpecError, match=f"j.yaml: {field}: expected at most {INT_MAX[field]}, "
                                         f"got {INT_MAX[field] + 1}"):
