@@ -216,10 +216,17 @@ class Job:
 
     @property
     def moe_layers(self) -> int:
-        """MoE layers: every moe_layer_step-th layer after the first_k_dense dense ones."""
+        """MoE layers: after the first_k_dense dense ones, the last of every moe_layer_step
+        layers (layers k + step - 1, k + 2 step - 1, ...: Llama 4 Maverick's odd layers,
+        HF Llama4TextConfig ``moe_layers``)."""
         if not self.is_moe:
             return 0
-        return -(-(self.n_layers - self.first_k_dense) // self.moe_layer_step)
+        return (self.n_layers - self.first_k_dense) // self.moe_layer_step
+
+    @property
+    def last_layer_is_moe(self) -> bool:
+        """Whether the last block is an MoE block (an MTP layer copies its kind)."""
+        return self.is_moe and (self.n_layers - self.first_k_dense) % self.moe_layer_step == 0
 
     def attention_params(self) -> int:
         """Weights of one attention block (projections; MLA: with its two LoRA norms).
@@ -376,6 +383,11 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
     if values.get("first_k_dense", 0) >= values["n_layers"]:
         raise _fail(source, "first_k_dense", f"{values['first_k_dense']} dense layers leave no "
                                              f"MoE layer of n_layers = {values['n_layers']}")
+    step = values.get("moe_layer_step", 1)
+    if step > values["n_layers"] - values.get("first_k_dense", 0):
+        raise _fail(source, "moe_layer_step", f"every {step}th layer after the dense ones "
+                                              f"leaves no MoE layer of n_layers = "
+                                              f"{values['n_layers']}")
     groups, group_topk = values.get("router_groups", 0), values.get("router_group_topk", 0)
     if groups and experts % groups:
         raise _fail(source, "router_groups", f"{groups} groups do not divide n_experts = "

@@ -4,29 +4,66 @@ Convention of PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM (Narayana
 2021, eq. 3 without the recompute term): forward = 2 FLOPs per multiply-accumulate of every
 weight matrix per token, plus the attention score and context products; training = 3 x
 forward (backward = 2 x forward). Causal attention counts half the score matrix.
+
+Mixture-of-experts, MLA and multi-token-prediction layers are counted as Megatron-LM and
+Megatron-Bridge count them (``megatron/training/training.py`` and Megatron-Bridge
+``training/utils/flop_utils.py``, ``transformer_flops``; docs/notes/moe-research.md section
+2): a token passes through its top_k routed experts and the shared ones; the router, norms
+(but MLA's two LoRA norms) and elementwise work are not counted; an MTP layer is one more
+transformer layer (of the last layer's kind) plus its 2h x h projection, its three norms and
+one more LM head.
 """
 
 from __future__ import annotations
 
 from ..job import Job
 
-__all__ = ["model_flops_per_iteration", "matmul_params_per_layer"]
+__all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_per_token"]
 
 
-def matmul_params_per_layer(job: Job) -> int:
-    """Weights that take part in a GEMM per token in one block (no norms, no biases)."""
-    e, f = job.hidden, job.ffn_hidden
-    attn = e * (job.attention_width + 2 * job.kv_width) + job.attention_width * e
-    mlp = (3 if job.mlp == "swiglu" else 2) * e * f
-    return attn + mlp
+def _glu(job: Job) -> int:
+    return 3 if job.mlp == "swiglu" else 2
+
+
+def _attention_matmul_params(job: Job) -> int:
+    """Attention weights in GEMMs per token (MLA: with its LoRA norms, as Megatron counts)."""
+    return job.attention_params()
+
+
+def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
+    """Weights that take part in a GEMM per token in one block (no norms, no biases): a
+    dense block, or an MoE block's top_k routed and its shared experts (no router)."""
+    width = (job.top_k * job.moe_ffn_hidden + job.shared_ffn_hidden) if moe else job.ffn_hidden
+    return _attention_matmul_params(job) + _glu(job) * job.hidden * width
+
+
+def _core_flops_per_token(job: Job) -> float:
+    """Forward score and context products per token per layer: 2 x seq x heads x (q/k width +
+    v width), halved when causal (MHA: 4 s H d / 2)."""
+    causal = 0.5 if job.causal else 1.0
+    if job.attention == "mla":
+        qk, v = job.qk_nope_head_dim + job.qk_rope_head_dim, job.v_head_dim
+    else:
+        qk = v = job.head_dim
+    return 2.0 * job.seq_len * job.n_heads * (qk + v) * causal
+
+
+def model_flops_per_token(job: Job, training: bool = True) -> float:
+    """FLOPs per token of one iteration (3 x forward when training)."""
+    moe_layers = job.moe_layers
+    dense_layers = job.n_layers - moe_layers
+    last_is_moe = job.last_layer_is_moe
+    mtp = job.mtp_layers
+    moe_total = moe_layers + (mtp if last_is_moe else 0)
+    dense_total = dense_layers + (0 if last_is_moe else mtp)
+    fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
+                 + moe_total * matmul_params_per_layer(job, moe=True))
+    fwd += (job.n_layers + mtp) * _core_flops_per_token(job)
+    fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
+    fwd += 2.0 * job.hidden * job.vocab * (1 + mtp)  # LM head(s)
+    return (3.0 if training else 1.0) * fwd
 
 
 def model_flops_per_iteration(job: Job, training: bool = True) -> float:
     """FLOPs of one iteration over the global batch (all GPUs together)."""
-    tokens = float(job.global_batch) * job.seq_len
-    causal = 0.5 if job.causal else 1.0
-    per_token_fwd = 2.0 * matmul_params_per_layer(job) * job.n_layers
-    # QK^T and AV: 2 x 2 x seq x (heads x head_dim) per token per layer
-    per_token_fwd += 4.0 * job.seq_len * job.attention_width * job.n_layers * causal
-    per_token_fwd += 2.0 * job.hidden * job.vocab  # LM head
-    return (3.0 if training else 1.0) * per_token_fwd * tokens
+    return model_flops_per_token(job, training) * float(job.global_batch) * job.seq_len

@@ -141,3 +141,44 @@ def test_gpt_oss_counts_its_active_parameters_without_the_embedding_lookup():
     assert job.params_total() / 1e9 == pytest.approx(116.83, rel=0.005)
     embedding = job.vocab * job.hidden
     assert (job.params_active() - embedding) / 1e9 == pytest.approx(5.13, rel=0.01)
+
+
+# ------------------------------------------------------------------------------ model FLOPs
+
+def test_dense_model_flops_are_the_megatron_formula():
+    from sweep.cost.flops import model_flops_per_token
+
+    job = load_job("llama3_70b")
+    e, Q, K, f, s, V = 8192, 64 * 128, 8 * 128, 28672, 8192, 128256
+    per_layer = e * (Q + 2 * K) + Q * e + 3 * e * f
+    fwd = 80 * (2 * per_layer + 4 * s * Q * 0.5) + 2 * e * V
+    assert model_flops_per_token(job) == pytest.approx(3 * fwd, rel=1e-12)
+
+
+def test_moe_model_flops_by_hand():
+    from sweep.cost.flops import model_flops_per_token
+
+    job = parse_job(MOE, "m.yaml", "m")
+    attn = 4 * 1024 * 1024
+    dense = attn + 3 * 1024 * 4096
+    moe = attn + 3 * 1024 * (2 * 512 + 256)  # top-2 routed experts and the shared one
+    core = 2 * 512 * 8 * (128 + 128) * 0.5
+    fwd = 2 * (dense + 3 * moe) + 4 * core + 2 * 1024 * 1000
+    assert model_flops_per_token(job) == pytest.approx(3 * fwd, rel=1e-12)
+    # one MTP layer: one more (MoE) layer, its 2h x h projection and norms, one more head
+    mtp = dataclasses.replace(job, mtp_layers=1)
+    extra = 2 * moe + core + 2 * (2 * 1024**2 + 3 * 1024) + 2 * 1024 * 1000
+    assert model_flops_per_token(mtp) == pytest.approx(3 * (fwd + extra), rel=1e-12)
+
+
+@pytest.mark.parametrize("name, mtp, gflops_per_token", [
+    # published TFLOP/s per GPU / tokens/s per GPU of measured_moe_blackwell.csv's
+    # Megatron-Bridge rows at 4096 tokens (docs/notes/moe-research.md section 2)
+    ("deepseek_v3", 1, 259.99), ("deepseek_v3", 0, 249.81), ("kimi_k2", 0, 204.48),
+    ("qwen3_30b_a3b", 0, 23.01), ("qwen3_235b_a22b", 0, 148.03),
+])
+def test_moe_flops_follow_megatron_bridge(name, mtp, gflops_per_token):
+    from sweep.cost.flops import model_flops_per_token
+
+    job = dataclasses.replace(load_job(name), seq_len=4096, mtp_layers=mtp)
+    assert model_flops_per_token(job) / 1e9 == pytest.approx(gflops_per_token, abs=0.005)
