@@ -117,6 +117,9 @@ _BOOL_FIELDS = {
     "lp_saved_inputs": "fp8 / MXFP8 / NVFP4 jobs keep the inputs of their linear layers for "
                        "the backward pass in the low-precision format, with its scales "
                        "(Transformer Engine); false: in 16 bits (torchao float8 in eager mode)",
+    "lp_norm_cast": "fp8 / MXFP8 / NVFP4 jobs: the norm before the QKV and first MLP "
+                    "projections writes its output straight in the low-precision format "
+                    "(Transformer Engine LayerNormLinear); false: a separate cast kernel",
     "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
                  "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
                  "fp32 master copy stays in the optimizer",
@@ -177,6 +180,7 @@ class Job:
     embedding_slots: bool = False  # pipeline split counts embedding and LM head as layers
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
+    lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # mixture of experts (n_experts = 0: dense)
     n_experts: int = 0

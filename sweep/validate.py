@@ -86,6 +86,7 @@ class Stack:
     #: does; torchao's Float8Linear saves the 16-bit input in eager mode: float8_linear.py
     #: matmul_with_hp_or_float8_args, pytorch/ao#1850)
     lp_saved_inputs: bool = True
+    lp_norm_cast: bool = True  # Transformer Engine fuses the cast into the norm
     #: recompute policy of the stack's benchmark configs when a row does not state one
     default_recompute: str = ""
 
@@ -131,7 +132,7 @@ STACKS = {
     # p x v micro-batches and, interleaved, v = 2 stages per rank (generate_split_points)
     "torchtitan": Stack("flash", False, True, "fp32", True, False, cp_comm=1,
                         compiled_loss_since="2025-04", microbatches_are_stages=True,
-                        interleaved_v=2, lp_saved_inputs=False),
+                        interleaved_v=2, lp_saved_inputs=False, lp_norm_cast=False),
 }
 
 
@@ -254,6 +255,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
+        lp_norm_cast=stack.lp_norm_cast,
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding

@@ -192,6 +192,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
         "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
         "saved_in_bytes": saved_input_bytes(job),
+        "lp_norm_cast": float(job.lp_norm_cast),
+        "block_scaled": float(job.dtype in ("mxfp8", "nvfp4")),
         # weights held only as their low-precision copies (fp8 / MXFP8 parameters; NVFP4
         # weights stay 16-bit with a quantized copy: Megatron-Bridge sets fp8_param for
         # FP8 and MXFP8 recipes only)
@@ -358,9 +360,15 @@ def _layer(x, c, lay):
     elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
         + drop * 2 * A  # 1-byte dropout masks
     # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
-    # copies with their scales), again for their gradients
-    elem_bytes_f = elem_bytes_f + x["fp8"] * (ab + x["lp_copy_bytes"]) * T * (
-        2 * e + H * d / t + f / t)
+    # copies with their scales), again for their gradients. Transformer Engine's
+    # LayerNormLinear writes the norm output (the QKV and fc1 inputs) straight in the
+    # low-precision format instead of 16-bit (``with_quantized_norm``) - but not a
+    # block-scaled one that must first be all-gathered for sequence parallelism
+    # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward)
+    lp = x["lp_copy_bytes"]
+    norm_fused = (x["lp_norm_cast"] > 0) & ~((x["block_scaled"] > 0) & (sp > 0) & (t > 1))
+    norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
+    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + (ab + lp) * T * (H * d / t + f / t))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
     elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes

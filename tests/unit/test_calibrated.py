@@ -314,6 +314,22 @@ def test_causal_attention_costs_half_the_full_attention():
     assert core_full == pytest.approx(2 * core, rel=1e-9)
 
 
+def test_norms_writing_fp8_save_the_cast_of_the_qkv_and_fc1_inputs():
+    # TINY in fp8 at TP 1: with the cast fused into the norm (Transformer Engine
+    # LayerNormLinear) the norm writes 1-byte instead of 2-byte outputs (-1 B per element)
+    # where a separate cast would read 2 B and write 1 B (+3 B): 4 B x T x 2e less forward,
+    # twice that backward; the other two GEMM inputs are cast either way
+    fp8 = dataclasses.replace(TINY, dtype="fp8")
+    fused = {r["name"]: float(r["time_s"][0])
+             for r in calibrated.op_table(ctx(fp8), cand())}
+    plain = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+        ctx(dataclasses.replace(fp8, lp_norm_cast=False)), cand())}
+    key = "norms, activations, residuals"
+    T = 1024  # one sequence per micro-batch
+    per_layer = 3 * 4.0 * T * 2 * 1024 / (1000e9 * 0.5)  # forward + 2x backward, hbm_eff 0.5
+    assert plain[key] - fused[key] == pytest.approx(2 * 8 * per_layer, rel=1e-9)  # 2 layers x 8 mb
+
+
 def test_gemms_run_at_the_gpus_sustained_rate_attention_does_not():
     # TOY (generation "toy": no typical value) sustains its full peak; at 0.8 of it every
     # compute-bound GEMM takes 1 / 0.8 as long and the FlashAttention core is unchanged
