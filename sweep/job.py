@@ -98,6 +98,9 @@ _CHOICES = {
     "grad_dtype": ("fp32", "bf16", "mixed"),
     # MoE router score function; attention: multi-head (MHA / GQA / MQA) or latent (MLA)
     "router": ("softmax", "sigmoid"),
+    # per-tensor fp8 scaling: delayed (scale from the amax history, amax recorded in the
+    # cast) or current (the tensor's own amax: one more read before the cast)
+    "fp8_scaling": ("delayed", "current"),
     "attention": ("mha", "mla"),
 }
 _BOOL_FIELDS = {
@@ -181,6 +184,7 @@ class Job:
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
+    fp8_scaling: str = "delayed"  # per-tensor fp8: delayed or current scaling
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # mixture of experts (n_experts = 0: dense)
     n_experts: int = 0

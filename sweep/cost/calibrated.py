@@ -109,6 +109,12 @@ VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 #: column-wise copy (Transformer Engine docs, "Using FP8 with Transformer Engine": MXFP8
 #: and NVFP4 recipes; arXiv 2509.25149 section 4.1)
 COPIES = {"fp8": 1.0, "mxfp8": 2.0, "nvfp4": 2.0}
+#: GPU generations whose fp8 tensor cores take only the TN layout, so per-tensor fp8 keeps a
+#: transposed copy next to the row-wise one for the backward GEMMs (Hopper; Blackwell's
+#: take any layout: Transformer Engine quantizer.cpp, with_transpose = columnwise_usage &&
+#: !is_non_tn_fp8_gemm_supported; docs fp8_current_scaling.rst, "Blackwell hardware supports
+#: multiple GEMM layouts natively, eliminating the need for explicit transposes")
+TN_ONLY_FP8 = ("hopper",)
 #: low-precision copies of a linear layer's input kept for its backward (the weight-gradient
 #: GEMM): one, in the layout that GEMM reads (Transformer Engine's Linear / LayerNormLinear /
 #: LayerNormMLP save the quantized input rather than the 16-bit one when fp8 is on)
@@ -145,7 +151,8 @@ def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
     if why:
         raise ValueError(why)
     peak = hw.matrix_flops_per_s["fp4" if dtype == "nvfp4" else "fp8"]
-    return COPIES[dtype] * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
+    copies = 2.0 if dtype == "fp8" and hw.generation in TN_ONLY_FP8 else COPIES[dtype]
+    return copies * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
 
 
 def saved_input_bytes(job: Job) -> float:
@@ -194,6 +201,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "saved_in_bytes": saved_input_bytes(job),
         "lp_norm_cast": float(job.lp_norm_cast),
         "block_scaled": float(job.dtype in ("mxfp8", "nvfp4")),
+        "current_scaling": float(job.dtype == "fp8" and job.fp8_scaling == "current"),
         # weights held only as their low-precision copies (fp8 / MXFP8 parameters; NVFP4
         # weights stay 16-bit with a quantized copy: Megatron-Bridge sets fp8_param for
         # FP8 and MXFP8 recipes only)
@@ -365,10 +373,16 @@ def _layer(x, c, lay):
     # low-precision format instead of 16-bit (``with_quantized_norm``) - but not a
     # block-scaled one that must first be all-gathered for sequence parallelism
     # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward)
-    lp = x["lp_copy_bytes"]
-    norm_fused = (x["lp_norm_cast"] > 0) & ~((x["block_scaled"] > 0) & (sp > 0) & (t > 1))
+    # Current scaling reads a tensor twice, for its amax and for the cast (TE docs
+    # fp8_current_scaling.rst; quantizer.cpp: nvte_compute_amax, then nvte_quantize_v2); a
+    # norm cannot write a tensor scaled by its own amax, so it writes 16 bits and records the
+    # amax, and the cast reads it once more (as an unfused cast)
+    lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
+    norm_fused = (x["lp_norm_cast"] > 0) & ~((x["block_scaled"] > 0) & (sp > 0) & (t > 1)) \
+        & ~current
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
-    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + (ab + lp) * T * (H * d / t + f / t))
+    cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
+    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (H * d / t + f / t))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
     elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes

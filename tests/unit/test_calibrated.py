@@ -330,6 +330,28 @@ def test_norms_writing_fp8_save_the_cast_of_the_qkv_and_fc1_inputs():
     assert plain[key] - fused[key] == pytest.approx(2 * 8 * per_layer, rel=1e-9)  # 2 layers x 8 mb
 
 
+def test_current_scaling_reads_each_cast_tensor_twice_and_hopper_keeps_a_transpose():
+    fp8 = dataclasses.replace(TINY, dtype="fp8")
+    rows = {}
+    for scaling in ("delayed", "current"):
+        job = dataclasses.replace(fp8, fp8_scaling=scaling)
+        rows[scaling] = {r["name"]: float(r["time_s"][0])
+                         for r in calibrated.op_table(ctx(job), cand())}
+    key = "norms, activations, residuals"
+    T, e, hd, f = 1024, 1024, 1024, 4096
+    # the norm writes 16 bits and the cast reads them (+4 B per QKV / fc1 input element,
+    # against the fused cast), and the amax pass reads the other two inputs once more (+2 B)
+    extra_fwd = 4.0 * T * 2 * e + 2.0 * T * (hd + f)
+    per_layer = 3 * extra_fwd / (1000e9 * 0.5)  # forward + 2x backward, hbm_eff 0.5
+    assert rows["current"][key] - rows["delayed"][key] == pytest.approx(2 * 8 * per_layer,
+                                                                        rel=1e-9)
+    # TN-only fp8 tensor cores (Hopper) keep a transposed copy: twice the bytes
+    hopper = dataclasses.replace(TOY, generation="hopper")
+    assert calibrated.low_precision("fp8", hopper)[0] == 2 * calibrated.low_precision(
+        "fp8", TOY)[0]
+    assert calibrated.low_precision("fp8", load_hardware("B200"))[0] == 1.0
+
+
 def test_gemms_run_at_the_gpus_sustained_rate_attention_does_not():
     # TOY (generation "toy": no typical value) sustains its full peak; at 0.8 of it every
     # compute-bound GEMM takes 1 / 0.8 as long and the FlashAttention core is unchanged
