@@ -38,7 +38,9 @@ KINDS = ("scaling", "breakdown", "memory", "heatmap", "strategies", "layout")
 FORMATS = (".png", ".svg", ".pdf")
 #: panels drawn at most (a variant grid of hundreds gets its first panels and a note)
 MAX_PANELS = 12
-GiB = 2.0**30
+#: memory is read in decimal GB (1e9 bytes) everywhere: plots, report, `sweep show` and
+#: `sweep predict` (sweep.fmt.gigabytes)
+GB = 1e9
 
 
 @dataclass
@@ -228,16 +230,16 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                 values[c] = sub[c].to_numpy(float) / total
         else:
             for c in parts:
-                values[c] = sub[c].to_numpy(float) / GiB
+                values[c] = sub[c].to_numpy(float) / GB
         for k, (c, label) in enumerate(parts.items()):
             if not np.any(values[c]):
                 continue
             ax.bar(pos, values[c], bottom=bottom, color=f"C{k}", label=label, width=0.8)
             bottom = bottom + values[c]
         if what == "memory":
-            cap = sub["hbm_capacity_bytes"].to_numpy(float) / GiB
+            cap = sub["hbm_capacity_bytes"].to_numpy(float) / GB
             ax.plot(pos, cap, "k_", ms=14, mew=1.5, ls="none", label="HBM capacity")
-            ax.set_ylabel("memory per GPU [GiB]")
+            ax.set_ylabel("memory per GPU [GB]")
         else:
             ax.set_ylabel("fraction of step time")
             ax.set_ylim(0, 1)

@@ -73,13 +73,13 @@ def _summary_table(res: Results) -> str:
             cells += [status_text(c), "", "", "", ""]
         else:
             cells += [config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
-                      f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 2**30:.1f}"]
+                      f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 1e9:.1f}"]
         if not c["complete"] and r is not None:
             cells[-1] = f"{cells[-1]} (partial)"
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
                     + "</tr>")
     head = ["case", "job", "hardware", "strategy", "GPUs", "best configuration", "step [s]",
-            "samples/s", "MFU [%]", "memory [GiB]"]
+            "samples/s", "MFU [%]", "memory [GB]"]
     more = (f"<p>The first {SUMMARY_ROWS:,} of {len(cases):,} cases; best.csv lists every "
             f"case.</p>" if len(cases) > SUMMARY_ROWS else "")
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"

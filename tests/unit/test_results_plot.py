@@ -171,7 +171,7 @@ def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
     fig, mem = draw(res, "memory")
     for _, r in mem.iterrows():
         for c in MEMORY_PARTS:
-            assert r[c] == pytest.approx(float(best[r["case_id"]][c]) / 2**30, rel=1e-12)
+            assert r[c] == pytest.approx(float(best[r["case_id"]][c]) / 1e9, rel=1e-12)
     # stacked bars: the top of the last bar of the first panel is the total memory
     ax = fig.axes[0]
     first = mem[(mem["job"] == mem["job"].iloc[0]) & (mem["variant_id"] == mem["variant_id"]
@@ -179,7 +179,7 @@ def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
     tops = [p.get_y() + p.get_height() for p in ax.patches]
     assert max(tops) == pytest.approx(max(sum(row[c] for c in MEMORY_PARTS)
                                           for _, row in first.iterrows()), rel=1e-9)
-    assert ax.get_ylabel() == "memory per GPU [GiB]"
+    assert ax.get_ylabel() == "memory per GPU [GB]"
 
 
 def test_strategies_are_speedups_over_1d(nersc):
