@@ -3,6 +3,9 @@ tables, readable in a browser without Python.
 
 The report folder holds ``index.html``, one PNG per figure kind, ``best.csv`` (the best
 configuration of every case) and ``.sweep-report``, the list of the files the report wrote.
+``index.html`` is one self-contained file (the figures are embedded): it opens offline and
+can be mailed. It lists its contents, then the figures, then the cases with a configuration
+and, apart, those without one (no feasible configuration, or pending).
 
 Nothing but the report's own files is ever deleted or overwritten. The report is drawn into
 a temporary folder (random name) next to the target; then
@@ -17,11 +20,14 @@ a temporary folder (random name) next to the target; then
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+import yaml
 
 from .errors import SweepError
 from .plot import KINDS, PlotOptions, kinds_that_fit, save, why_not
@@ -63,27 +69,65 @@ SUMMARY_ROWS = 1000
 
 
 def _summary_table(res: Results) -> str:
+    """The cases with a configuration (the first SUMMARY_ROWS), then the others by status:
+    no feasible configuration, or pending."""
     best = {int(r["case_id"]): r for r in res.best().to_dict("records")}
-    cases = res.cases.sort_values("case_id")
-    rows = []
-    for c in cases.head(SUMMARY_ROWS).to_dict("records"):
+    cases = res.cases.sort_values("case_id").to_dict("records")
+    rows, without = [], {}
+    for c in cases:
         r = best.get(int(c["case_id"]))
-        cells = [c["case_id"], c["job"], c["hardware"], c["strategy"], c["n_gpus"]]
         if r is None:
-            cells += [status_text(c), "", "", "", ""]
-        else:
-            cells += [config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
-                      f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 1e9:.1f}"]
-        if not c["complete"] and r is not None:
+            without.setdefault(status_text(c), []).append(int(c["case_id"]))
+            continue
+        if len(rows) >= SUMMARY_ROWS:
+            continue
+        cells = [c["case_id"], c["job"], c["hardware"], c["strategy"], c["n_gpus"],
+                 config_text(r), f"{r['step_time_s']:.4g}", f"{r['samples_per_s']:.5g}",
+                 f"{100 * r['mfu']:.1f}", f"{r['mem_bytes'] / 1e9:.1f}"]
+        if not c["complete"]:
             cells[-1] = f"{cells[-1]} (partial)"
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells)
                     + "</tr>")
     head = ["case", "job", "hardware", "strategy", "GPUs", "best configuration", "step [s]",
             "samples/s", "MFU [%]", "memory [GB]"]
-    more = (f"<p>The first {SUMMARY_ROWS:,} of {len(cases):,} cases; best.csv lists every "
-            f"case.</p>" if len(cases) > SUMMARY_ROWS else "")
-    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
-            + "\n".join(rows) + "</table>" + more)
+    with_config = len(cases) - sum(len(v) for v in without.values())
+    more = (f"<p>The first {SUMMARY_ROWS:,} of {with_config:,} cases; best.csv lists every "
+            f"case.</p>" if with_config > SUMMARY_ROWS else "")
+    table = ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+             + "\n".join(rows) + "</table>" + more) if rows else ""
+    others = "".join(f"<p><b>{len(ids):,} cases: {html.escape(status)}</b> (case "
+                     f"{html.escape(_id_ranges(ids))})</p>" for status, ids in without.items())
+    return table + others
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """Sorted case ids as ranges: 0-3, 7, 9-12."""
+    out, start = [], None
+    for i, v in enumerate(ids):
+        if start is None:
+            start = v
+        if i + 1 == len(ids) or ids[i + 1] != v + 1:
+            out.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(out)
+
+
+def _tidy(value):
+    """Floats in a resolved spec at 12 significant digits (2.4999999999999998e-06 -> 2.5e-06)."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {k: _tidy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tidy(v) for v in value]
+    return value
+
+
+def _spec_text(text: str) -> str:
+    try:
+        return yaml.safe_dump(_tidy(yaml.safe_load(text)), sort_keys=False, width=100)
+    except yaml.YAMLError:
+        return text
 
 
 def _earlier_files(folder: Path) -> list[str]:
@@ -181,7 +225,7 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
                 "tp_overlap", "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu",
                 "mem_bytes"]
         best[[k for k in keep if k in best.columns]].to_csv(tmp / "best.csv", index=False)
-        (tmp / "index.html").write_text(_html(res, figures, skipped))
+        (tmp / "index.html").write_text(_html(res, figures, skipped, tmp))
         names = sorted(os.listdir(tmp))
         if earlier is None:
             (tmp / MARKER).write_text(_marker(names))
@@ -209,7 +253,10 @@ def _umask() -> int:
     return mask
 
 
-def _html(res: Results, figures: dict[str, str], skipped: dict[str, str]) -> str:
+def _html(res: Results, figures: dict[str, str], skipped: dict[str, str],
+          folder: Path) -> str:
+    """index.html: contents, the figures (embedded, so the page is one self-contained file),
+    the cases, the figures not drawn, the resolved spec."""
     a = res.attrs
     warn = (f'<p class="warn">{html.escape(res.note)}</p>' if not res.complete else "")
     facts = [("cost model", res.cost_model), ("cases", a.get("n_cases")),
@@ -219,20 +266,30 @@ def _html(res: Results, figures: dict[str, str], skipped: dict[str, str]) -> str
              ("spec sha256", str(a.get("spec_sha256", ""))[:16] + "...")]
     fact_html = "<table>" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}"
                                     f"</td></tr>" for k, v in facts) + "</table>"
-    figs = "".join(f'<h2>{k}</h2><p>{html.escape(CAPTIONS[k])}</p><img src="{f}" alt="{k}">'
-                   for k, f in figures.items())
+    contents = [(f"fig-{k}", f"figure: {k}") for k in figures]
+    contents += [("cases", "best configuration per case")]
+    contents += [("not-drawn", "figures not drawn")] if skipped else []
+    contents += [("spec", "resolved spec")]
+    nav = "<ul>" + "".join(f'<li><a href="#{i}">{html.escape(t)}</a></li>'
+                           for i, t in contents) + "</ul>"
+    figs = "".join(
+        f'<h2 id="fig-{k}">{k}</h2><p>{html.escape(CAPTIONS[k])}</p>'
+        f'<img src="data:image/png;base64,{base64.b64encode((folder / f).read_bytes()).decode()}"'
+        f' alt="{k}" data-file="{f}">' for k, f in figures.items())
     skip = "".join(f"<li><code>{k}</code>: {html.escape(v)}</li>" for k, v in skipped.items())
-    spec = html.escape(str(a.get("spec", "")))
+    spec = html.escape(_spec_text(str(a.get("spec", ""))))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sweep report: {html.escape(res.name)}</title>
 <style>{_CSS}</style></head><body>
 <h1>sweep report: {html.escape(res.name)}</h1>
 {warn}{fact_html}
-<h2>Best configuration per case</h2>
-<p>Also as <a href="best.csv">best.csv</a>. Source: <code>{html.escape(str(res.path))}</code>.</p>
-{_summary_table(res)}
+<h2>Contents</h2>{nav}
 {figs}
-{"<h2>Figures not drawn</h2><ul>" + skip + "</ul>" if skip else ""}
-<h2>Resolved spec</h2><pre>{spec}</pre>
+<h2 id="cases">Best configuration per case</h2>
+<p>Also as <a href="best.csv">best.csv</a>. Source: <code>{html.escape(str(res.path))}</code>.
+Memory in GB (10<sup>9</sup> bytes).</p>
+{_summary_table(res)}
+{'<h2 id="not-drawn">Figures not drawn</h2><ul>' + skip + "</ul>" if skip else ""}
+<h2 id="spec">Resolved spec</h2><pre>{spec}</pre>
 </body></html>
 """

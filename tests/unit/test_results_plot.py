@@ -257,9 +257,15 @@ def test_report_folder(grid, tmp_path, capsys):
     files = {p.name for p in target.iterdir()}
     assert files == {"index.html", "best.csv", MARKER} | {f"{k}.png" for k in KINDS}
     page = (target / "index.html").read_text()
-    for kind in KINDS:
-        assert f'src="{kind}.png"' in page
+    import base64
+    import re
+    for kind in KINDS:  # embedded, the very bytes of the PNG written next to it
+        m = re.search(f'<img src="data:image/png;base64,([^"]+)" alt="{kind}"', page)
+        assert m and base64.b64decode(m.group(1)) == (target / f"{kind}.png").read_bytes()
+        assert f'<a href="#fig-{kind}">' in page and f'<h2 id="fig-{kind}">' in page
     assert "Best configuration per case" in page and "llama3_8b" in page
+    # figures first, then the cases, then the spec
+    assert page.index('id="fig-') < page.index('id="cases"') < page.index('id="spec"')
     best = (target / "best.csv").read_text().splitlines()
     assert len(best) == 1 + len(best_of(grid))
     out = write_report(open_results(grid), tmp_path / "two", ["scaling"])
@@ -457,3 +463,24 @@ def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", str(run / "sweep.h5"), "--case", "999"]) == 2
     assert "no case 999 (case ids 0 to" in capsys.readouterr().err
+
+
+def test_report_lists_cases_without_a_configuration_apart(partial_files, tmp_path):
+    # "grid two": cases 0 and 2 done, every other case pending (not yet evaluated)
+    res = open_results(partial_files["grid two"])
+    out = write_report(res, tmp_path / "two", ["scaling"])
+    page = (Path(out["dir"]) / "index.html").read_text()
+    with_config = len(res.best())
+    assert page.count("<tr><td>") == with_config
+    pending = len(res.cases) - with_config
+    assert f"<b>{pending:,} cases: pending (not yet evaluated)</b>" in page
+
+
+def test_report_helpers_print_ranges_and_tidy_floats():
+    from sweep.report import _id_ranges, _spec_text
+
+    assert _id_ranges([0, 1, 2, 3, 7, 9, 10]) == "0-3, 7, 9-10"
+    assert _id_ranges([5]) == "5"
+    text = _spec_text("a: 2.4999999999999998e-06\nb: [0.30000000000000004, 3]\nc: x\n")
+    assert text == "a: 2.5e-06\nb:\n- 0.3\n- 3\nc: x\n"
+    assert _spec_text("a: [unclosed") == "a: [unclosed"
