@@ -7,7 +7,8 @@ tests can check the plotted data against the HDF5 tables:
                  and job, log axes, each line's ideal-scaling reference dashed;
 * ``breakdown``  stacked fractions of the best configuration's step time vs GPU count;
 * ``memory``     stacked memory per GPU of the best configuration vs GPU count, with capacity;
-* ``heatmap``    best throughput over two swept hardware axes at one GPU count;
+* ``heatmap``    speed-up of the best throughput over a marked baseline cell, across two
+                 swept hardware axes at one GPU count;
 * ``strategies`` speed-up of each strategy's best over the 1d best vs GPU count;
 * ``layout``     the best configuration's TP / TP2 / CP / PP / DP degrees vs GPU count.
 
@@ -275,7 +276,44 @@ def _memory(res: Results, opts: PlotOptions):
     return _stacked(res, opts, MEMORY_PARTS, "memory")
 
 
+#: units of unit-suffixed spec keys, as axis labels print them
+_UNIT_TEXT = {"GBps": "GB/s", "TBps": "TB/s", "MBps": "MB/s", "Gbps": "Gb/s", "GiB": "GiB",
+              "GB": "GB", "TB": "TB", "MiB": "MiB", "us": "µs", "ms": "ms", "tflops": "TFLOP/s",
+              "pflops": "PFLOP/s"}
+#: names of the quantities a heat-map axis may sweep
+_QUANTITY_TEXT = {"hbm": "HBM", "nvlink": "NVLink bandwidth", "scaleout": "scale-out bandwidth",
+                  "matrix": "16-bit tensor peak", "vector": "16-bit vector peak",
+                  "host_memory": "host memory", "host_link": "host link bandwidth",
+                  "nvlink_latency": "NVLink latency", "scaleout_latency": "scale-out latency"}
+_PLAIN_AXES = {"nvlink_domain": "GPUs per NVLink domain", "nics_per_gpu": "NICs per GPU",
+               "nvlink_efficiency": "NVLink efficiency",
+               "scaleout_efficiency": "scale-out efficiency"}
+
+
+def axis_label(key: str) -> str:
+    """A swept key as a physical axis label: hbm_GBps -> 'HBM bandwidth [GB/s]'."""
+    if key in _PLAIN_AXES:
+        return _PLAIN_AXES[key]
+    base, _, unit = key.rpartition("_")
+    if unit in _UNIT_TEXT and base:
+        name = _QUANTITY_TEXT.get(base, base.replace("_", " "))
+        if base == "hbm":
+            name = "HBM bandwidth" if unit.endswith("ps") else "HBM capacity"
+        return f"{name} [{_UNIT_TEXT[unit]}]"
+    return key.replace("_", " ")
+
+
+def _tick_text(values) -> list[str]:
+    """One format per axis: thousands separators from 10,000 up, else 4 significant digits."""
+    big = max((abs(float(v)) for v in values), default=0.0) >= 1e4
+    return [f"{float(v):,.0f}" if big else f"{float(v):.4g}" for v in values]
+
+
 def _heatmap(res: Results, opts: PlotOptions):
+    """Speed-up of the best throughput over a baseline cell, across two swept hardware axes:
+    the study's form (arXiv 2410.00273, heat maps over HBM bandwidth x capacity). The
+    baseline is the lowest value of both axes with a feasible configuration, marked on the
+    map; contour lines at round speed-ups."""
     Figure = _mpl()
     axes_swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
     x = opts.x or (axes_swept[0] if axes_swept else None)
@@ -304,24 +342,42 @@ def _heatmap(res: Results, opts: PlotOptions):
     rows = []
     for ax, (job, n, table) in zip(axs, panels):
         data = table.to_numpy(float)
-        im = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
-        # at most ~10 labelled ticks per axis
+        # the baseline: the first feasible cell from the lowest y, then the lowest x
+        bi, bj = next((i, j) for i in range(data.shape[0]) for j in range(data.shape[1])
+                      if np.isfinite(data[i, j]))
+        base = data[bi, bj]
+        speedup = data / base
+        im = ax.imshow(speedup, origin="lower", aspect="auto", cmap="viridis")
+        if min(speedup.shape) >= 2 and np.isfinite(speedup).sum() >= 4:
+            levels = [v for v in (1.25, 1.5, 2, 3, 4, 6, 8, 12, 16)
+                      if np.nanmin(speedup) < v < np.nanmax(speedup)]
+            if levels:
+                lines = ax.contour(np.ma.masked_invalid(speedup), levels=levels, colors="w",
+                                   linewidths=0.8)
+                ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=7)
+        ax.plot([bj], [bi], marker="s", ms=9, mfc="none", mec="red", mew=1.5, ls="none")
+        ax.annotate("baseline", (bj, bi), xytext=(4, 4), textcoords="offset points",
+                    color="red", fontsize=7)
+        # at most ~10 labelled ticks per axis, one number format per axis
         for values, set_ticks, set_labels, rot in (
                 (table.columns, ax.set_xticks, ax.set_xticklabels, 45),
                 (table.index, ax.set_yticks, ax.set_yticklabels, 0)):
             step = max(1, math.ceil(len(values) / 10))
             ticks = list(range(0, len(values), step))
             set_ticks(ticks)
-            set_labels([f"{values[i]:.4g}" for i in ticks], rotation=rot, fontsize=7)
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
-        ax.set_title(f"{job}, {n} GPUs", fontsize=9)
-        fig.colorbar(im, ax=ax, label="best throughput [samples/s]")
+            set_labels(_tick_text([values[i] for i in ticks]), rotation=rot, fontsize=7)
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(axis_label(y))
+        ax.set_title(f"{job}, {n} GPUs; baseline {_tick_text([table.columns[bj]])[0]} x "
+                     f"{_tick_text([table.index[bi]])[0]}: {base:.4g} samples/s", fontsize=8)
+        fig.colorbar(im, ax=ax, label="speed-up over the baseline")
         for (i, yv) in enumerate(table.index):
             for (j, xv) in enumerate(table.columns):
                 rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),
-                             "samples_per_s": float(data[i, j])})
-    fig.suptitle(_title(res, f"best throughput over {x} x {y}"), fontsize=10)
+                             "samples_per_s": float(data[i, j]),
+                             "speedup": float(speedup[i, j]), "baseline": (i, j) == (bi, bj)})
+    fig.suptitle(_title(res, f"best throughput over {axis_label(x)} x {axis_label(y)}"),
+                 fontsize=10)
     return fig, rows
 
 

@@ -50,7 +50,9 @@ CAPTIONS = {
                  "optimizer and offload, as fractions of the step.",
     "memory": "Memory per GPU of the best configuration (weights, gradients, optimizer "
               "state, activations, reserve) against the HBM capacity.",
-    "heatmap": "Best throughput over two swept hardware axes at the largest GPU count.",
+    "heatmap": "Speed-up of the best throughput over the marked baseline cell (the lowest "
+               "value of both swept hardware axes with a feasible configuration), at the "
+               "largest GPU count; white contours at round speed-ups.",
     "strategies": "Speed-up of each strategy's best configuration over the best 1D tensor-"
                   "parallel one.",
     "layout": "Parallel degrees (TP, TP2, CP, PP, DP) of the best configuration vs GPU count.",

@@ -208,10 +208,25 @@ def test_layout_and_heatmap(nersc, grid):
     g = open_results(grid)
     fig, heat = draw(g, "heatmap", PlotOptions(n_gpus=16))
     table = g.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=16)
+    base = heat[heat["baseline"]]
+    assert len(base) == 1 and base["speedup"].iloc[0] == 1.0  # the baseline cell reads 1.0
+    # the lowest HBM bandwidth and capacity (that cell is feasible here)
+    assert base["hbm_GBps"].iloc[0] == table.columns.min()
+    assert base["hbm_GiB"].iloc[0] == table.index.min()
     for _, r in heat.iterrows():
         assert r["samples_per_s"] == table.loc[r["hbm_GiB"], r["hbm_GBps"]]
+        assert r["speedup"] == pytest.approx(r["samples_per_s"] / base["samples_per_s"].iloc[0],
+                                             rel=1e-12)
     image = fig.axes[0].get_images()[0].get_array()
-    assert np.array_equal(np.asarray(image), table.to_numpy())
+    assert np.allclose(np.asarray(image), table.to_numpy() / base["samples_per_s"].iloc[0],
+                       rtol=1e-12)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "HBM bandwidth [GB/s]" and ax.get_ylabel() == "HBM capacity [GiB]"
+    from sweep.plot import _tick_text, axis_label
+    assert axis_label("matrix_tflops") == "16-bit tensor peak [TFLOP/s]"
+    assert axis_label("nvlink_domain") == "GPUs per NVLink domain"
+    assert _tick_text([9111, 16000]) == ["9,111", "16,000"]  # not 9111 next to 1.6e+04
+    assert _tick_text([0.5, 2.25]) == ["0.5", "2.25"]
 
 
 def test_kinds_that_fit_and_why_not(nersc, grid):
