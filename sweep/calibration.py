@@ -28,8 +28,8 @@ from .cost.calibrated import DEFAULT_PARAMETERS
 from .measured import Case, metric_of
 from .schema import CANDIDATE_DTYPE, Reason
 
-__all__ = ["BOUNDS", "fit", "load_ranges", "outside_ranges", "exercised", "FitResult", "predictions", "TIME_PARAMETERS", "GENERATIONS",
-           "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
+__all__ = ["BOUNDS", "fit", "load_ranges", "outside_ranges", "exercised", "FitResult",
+           "predictions", "TIME_PARAMETERS", "GENERATIONS", "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
 
 #: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
 #: time parameters (newer first on a tie)
@@ -37,9 +37,9 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 
 #: physical bounds of each parameter (efficiencies are fractions of a datasheet peak)
 BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
-          "hbm_eff": (0.3, 1.0),
-          "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0), "net_eff": (0.2, 1.0),
-          "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0), "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
+          "hbm_eff": (0.3, 1.0), "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0),
+          "net_eff": (0.2, 1.0), "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0),
+          "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
 TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_us", "nvl_eff",
                    "net_eff", "fp8_eff", "fp4_eff")
 MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
@@ -321,10 +321,9 @@ def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -
         centres = {n: centre_of(gen, n, ranges) for n in TIME_PARAMETERS}
         limits = {n: bounds_of(gen, n, ranges if within_ranges else {}) for n in TIME_PARAMETERS}
         prior = centres if within_ranges else DEFAULT_PARAMETERS
-        # parameters no run exercises stay at their centres (fp8_eff without fp8 runs:
-        # only where the generation has an fp8 range, i.e. fp8 tensor cores)
-        # fused_attn_eff without fused-attention runs: left out, so that make_context uses
-        # attn_eff for both
+        # parameters no run exercises stay at their centres; fp8_eff / fp4_eff only where the
+        # generation has a range for them (the tensor cores), fused_attn_eff never: left out,
+        # make_context then uses attn_eff for it
         fixed = {n: centres[n] for n in TIME_PARAMETERS if not exercised(n, timed)
                  and n != "fused_attn_eff"
                  and (n not in ("fp8_eff", "fp4_eff") or n in ranges.get(gen, {}))}

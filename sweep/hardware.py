@@ -275,11 +275,13 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if req not in values:
             raise _fail(source, req, "missing")
     eff = {}
-    for k in ("nvlink_efficiency", "scaleout_efficiency", "matrix_sustained_fraction"):
-        if k == "matrix_sustained_fraction" and k not in values:
+    # fractions in (0, 1]; an unmeasured sustained fraction is 0 (its generation's applies)
+    for k, default in (("nvlink_efficiency", 1.0), ("scaleout_efficiency", 1.0),
+                       ("matrix_sustained_fraction", None)):
+        if k not in values and default is None:
             eff[k] = 0.0
             continue
-        v = values.get(k, 1.0)
+        v = values.get(k, default)
         number = finite_float(v)
         if number is None or not 0 < number <= 1:
             raise _fail(source, k, f"expected a number in (0, 1], got {brief(v)}")

@@ -169,7 +169,8 @@ class Job:
     dropout: bool = False
     bias: bool = False
     tied_embeddings: bool = False
-    attention_kernel: str = "flash"  # flash (FlashAttention-2 class), fused (cuDNN / FA3), materialized
+    # flash (FlashAttention-2 class), fused (cuDNN / FA3) or materialized score matrix
+    attention_kernel: str = "flash"
     fused_kernels: bool = True  # elementwise ops fused (TE / apex / torch.compile)
     dp_overlap: bool = True  # gradient / parameter collectives overlapped with compute
     pp_overlap: bool = True  # interleaved pipelines overlap p2p with compute
@@ -254,18 +255,21 @@ class Job:
             return q + kv + H * dv * e
         return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
 
-    def _ffn_params(self, width: int) -> int:
+    def ffn_params(self, width: int) -> int:
+        """Weights of an FFN of inner width ``width``: 3 matrices with SwiGLU, else 2."""
         return (3 if self.mlp == "swiglu" else 2) * self.hidden * width
 
-    def _biases(self, width: int) -> int:
-        return (self.attention_width + 2 * self.kv_width + self.hidden
-                + (2 if self.mlp == "swiglu" else 1) * width + self.hidden) if self.bias else 0
+    def _attention_biases(self) -> int:
+        return (self.attention_width + 2 * self.kv_width + self.hidden) if self.bias else 0
+
+    def _ffn_biases(self, width: int) -> int:
+        return ((2 if self.mlp == "swiglu" else 1) * width + self.hidden) if self.bias else 0
 
     def params_per_layer(self) -> int:
         """Weights of one dense block: attention projections + MLP + norms (+ biases)."""
         norms = (4 if self.norm == "layernorm" else 2) * self.hidden
-        return (self.attention_params() + self._ffn_params(self.ffn_hidden) + norms
-                + self._biases(self.ffn_hidden))
+        return (self.attention_params() + self._attention_biases() + norms
+                + self.ffn_params(self.ffn_hidden) + self._ffn_biases(self.ffn_hidden))
 
     def params_per_moe_layer(self, active: bool = False) -> int:
         """Weights of one MoE block: attention, the router (n_experts x hidden), the routed
@@ -274,12 +278,11 @@ class Job:
         e = self.hidden
         experts = self.top_k if active else self.n_experts
         norms = (4 if self.norm == "layernorm" else 2) * e
-        expert_bias = ((2 if self.mlp == "swiglu" else 1) * self.moe_ffn_hidden + e) \
-            if self.bias else 0
-        attn_bias = (self.attention_width + 2 * self.kv_width + e) if self.bias else 0
-        return (self.attention_params() + self.n_experts * e
-                + experts * (self._ffn_params(self.moe_ffn_hidden) + expert_bias)
-                + self._ffn_params(self.shared_ffn_hidden) + norms + attn_bias)
+        return (self.attention_params() + self._attention_biases() + norms
+                + self.n_experts * e  # the router
+                + experts * (self.ffn_params(self.moe_ffn_hidden)
+                             + self._ffn_biases(self.moe_ffn_hidden))
+                + self.ffn_params(self.shared_ffn_hidden))
 
     def params_total(self) -> int:
         """All weights: blocks, embedding (and LM head unless tied) and the final norm

@@ -835,9 +835,9 @@ def markdown(rep: Mapping, files: Sequence[str]) -> str:
             f"percentile {pct(ov['p90_abs'])} in sample; leave one source out "
             f"{pct(lo.get('median_abs'))}, 90th percentile {pct(lo.get('p90_abs'))}. "
             f"Expressed: {sum(f['expressed'] for f in rep['files'].values())} of "
-            f"{sum(f['rows'] for f in rep['files'].values())} rows "
-            + "(" + "; ".join(f"{k}: {n}" for k, n in rep["refused"].items()) + " refused)."
-            if rep["refused"] else "", ""]
+            f"{sum(f['rows'] for f in rep['files'].values())} rows"
+            + (" (" + "; ".join(f"{k}: {n}" for k, n in rep["refused"].items())
+               + " refused)" if rep["refused"] else "") + ".", ""]
     titles = {"source": "source", "generation": "GPU generation", "precision": "precision",
               "model_kind": "model"}
     for kind, title in titles.items():
@@ -868,7 +868,7 @@ def markdown(rep: Mapping, files: Sequence[str]) -> str:
     ranges = load_ranges()
     outside = outside_ranges(params, ranges)
     gens = [g for g in GENERATIONS if g in ranges and g in params]
-    names = [n for n in dict.fromkeys(n for g in gens for n in params[g])]
+    names = list(dict.fromkeys(n for g in gens for n in params[g]))
     out += ["## Parameters and their physical ranges", "",
             "Each value with its cited range (`hardware/parameter_ranges.yaml`, sources "
             "below). **Bold**: outside its range: the fit absorbs a mechanism the model "

@@ -87,10 +87,8 @@ MEMORY_PARAMETERS = {
 #: bandwidth (nccl-tests' busbw) about 3/4 of NVLink's and 85 % of a NIC's line rate; fp8
 #: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
 DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "fused_attn_eff": 0.5, "hbm_eff": 0.8,
-                      "kernel_us": 5.0,
-                      "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7, "fp4_eff": 0.7,
-                      "reserve_GiB": 2.0,
-                      "allocator_cache": 0.1}
+                      "kernel_us": 5.0, "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7,
+                      "fp4_eff": 0.7, "reserve_GiB": 2.0, "allocator_cache": 0.1}
 
 #: GEMM precisions below 16 bits: per-tensor scaled fp8 (Transformer Engine delayed or
 #: current scaling) and the block-scaled formats of Blackwell's tensor cores
@@ -242,7 +240,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
         "fp8_eff": p["fp8_eff"], "nvfp4": float(job.dtype == "nvfp4"),
         # a generation fitted without NVFP4 runs uses fp8_eff for it too
-        "fp4_eff": params.get("fp4_eff", p["fp8_eff"]), "reserve_bytes": p["reserve_GiB"] * 2.0**30,
+        "fp4_eff": params.get("fp4_eff", p["fp8_eff"]),
+        "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
     }
 

@@ -21,20 +21,12 @@ from ..job import Job
 __all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_per_token"]
 
 
-def _glu(job: Job) -> int:
-    return 3 if job.mlp == "swiglu" else 2
-
-
-def _attention_matmul_params(job: Job) -> int:
-    """Attention weights in GEMMs per token (MLA: with its LoRA norms, as Megatron counts)."""
-    return job.attention_params()
-
-
 def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     """Weights that take part in a GEMM per token in one block (no norms, no biases): a
-    dense block, or an MoE block's top_k routed and its shared experts (no router)."""
+    dense block, or an MoE block's top_k routed and its shared experts (no router). MLA's
+    two LoRA norms are counted, as Megatron counts them."""
     width = (job.top_k * job.moe_ffn_hidden + job.shared_ffn_hidden) if moe else job.ffn_hidden
-    return _attention_matmul_params(job) + _glu(job) * job.hidden * width
+    return job.attention_params() + job.ffn_params(width)
 
 
 def _core_flops_per_token(job: Job) -> float:

@@ -84,7 +84,8 @@ def test_inconsistent_moe_jobs_get_one_line_errors(change, message):
 
 @pytest.mark.parametrize("raw, message", [
     ({**DENSE, "top_k": 2}, "d.yaml: top_k: is an MoE setting; give n_experts too"),
-    ({**DENSE, "kv_lora_rank": 512}, "d.yaml: kv_lora_rank: is an MLA setting; give attention: mla"),
+    ({**DENSE, "kv_lora_rank": 512},
+     "d.yaml: kv_lora_rank: is an MLA setting; give attention: mla"),
     ({**MLA, "v_head_dim": 0}, "d.yaml: v_head_dim: missing (attention: mla needs it)"),
 ])
 def test_settings_of_another_architecture_are_refused(raw, message):

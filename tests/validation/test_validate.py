@@ -372,6 +372,15 @@ def test_readme_parameters_are_the_calibration_file_with_their_ranges():
             assert text.startswith("**") == outside, (name, generation, text)
 
 
+def test_markdown_states_the_overall_accuracy_with_or_without_refused_rows(shipped):
+    from sweep.validate import markdown
+
+    for refused in (shipped["refused"], {}):
+        text = markdown({**shipped, "refused": refused}, ["x.csv"])
+        line = next(ln for ln in text.splitlines() if ln.startswith("**All "))
+        assert line.endswith(".") and ("refused)" in line) == bool(refused)
+
+
 def test_validation_md_is_what_validate_markdown_prints(shipped):
     """docs/validation.md is generated (sweep validate --markdown): the same text, but for the
     leave-one-source-out figures, Powell re-fits to a tolerance that a different BLAS may
