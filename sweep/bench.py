@@ -5,6 +5,8 @@ evaluation in blocks, top-10 selection). Time is the process CPU time of one cor
 search is single-threaded), best of ``repeat`` runs, so a loaded machine reads slower, not
 faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
 NVLink domain of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
+the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
+included), is timed and reported on its own;
 ``full`` adds Llama 3 405B on 2048 H100 (calibrated) and the whole NERSC reproduction (3
 systems x 3 NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
 """
@@ -23,7 +25,7 @@ from .candidates import enumerate_space
 from .catalog import load_hardware, load_job
 from .search import search_range
 
-__all__ = ["Workload", "STANDARD", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench",
+__all__ = ["Workload", "STANDARD", "MOE", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench",
            "estimate_search_seconds", "pps_sample"]
 
 
@@ -42,6 +44,10 @@ STANDARD = tuple(
     for s in ("1d", "2d", "2d-seqp")) + (
     Workload("llama3_8b calibrated H100 nvs8 64", "calibrated",
              (("llama3_8b", "H100-SXM", 8, "1d", 64),)),)
+#: mixture of experts: expert parallelism, expert TP, the all-to-all overlap and their
+#: placement multiply the space (reported on its own line)
+MOE = Workload("deepseek_v3 calibrated GB200 nvs72 64", "calibrated",
+               (("deepseek_v3", "GB200-NVL72", 72, "1d", 64),))
 #: the calibrated profile at production scale (with --full)
 CALIBRATED_LARGE = Workload("llama3_405b calibrated H100 nvs8 2048", "calibrated",
                             (("llama3_405b", "H100-SXM", 8, "1d", 2048),))
@@ -76,7 +82,8 @@ def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
 
 def run_bench(repeat: int = 5, full: bool = False) -> dict:
     """Time the workloads; returns a JSON-ready report."""
-    workloads = list(STANDARD) + ([CALIBRATED_LARGE, nersc_reproduction()] if full else [])
+    workloads = list(STANDARD) + [MOE] + ([CALIBRATED_LARGE, nersc_reproduction()]
+                                          if full else [])
     rows = []
     for w in workloads:
         count, seconds = _time_workload(w, 1 if w in (CALIBRATED_LARGE,) or len(w.cases) > 10
@@ -89,7 +96,9 @@ def run_bench(repeat: int = 5, full: bool = False) -> dict:
     return {"sweep_version": __version__, "python": platform.python_version(),
             "numpy": np.__version__, "machine": platform.machine(),
             "processor": platform.processor() or platform.machine(), "repeat": repeat,
-            "workloads": rows, "standard_candidates_per_core_second": total}
+            "workloads": rows, "standard_candidates_per_core_second": total,
+            "moe_candidates_per_core_second": next(
+                r["candidates_per_core_second"] for r in rows if r["workload"] == MOE.name)}
 
 
 def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:

@@ -39,9 +39,13 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
           "hbm_eff": (0.3, 1.0), "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0),
           "net_eff": (0.2, 1.0), "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0),
+          "grouped_gemm_eff": (0.2, 1.0), "expert_us": (0.0, 200.0), "a2a_eff": (0.2, 1.0),
           "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
 TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_us", "nvl_eff",
                    "net_eff", "fp8_eff", "fp4_eff")
+#: mixture-of-experts parameters: fitted on a generation's MoE runs after its dense ones,
+#: with the dense parameters held (an MoE run also exercises every dense mechanism)
+MOE_PARAMETERS = ("grouped_gemm_eff", "expert_us", "a2a_eff")
 MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
 #: a run predicted more than 50 % off counts as this error and no more: such rows are outside
 #: what the model expresses (e.g. DeepSpeed ZeRO-3 of 2021, 2-4x slower than any physical
@@ -89,7 +93,8 @@ class Evaluator:
 
     def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
         """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
-        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve_bytes", 2.0**30)}
+        keys = {"kernel_us": ("kernel_s", 1e-6), "reserve_GiB": ("reserve_bytes", 2.0**30),
+                "grouped_gemm_eff": ("grouped_eff", 1.0), "expert_us": ("expert_s", 1e-6)}
         for gen, values in params.items():
             mask = np.ones(len(self.owner), bool) if gen == "memory" else self.generation == gen
             for k, v in values.items():
@@ -303,6 +308,30 @@ def _rounded(objective, theta: np.ndarray) -> list[float]:
     return [float(v) for v in theta]
 
 
+def _fit_moe(gen: str, timed: Sequence[Case], dense: Mapping[str, float], ranges: Mapping,
+             within_ranges: bool, tol: float, rows: dict, objective: dict) -> dict[str, float]:
+    """MOE_PARAMETERS of ``gen`` fitted on its MoE runs with its dense parameters held
+    (the same objective: source-balanced mean |log error|, prior, range penalty); recorded
+    in ``rows`` / ``objective`` under "<gen> MoE"."""
+    ev = Evaluator(timed)
+    ev.set_parameters({gen: dict(dense)})
+    names = list(MOE_PARAMETERS)
+    centres = {n: centre_of(gen, n, ranges) for n in names}
+    limits = [bounds_of(gen, n, ranges if within_ranges else {}) for n in names]
+    prior = centres if within_ranges else {n: DEFAULT_PARAMETERS[n] for n in names}
+    physical = {n: bounds_of(gen, n, ranges) for n in names if n in ranges.get(gen, {})}
+    measured = np.array([c.measured for c in timed])
+    objective_moe = _time_objective(ev, gen, names, _source_weights(timed), measured, prior,
+                                    physical)
+    x0 = np.array([prior[n] for n in names])
+    theta, value = _minimize(objective_moe, x0, limits, tol)
+    theta = _onto_bounds(objective_moe, theta,
+                         [physical.get(n, (-np.inf, np.inf)) for n in names])
+    rows[f"{gen} MoE"] = len(timed)
+    objective[f"{gen} MoE"] = value
+    return dict(zip(names, _rounded(objective_moe, theta)))
+
+
 def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -> FitResult:
     """Fit every generation present in ``cases`` (time), then the memory parameters,
     starting from the prior centres (DEFAULT_PARAMETERS): the result depends on the cases
@@ -314,8 +343,15 @@ def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -
     objective: dict[str, float] = {}
     ranges = load_ranges()
     for gen in sorted({c.hw.generation for c in cases}):
-        timed = [c for c in cases if c.hw.generation == gen and c.metric]
-        if not timed:
+        timed = [c for c in cases if c.hw.generation == gen and c.metric and not c.job.is_moe]
+        moe_timed = [c for c in cases if c.hw.generation == gen and c.metric and c.job.is_moe]
+        if not timed and not moe_timed:
+            continue
+        if not timed:  # MoE runs only: the dense parameters at their centres
+            params[gen] = {n: round(centre_of(gen, n, ranges), 4) for n in TIME_PARAMETERS
+                           if n != "fused_attn_eff"}
+            params[gen].update(_fit_moe(gen, moe_timed, params[gen], ranges, within_ranges,
+                                        tol, rows, objective))
             continue
         ev = Evaluator(timed)
         centres = {n: centre_of(gen, n, ranges) for n in TIME_PARAMETERS}
@@ -342,6 +378,9 @@ def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -
         params[gen] = {n: params[gen][n] for n in TIME_PARAMETERS if n in params[gen]}
         rows[gen] = len(timed)
         objective[gen] = value
+        if moe_timed:
+            params[gen].update(_fit_moe(gen, moe_timed, params[gen], ranges, within_ranges,
+                                        tol, rows, objective))
     # memory: measured peaks and feasibility, with the time parameters just fitted
     mem_cases = [c for c in cases if c.mem_measured_bytes or c.oom or c.metric]
     ev = Evaluator(mem_cases)

@@ -102,6 +102,8 @@ class CandidateSpace:
         for c in self._counts:
             sizes *= c
         self.row_sizes = sizes
+        self._expert_parallel = self._constant.get("ep", 0) != 1 or any(
+            "ep" in opts for opts in self._options)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     @property
@@ -142,12 +144,24 @@ class CandidateSpace:
             zero = col == 0
             if zero.any():
                 col[zero] = out[degree][zero]
+        if self._expert_parallel:
+            out["nv_ep"] = expert_ranks_per_domain(out)
         out["index"] = g
         return out
 
     def block(self, start: int, stop: int) -> np.ndarray:
         """Candidates ``[start, stop)`` as ``(stop - start,) CANDIDATE_DTYPE``."""
         return to_records(self.columns(start, stop))
+
+
+def expert_ranks_per_domain(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """EP ranks of one expert-parallel group inside one NVLink domain, from the attention
+    mesh's placement. Megatron-Core orders the expert mesh etp fastest, then ep, over the
+    same ranks as the attention mesh tp, cp, dp (parallel_state.py RankGenerator, order
+    "tp-cp-ep-dp-pp"), so the nv_tp x nv_cp x nv_dp GPUs of a domain hold
+    (that many / etp) consecutive EP ranks, at least 1 and at most ep."""
+    inside = cols["nv_tp"] * cols["nv_cp"] * cols["nv_dp"]
+    return np.clip(inside // np.maximum(cols["etp"], 1), 1, np.maximum(cols["ep"], 1))
 
 
 def to_records(cols: dict[str, np.ndarray], positions: np.ndarray | None = None) -> np.ndarray:
@@ -284,10 +298,13 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
     tp2 (2d), nb the SUMMA panel count (1 for 1d)."""
     H, Kv, f, e, s, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.hidden,
                          job.seq_len, job.global_batch)
-    rows = []
+    rows: list[tuple[int, int, int, int, int]] = []
+    if strategy == "2d" and (job.is_moe or job.attention == "mla"):
+        return rows  # SUMMA is modelled for dense multi-head blocks only
     for tp in _divisors_tuple(n):
-        # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA)
-        if H % tp or f % tp or (Kv % tp and tp % Kv):
+        # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA); an MoE
+        # block's shared expert splits like the MLP
+        if H % tp or f % tp or (Kv % tp and tp % Kv) or job.shared_ffn_hidden % tp:
             continue
         for second in _divisors_tuple(n // tp):
             if strategy == "1d":
@@ -344,9 +361,11 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         local = B // dp
         mbs = np.array(_divisors_tuple(local), dtype=np.int64)
         stage = -(-L // pp)
-        # virtual stages need even stages (Megatron's interleaved schedule)
-        vpps = list(_divisors_tuple(L // pp)) if pp > 1 and L % pp == 0 and job.training \
-            else [1]
+        # virtual stages split a full stage's layers evenly; the last stage may hold fewer
+        # (Megatron-Core's pipeline_model_parallel_layout places any layer count per
+        # virtual stage, e.g. DeepSeek-V3's 61 layers on 4 x 4 virtual stages of 4 and a
+        # last one of 1 in Megatron-Bridge's recipes)
+        vpps = list(_divisors_tuple(stage)) if pp > 1 and job.training else [1]
         policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
         if job.training:
             policies += [(Recompute.SELECTIVE, 0), (Recompute.OP_SAC, 0), (Recompute.FULL, 0)]
@@ -367,12 +386,18 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
             block["recompute_layers"] = np.tile(pol[:, 1], len(ok))
             parts.append(block)
     base = np.concatenate(parts) if parts else empty_candidates(0)
-    axes = [_sp_axis(base, strategy == "1d"), _cp_comm_axis(base),
+    axes = [_sp_axis(base, strategy == "1d", job.is_moe), _cp_comm_axis(base),
             _zero_axis(base, job.training)]
+    if job.is_moe:
+        axes.append(_expert_axis(base, job))
     if host_memory and job.training:
         axes.append(_offload_axis(base))
     groups = ("tp", "cp", "dp", "pp") if strategy == "1d" else ("tp", "tp2", "dp", "pp")
-    axes.append(_nv_axis(base, nvlink_domain, groups))
+    # a job fills its NVLink domains in equal parts: 256 GPUs of NVL72 racks run as four
+    # domains of 64 (the largest domain share dividing the GPU count; as sweep validate
+    # places measured runs)
+    filled = max(d for d in _divisors_tuple(n) if d <= max(int(nvlink_domain), 1))
+    axes.append(_nv_axis(base, filled, groups))
     return CandidateSpace(base, axes)
 
 
@@ -384,11 +409,35 @@ def _cp_comm_axis(base: np.ndarray) -> InnerAxis:
     return InnerAxis(options=options, valid=np.concatenate([np.ones_like(split), split], 1))
 
 
-def _sp_axis(base: np.ndarray, megatron: bool = True) -> InnerAxis:
-    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when Megatron tp > 1."""
+def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> InnerAxis:
+    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when Megatron tp > 1. MoE models
+    with tp > 1 need sequence parallelism (Megatron-Core moe_layer.py MoELayer refuses
+    tensor parallelism without it): (0, 0) only when tp = 1."""
     options = np.array([(0, 0), (1, 0), (1, 1)], dtype=[("sp", "i4"), ("tp_overlap", "i4")])
     tp_on = (base["tp"] > 1)[:, None] & megatron
-    valid = np.concatenate([np.ones_like(tp_on), tp_on, tp_on], axis=1)
+    plain = ~tp_on if moe else np.ones_like(tp_on)
+    valid = np.concatenate([plain, tp_on, tp_on], axis=1)
+    return InnerAxis(options=options, valid=valid)
+
+
+def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
+    """(ep, etp, a2a_overlap) of an MoE job, exhaustively: in Megatron-Core's parallel
+    folding the expert mesh etp x ep x edp covers the tp x cp x dp GPUs of a stage (MoE
+    Parallel Folding, arXiv 2504.14960; parallel_state.py initialize_model_parallel), so
+    etp x ep divides tp x cp x dp, ep divides the experts (arguments.py) and etp the expert
+    width. The all-to-all overlap (overlap_moe_expert_parallel_comm) needs ep > 1, a
+    training job, one stage or interleaved stages, and no full or first-k recompute
+    (transformer_config.py __post_init__)."""
+    eps = [d for d in _divisors_tuple(job.n_experts)]
+    etps = [d for d in _divisors_tuple(job.moe_ffn_hidden)]
+    triples = [(a, b, o) for a in eps for b in etps for o in (0, 1) if o == 0 or a > 1]
+    options = np.array(triples, dtype=[("ep", "i4"), ("etp", "i4"), ("a2a_overlap", "i4")])
+    mesh = (base["tp"].astype(np.int64) * base["cp"] * base["dp"])[:, None]
+    size = (options["ep"].astype(np.int64) * options["etp"])[None, :]
+    valid = mesh % size == 0
+    overlap_ok = job.training & ((base["pp"] == 1) | (base["vpp"] > 1)) & ~np.isin(
+        base["recompute"], (Recompute.FULL, Recompute.FIRST_K))
+    valid &= (options["a2a_overlap"] == 0)[None, :] | overlap_ok[:, None]
     return InnerAxis(options=options, valid=valid)
 
 

@@ -87,6 +87,10 @@ def _format_prediction(p) -> str:
         ["vpp"] if calibrated else []) + ["mbs"]
     placement = ["nv_tp"] + (["nv_tp2"] if p.strategy == "2d" else []) + (
         ["nv_cp"] if p.strategy == "2d-seqp" or calibrated else []) + ["nv_dp", "nv_pp"]
+    moe = calibrated and p.job.is_moe
+    if moe:  # expert parallelism folded over the same GPUs
+        degrees += ["ep", "etp"]
+        placement += ["nv_ep"]
     knobs = ""
     if calibrated:
         from .show import RECOMPUTE_NAMES
@@ -97,7 +101,8 @@ def _format_prediction(p) -> str:
                                               if rec == 3 else "")
                  + f" zero={int(r['zero'])}" + (f" shard_group={int(r['shard_group'])}"
                                                  if r["shard_group"] else "")
-                 + (f" offload={int(r['offload'])}" if r["offload"] else ""))
+                 + (f" offload={int(r['offload'])}" if r["offload"] else "")
+                 + (f" a2a_overlap={int(r['a2a_overlap'])}" if moe else ""))
     step = float(r["step_time_s"])
     lines = [
         f"{p.job.name} on {p.n_gpus} x {p.hardware.name} (NVLink domain "
@@ -119,7 +124,8 @@ def _format_prediction(p) -> str:
         "",
         "time per iteration by op (each op summed over its micro-batches and the stage's layers)",
     ]
-    cols = ("compute_s", "memory_s", "tp_comm_s", "cp_comm_s", "other_s")
+    cols = ("compute_s", "memory_s", "tp_comm_s", "cp_comm_s") + (
+        ("ep_comm_s",) if moe else ()) + ("other_s",)
     rows, total = [], {k: 0.0 for k in ("time_s",) + cols}
     for op in p.ops:
         if op["time_s"] == 0 and calibrated:
@@ -131,7 +137,7 @@ def _format_prediction(p) -> str:
     rows.append(["total", f"{total['time_s']:.6g}", fmt.percent(total["time_s"] / step)]
                 + [f"{total[c]:.4g}" for c in cols])
     lines.append(fmt.table(["op", "time [s]", "share", "compute", "exposed HBM", "TP comm",
-                            "CP comm", "pipeline/DP"], rows))
+                            "CP comm"] + (["EP comm"] if moe else []) + ["pipeline/DP"], rows))
     return "\n".join(lines)
 
 
@@ -150,7 +156,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
              f"{w['candidates_per_core_second']:,.0f}"] for w in report["workloads"]]
     print(fmt.table(["workload", "cases", "candidates", "cpu [s]", "candidates/core-s"], rows))
     print(f"standard workloads together: "
-          f"{report['standard_candidates_per_core_second']:,.0f} candidates per core-second")
+          f"{report['standard_candidates_per_core_second']:,.0f} candidates per core-second; "
+          f"mixture of experts: {report['moe_candidates_per_core_second']:,.0f}")
     return 0
 
 

@@ -69,7 +69,7 @@ _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden"
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
               "moe_layer_step", "router_groups", "router_group_topk", "router",
-              "capacity_factor")
+              "capacity_factor", "moe_imbalance", "moe_dispatcher")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
               "v_head_dim")
 #: upper bound of each integer field (real models: <= ~200 layers, widths <= ~100k,
@@ -102,6 +102,10 @@ _CHOICES = {
     # cast) or current (the tensor's own amax: one more read before the cast)
     "fp8_scaling": ("delayed", "current"),
     "attention": ("mha", "mla"),
+    # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
+    # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
+    # destination NVLink domain over the NICs; Megatron-Core moe_token_dispatcher_type=flex)
+    "moe_dispatcher": ("alltoall", "flex"),
 }
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
@@ -123,6 +127,13 @@ _BOOL_FIELDS = {
     "lp_norm_cast": "fp8 / MXFP8 / NVFP4 jobs: the norm before the QKV and first MLP "
                     "projections writes its output straight in the low-precision format "
                     "(Transformer Engine LayerNormLinear); false: a separate cast kernel",
+    "recompute_norms": "the norm outputs are recomputed in the backward instead of kept "
+                       "(Megatron-Core recompute_modules layernorm), on top of the "
+                       "configuration's recompute policy",
+    "recompute_moe_act": "MoE: the experts' activation function output is recomputed "
+                         "(Megatron-Core recompute_modules moe_act)",
+    "recompute_mla_up": "MLA: the query/key/value up-projections are recomputed "
+                        "(Megatron-Core recompute_modules mla_up_proj)",
     "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
                  "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
                  "fp32 master copy stays in the optimizer",
@@ -143,7 +154,10 @@ _FLOAT_FIELDS = {
                           "host memory, copied out and back behind compute (Megatron-Core "
                           "cpu_offloading_num_layers); 0 = none",
     "capacity_factor": "MoE expert capacity as a multiple of the even share of tokens "
-                       "(tokens beyond it are dropped); 0 = dropless",
+                       "(tokens beyond it are dropped, experts padded to it); 0 = dropless",
+    "moe_imbalance": "MoE: tokens of the most loaded expert-parallel rank over the even "
+                     "share, beyond the statistical spread of random routing; 1 = balanced "
+                     "(force-balanced benchmarks), 0 = 1",
 }
 
 
@@ -187,6 +201,10 @@ class Job:
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
     fp8_scaling: str = "delayed"  # per-tensor fp8: delayed or current scaling
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
+    # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
+    recompute_norms: bool = False
+    recompute_moe_act: bool = False
+    recompute_mla_up: bool = False
     # mixture of experts (n_experts = 0: dense)
     n_experts: int = 0
     top_k: int = 0
@@ -198,6 +216,8 @@ class Job:
     router_groups: int = 0
     router_group_topk: int = 0
     capacity_factor: float = 0.0  # 0 = dropless
+    moe_imbalance: float = 1.0  # load of the busiest EP rank over the even share
+    moe_dispatcher: str = "alltoall"  # alltoall (NCCL) or flex (DeepEP / HybridEP)
     # attention: mha (MHA / GQA / MQA through n_kv_heads) or mla (multi-head latent)
     attention: str = "mha"
     q_lora_rank: int = 0

@@ -15,8 +15,8 @@ Columns (:data:`COLUMNS`; other spellings in :data:`ALIASES`; empty = not stated
 * the model: ``n_layers``, ``hidden``, ``ffn_hidden``, ``n_heads`` (and ``n_kv_heads``,
   ``vocab``, ``arch_notes``), or ``model``, a name in ``jobs/`` (:func:`resolve_model`;
   dimension columns given, or notes saying "truncated model: N layers", override its);
-  ``is_moe`` (1: refused, as mixture-of-experts models are not modelled yet);
-* the layout: ``tp``, ``pp``, ``dp``, ``cp``, ``vp``, ``sp``, ``ep``, ``micro_batch``,
+  ``is_moe`` (1: a mixture-of-experts run, which must name a ``jobs/`` model with experts);
+* the layout: ``tp``, ``pp``, ``dp``, ``cp``, ``vp``, ``sp``, ``ep``, ``etp``, ``micro_batch``,
   ``zero_fsdp`` or ``fsdp`` (:data:`SHARDING`), ``recompute``, ``gpus_per_node``,
   ``nvlink_domain``, ``interconnect``, ``compile``;
 * metrics, at least one: ``iter_time_s``, ``tokens_per_s_per_gpu``, ``tokens_per_s_total``,
@@ -46,6 +46,7 @@ import numpy as np
 
 from .catalog import list_names, load_hardware, load_job, search_roots
 from .cost.calibrated import unsupported_precision
+from .cost.flops import model_flops_per_token
 from .errors import SweepError
 from .hardware import Hardware
 from .job import Job
@@ -75,7 +76,8 @@ COLUMNS = {
     "nvlink_domain": "GPUs per NVLink domain (72 on NVL72)",
     "interconnect": "scale-out network", "tp": "tensor parallel", "pp": "pipeline stages",
     "dp": "data parallel", "cp": "context parallel", "sp": "sequence parallel: yes / no",
-    "vp": "virtual stages per GPU", "ep": "expert parallel", "pp_schedule": "pipeline schedule",
+    "vp": "virtual stages per GPU", "ep": "expert parallel",
+    "etp": "expert tensor parallel (default: the stack's)", "pp_schedule": "pipeline schedule",
     "zero_fsdp": "sharding (SHARDING)", "fsdp": "FSDP shard GPUs: 0 none, 1 the DP group, N",
     "recompute": "none / selective / full / recompute_num_layers=N / per-op SAC",
     "global_batch_seqs": "sequences per iteration", "micro_batch": "sequences per micro-batch",
@@ -87,7 +89,9 @@ COLUMNS = {
     "iter_time_s": "seconds per iteration", "mem_per_gpu_GB": "peak memory per GPU, GiB",
     "outcome": "ok or OOM", "notes": "free text", "metric_notes": "free text",
     "other_flags": "free text (torch.compile, TP comm overlap disabled, no overlap-p2p, "
-                   "CP comm a2a, cpu_offloading_num_layers=N are read)",
+                   "CP comm a2a, cpu_offloading_num_layers=N, expert_tensor_parallel_size=N, "
+                   "moe_a2a_overlap=True, moe_flex_dispatcher_backend=..., w/o MTP, "
+                   "token-drop are read)",
 }
 #: other spellings of a column -> its canonical name
 ALIASES = {"step_time_s": "iter_time_s", "tflops_definition": "flops"}
@@ -96,7 +100,8 @@ REQUIRED_COLUMNS = ("id", "source", "framework", "gpu", "n_gpus", "precision", "
 #: a row gives these, or names its ``model``
 DIMENSIONS = ("n_layers", "hidden", "ffn_hidden", "n_heads")
 #: layout columns: a positive whole number, or empty (unstated)
-LAYOUT = ("tp", "pp", "dp", "cp", "vp", "ep", "micro_batch", "gpus_per_node", "nvlink_domain")
+LAYOUT = ("tp", "pp", "dp", "cp", "vp", "ep", "etp", "micro_batch", "gpus_per_node",
+          "nvlink_domain")
 #: published metrics, in the order of preference (the most direct measurement first)
 METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "samples_per_s",
            "tflops_per_gpu")
@@ -166,17 +171,19 @@ FRAMEWORKS = {
     "torchtitan": ("torchtitan", r"torch[- ]?titan"),
 }
 
-MOE = "mixture-of-experts models are not modelled yet"
-#: model names the dense cost model cannot express: (pattern, why)
+MOE = "a mixture-of-experts row must name its model (a jobs/ entry with its experts)"
+#: model names the cost model cannot express: (pattern, why)
 _UNMODELLED = [
-    # Nemotron-H: Mamba-2 layers with a few attention layers (arXiv 2504.03624)
-    (r"nemotron[-_ ]?h(?![a-z])", "hybrid Mamba-Transformer models are not modelled"),
-    (r"deepseek|mixtral|grok|gpt-oss|kimi|llama-?4|qwen\d*(\.\d+)?-\d+b-a\d+b", MOE),
+    # Nemotron-H and Nemotron 3: Mamba-2 layers with a few attention layers (arXiv
+    # 2504.03624; Nemotron 3 Nano is a hybrid Mamba-Transformer MoE)
+    (r"nemotron[-_ ]?(h|3)(?![a-z0-9])", "hybrid Mamba-Transformer models are not modelled"),
 ]
 #: other names of jobs/ entries: Llama 3.1 has Llama 3's dimensions, and the 405B was
 #: released only as 3.1 (Llama Team 2024, arXiv 2407.21783, Table 3)
 MODEL_ALIASES = {"Llama3.1-8B": "llama3_8b", "Llama3.1-70B": "llama3_70b",
-                 "Llama3.1-405B": "llama3_405b"}
+                 "Llama3.1-405B": "llama3_405b", "Grok-1-314B": "grok1_314b",
+                 "Llama4-Maverick-400B": "llama4_maverick", "Llama4-Scout-109B": "llama4_scout",
+                 "Llama4-Scout (2-layer debug)": "llama4_scout"}
 
 
 @dataclass(frozen=True)
@@ -318,6 +325,9 @@ def canonical(row: Mapping[str, str]) -> dict[str, str]:
             out[name] = row[alias]
     if not out["compile"] and "torch.compile" in out["other_flags"]:
         out["compile"] = "yes"
+    dated = re.search(r"\b(20\d\d-[01]\d)\b", out["release"])
+    if not out["date"].strip() and dated:  # "README 2026-03": the release's month
+        out["date"] = dated.group(1)
     return out
 
 
@@ -561,6 +571,17 @@ def _whole(values: Mapping[str, str], keys: Sequence[str]) -> dict[str, int] | R
     return out
 
 
+def _truncated_layers(text: str, layers: int) -> int | None:
+    """Layers of a truncated benchmark model the notes state ("truncated model: 4 layers",
+    "layers reduced 48->2", "layers=2" below the model's own)."""
+    for pattern in (r"truncated model:\s*(\d+) layers", r"layers reduced \d+\s*->\s*(\d+)",
+                    r"(?:^|[|;]\s*)layers=(\d+)"):
+        found = re.search(pattern, text)
+        if found and 0 < int(found.group(1)) < layers:
+            return int(found.group(1))
+    return None
+
+
 def _shape(v: Mapping[str, str]) -> tuple[dict[str, int], Job | None, list[str]] | Refusal:
     """The model's dimensions, from the columns or from the named model."""
     run_keys = ("seq_len", "n_gpus", "global_batch_seqs")
@@ -573,10 +594,10 @@ def _shape(v: Mapping[str, str]) -> tuple[dict[str, int], Job | None, list[str]]
         if isinstance(shape, Refusal):
             return shape
         notes = [f"model dimensions from jobs/{job.name}.yaml"]
-        cut = re.search(r"truncated model:\s*(\d+) layers", v["notes"])
+        cut = _truncated_layers(v["notes"] + " | " + v["other_flags"], job.n_layers)
         if cut and "n_layers" not in given:
-            shape["n_layers"] = int(cut.group(1))
-            notes.append(f"truncated model: {cut.group(1)} of {job.n_layers} layers (notes)")
+            shape["n_layers"] = cut
+            notes.append(f"truncated model: {cut} of {job.n_layers} layers (notes)")
         for k in DIMENSIONS:
             shape.setdefault(k, getattr(job, k))
         resized = {"hidden", "n_heads"} & set(given)
@@ -599,11 +620,12 @@ def parse_run(row: Mapping[str, str]) -> Run | Refusal:
     if (v["outcome"] or "ok") not in ("ok", "OOM"):
         return Refusal("outcome neither ok nor OOM",
                        f"outcome {row.get('outcome')!r} is neither ok nor OOM")
-    if v["is_moe"].strip().lower() in ("1", "yes", "true") or (_int(v, "ep") or 1) > 1:
-        return Refusal(MOE, MOE)
     got = _shape(v)
     if isinstance(got, Refusal):
         return got
+    moe_row = v["is_moe"].strip().lower() in ("1", "yes", "true") or (_int(v, "ep") or 1) > 1
+    if moe_row and (got[1] is None or not got[1].is_moe):
+        return Refusal(MOE, MOE)
     for k in LAYOUT:  # optional, but a whole number above 0 when given
         text = v[k].strip()
         if text and (_int(v, k) or 0) <= 0:
@@ -664,6 +686,10 @@ def iteration_flops(convention: str | None, job: Job, B: int) -> float | None:
     no formula for it here."""
     if convention == "hardware-eq3":
         return megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden, job.vocab)
+    if convention in ("model", "model-causal") and (job.is_moe or job.attention == "mla"):
+        # Megatron-Bridge / Megatron-LM transformer_flops for MoE, MLA and MTP (top-k routed
+        # and shared experts, causal attention; sweep.cost.flops)
+        return model_flops_per_token(job) * float(B) * job.seq_len
     if convention in ("model", "model-causal"):
         return megatron_core_flops(B, job.seq_len, job.n_layers, job.hidden, job.ffn_hidden,
                                    job.n_heads, job.n_kv_heads, job.head_dim, job.vocab,

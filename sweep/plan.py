@@ -90,7 +90,7 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
         SpecError: a GPU count of the spec has no candidate for any job and strategy.
     """
     for job in spec.jobs:  # refused by name, never costed as a dense model
-        why = unmodelled(job)
+        why = unmodelled(job, spec.cost_model)
         if why:
             raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
     cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)

@@ -73,7 +73,7 @@ def parse_config(text: str) -> dict[str, int]:
             raise SweepError(f"--config: {key}: expected an integer, "
                              f"got {value.strip()!r}") from None
         lower = 0 if key in ("recompute", "recompute_layers", "zero", "shard_group", "sp",
-                             "tp_overlap", "offload", "cp_comm") else 1
+                             "tp_overlap", "offload", "cp_comm", "a2a_overlap") else 1
         if v < lower:
             raise SweepError(f"--config: {key}: expected an integer >= {lower}, got {v}")
         out[key] = v
@@ -122,6 +122,7 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
                          job.n_layers, job.global_batch)
     local = B // dp if dp and B % dp == 0 else 0
     vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
+    ep, etp = cfg.get("ep", 1), cfg.get("etp", 1)
     group = cfg.get("shard_group", 0)
     checks = [
         (dp * model == n, f"dp x tp x tp2 x cp x pp = {dp * model}, not {n} GPUs"),
@@ -135,14 +136,27 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
          f" / {pp}) layers leave the last without one"),
         (B % dp == 0, f"dp = {dp} must divide the global batch ({B})"),
         (local and local % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
-        (vpp == 1 or (pp > 1 and L % pp == 0 and (L // pp) % vpp == 0),
-         f"vpp = {vpp} needs pp > 1 and to divide the layers per stage"),
+        (vpp == 1 or (pp > 1 and -(-L // pp) % vpp == 0),
+         f"vpp = {vpp} needs pp > 1 and to divide the layers per full stage "
+         f"(ceil({L} / {pp}))"),
         (vpp == 1 or (local and (local // mbs) % pp == 0),
          "interleaving needs the micro-batch count to be a multiple of pp"),
         (rec <= 4, f"recompute = {rec}: 0 none, 1 selective, 2 full, 3 first-k, 4 per-op"),
         (rec != 3 or 0 < cfg.get("recompute_layers", 0) < -(-L // pp),
          "recompute = 3 needs 0 < recompute_layers < layers per stage"),
         (zero <= 3, f"zero = {zero}: stages are 0-3"),
+        (job.is_moe or (ep == 1 and etp == 1), "ep and etp need a mixture-of-experts job"),
+        (not job.is_moe or job.n_experts % ep == 0,
+         f"ep = {ep} must divide the {job.n_experts} experts"),
+        (not job.is_moe or job.moe_ffn_hidden % etp == 0,
+         f"etp = {etp} must divide the expert width ({job.moe_ffn_hidden})"),
+        (not job.is_moe or (tp * cp * dp) % (ep * etp) == 0,
+         f"ep x etp = {ep * etp} must divide tp x cp x dp = {tp * cp * dp} (parallel folding)"),
+        (not job.is_moe or tp == 1 or cfg.get("sp", 1) == 1,
+         "an MoE job with tp > 1 needs sequence parallelism (sp=1)"),
+        (cfg.get("a2a_overlap", 0) == 0 or (ep > 1 and (pp == 1 or vpp > 1) and rec not in (2, 3)),
+         "a2a_overlap needs ep > 1, one stage or interleaved stages, no full / first-k "
+         "recompute"),
         (group == 0 or (zero == 3 and dp % group == 0 and group < dp
                         and group & (group - 1) == 0),
          "shard_group needs zero = 3 and a power of two dividing dp, below it"),
@@ -171,7 +185,7 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
         raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
                          f"uses {job.dtype}")
-    why = unmodelled(job) or (unsupported_precision(job.dtype, hw)
+    why = unmodelled(job, profile) or (unsupported_precision(job.dtype, hw)
                               if profile == "calibrated" else None)
     if why:
         raise SweepError(f"job {job.name}: {why}")

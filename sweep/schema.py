@@ -39,6 +39,11 @@ CANDIDATE_FIELDS = [
     ("tp_overlap", "i1", "TP communication overlapped with GEMMs (0/1)"),
     ("offload", "i1", "bit mask: 1 weights, 2 activations, 4 optimizer to the second tier"),
     ("cp_comm", "i1", "context-parallel K/V exchange: 0 ring (overlapped), 1 all-gather"),
+    ("ep", "i4", "expert-parallel degree (MoE); 1 otherwise"),
+    ("etp", "i4", "expert tensor-parallel degree (MoE); 1 otherwise"),
+    ("nv_ep", "i4", "GPUs of one EP group inside one NVLink domain (from the placement)"),
+    ("a2a_overlap", "i1", "MoE all-to-all overlapped with another micro-batch's compute "
+                          "(Megatron-Core overlap_moe_expert_parallel_comm) (0/1)"),
 ]
 CANDIDATE_DTYPE = np.dtype([(n, t) for n, t, _ in CANDIDATE_FIELDS])
 
@@ -57,6 +62,8 @@ METRIC_FIELDS = [
     ("t_memory_s", "f8", "s", "exposed HBM time (memory-bound part beyond compute)"),
     ("t_tp_comm_s", "f8", "s", "exposed tensor-parallel communication"),
     ("t_cp_comm_s", "f8", "s", "exposed context-parallel (K/V) communication"),
+    ("t_ep_comm_s", "f8", "s", "exposed expert-parallel communication (MoE token all-to-all "
+                               "and expert-TP collectives)"),
     ("t_dp_comm_s", "f8", "s", "exposed data-parallel communication"),
     ("t_pp_comm_s", "f8", "s", "exposed pipeline point-to-point communication"),
     ("t_bubble_s", "f8", "s", "pipeline bubble"),
@@ -95,7 +102,7 @@ class Recompute(enum.IntEnum):
 
 
 _CANDIDATE_DEFAULTS = {"tp2": 1, "cp": 1, "nb": 1, "vpp": 1, "nv_tp": 1, "nv_tp2": 1,
-                       "nv_cp": 1, "nv_dp": 1, "nv_pp": 1}
+                       "nv_cp": 1, "nv_dp": 1, "nv_pp": 1, "ep": 1, "etp": 1, "nv_ep": 1}
 
 
 def empty_candidates(n: int) -> np.ndarray:

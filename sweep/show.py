@@ -27,8 +27,8 @@ __all__ = ["load_rows", "format_rows", "config_text", "row_status", "status_text
 
 FORMATS = ("table", "csv", "json")
 _CASE_COLS = ("case_id", "job", "hardware", "strategy", "n_gpus")
-_DEGREES = ("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "vpp")
-_PLACEMENT = ("nv_tp", "nv_tp2", "nv_cp", "nv_dp", "nv_pp")
+_DEGREES = ("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "vpp", "ep", "etp")
+_PLACEMENT = ("nv_tp", "nv_tp2", "nv_cp", "nv_dp", "nv_pp", "nv_ep")
 
 
 def _records(table: np.ndarray) -> list[dict]:
@@ -76,7 +76,8 @@ RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full", 3: "first-k", 4: "per-o
 
 def config_text(r) -> str:
     """A configuration in one short line (a row of /top as a mapping)."""
-    parts = [f"{k}={r[k]}" for k in _DEGREES if k in ("dp", "tp", "pp", "mbs") or r[k] != 1]
+    parts = [f"{k}={r[k]}" for k in _DEGREES if k in ("dp", "tp", "pp", "mbs")
+             or r.get(k, 1) != 1]
     # knobs of the calibrated profile, shown when set
     if r.get("sp"):
         parts.append("sp" + ("+overlap" if r.get("tp_overlap") else ""))
@@ -90,6 +91,8 @@ def config_text(r) -> str:
         parts.append("cp-allgather")
     if r.get("offload"):
         parts.append(f"offload={r['offload']}")
+    if r.get("a2a_overlap"):
+        parts.append("a2a-overlap")
     return " ".join(parts)
 
 
@@ -117,7 +120,7 @@ def _strict(value):
 
 
 def _placement(r: dict) -> str:
-    return " ".join(f"{k[3:]}{r[k]}" for k in _PLACEMENT if r[k] != 1) or "-"
+    return " ".join(f"{k[3:]}{r[k]}" for k in _PLACEMENT if r.get(k, 1) != 1) or "-"
 
 
 def format_rows(attrs: dict, rows: list[dict], kind: str = "table") -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibration import Evaluator, fill_generations, fit, predictions
-from .candidates import divisors
+from .candidates import divisors, expert_ranks_per_domain
 from .catalog import load_hardware
 from .errors import SweepError
 from .hardware import Hardware, apply_overrides
@@ -163,6 +163,18 @@ def _recompute(text: str, row, layers_per_stage: int) -> tuple[list[tuple[int, f
         return [(Recompute.FIRST_K, min(int(block.group(1)) / layers_per_stage, 1.0))], None
     if t.startswith("none"):
         return [(Recompute.NONE, 0.0)], None
+    modules = re.fullmatch(r"recompute_modules\s*=\s*\[(.*)\]", t.strip())
+    if modules:
+        # Megatron-Core selective recompute of named modules (transformer_config.py
+        # recompute_modules): the attention core is Megatron's selective recompute; the MoE
+        # block (with the attention core) nearly the whole layer; the rest (norms, the MoE
+        # activation, MLA's up-projections) are cheap elementwise / small GEMM recomputes
+        names = set(re.findall(r"[a-z_]+", modules.group(1)))
+        if "moe" in names or "mlp" in names:
+            return [(Recompute.FULL, 0.0)], f"recompute of {sorted(names)} costed as full"
+        if "core_attn" in names:
+            return [(Recompute.SELECTIVE, 0.0)], None
+        return [(Recompute.NONE, 0.0)], None  # the cheap modules: Job recompute_* fields
     if t.startswith("full"):
         return [(Recompute.FULL, 0.0)], None
     if "per-op sac" in t:
@@ -242,7 +254,10 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     flags = v["other_flags"].lower()
     # Megatron-Core activation offloading: cpu_offloading_num_layers=N
     offload = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", flags)
-    return Job(
+    moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
+    modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
+        v["recompute"] else set()
+    return Job(**moe,
         name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
         ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
         n_kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"], vocab=shape["vocab"],
@@ -263,7 +278,47 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
         # and the LM head take a pipeline slot each (the row's notes say so)
         embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])),
-        offload_act_layers=float(offload.group(1)) if offload else 0.0)
+        offload_act_layers=float(offload.group(1)) if offload else 0.0,
+        recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
+        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") == "mla")
+
+
+#: the Job fields of a named model's experts and attention that a row inherits
+MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
+                "moe_layer_step", "router", "router_groups", "router_group_topk",
+                "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim", "mtp_layers")
+
+
+def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:
+    """The named model's MoE / MLA / MTP fields as the row ran them: dense layers of a
+    truncated model ("first layer dense"), multi-token prediction (Megatron-Bridge's
+    DeepSeek-V3 recipes have one MTP layer and its FLOPs count it, unless the row says
+    "w/o MTP"; other sources' rows none unless "w/ MTP"), token dropping with capacity
+    factor 1 (SimuMax's --moe-expert-capacity-factor 1 with padding; Megatron-Bridge's
+    "token-drop" rows), the flex dispatcher (DeepEP / HybridEP backends)."""
+    m, v = run.model, run.values
+    out = {k: getattr(m, k) for k in MODEL_FIELDS}
+    if not m.is_moe and m.attention == "mha":
+        return out
+    text = " | ".join((v["notes"], flags))
+    layers = shape["n_layers"]
+    if layers < m.n_layers:
+        first = re.search(r"first layer dense", text, re.I)
+        out["first_k_dense"] = 1 if first else min(m.first_k_dense, layers - 1)
+    out["moe_layer_step"] = min(out["moe_layer_step"], layers - out["first_k_dense"])
+    with_mtp = re.search(r"w/ ?MTP", text, re.I)
+    without = re.search(r"w/o ?MTP", text, re.I)
+    keep = with_mtp or (run.framework == "megatron-bridge" and not without
+                        and layers == m.n_layers)
+    out["mtp_layers"] = m.mtp_layers if keep else 0
+    if re.search(r"capacity-factor 1\b|token-drop(?!less)", text, re.I):
+        out["capacity_factor"] = 1.0
+        assumptions.append("token-drop MoE costed at capacity factor 1, padded")
+    if re.search(r"flex_dispatcher_backend|deepep|hybridep|token_dispatcher_type\s*=\s*flex",
+                 text, re.I):
+        out["moe_dispatcher"] = "flex"
+    return out
 
 
 def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
@@ -337,6 +392,13 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
         assumptions.append("context-parallel all-to-all costed as an all-gather of K/V")
     fixed = {"dp": dp, "tp": tp, "cp": cp, "pp": pp, "zero": zero[0], "shard_group": zero[1],
              "sp": sp if tp > 1 else 0, "tp_overlap": tp_overlap, "cp_comm": cp_comm}
+    if job.is_moe:
+        experts = _experts(v, run, job, fixed, flags)
+        if isinstance(experts, Refusal):
+            return experts
+        fixed.update(experts)
+        if tp > 1:
+            fixed["sp"] = 1  # Megatron-Core MoE needs sequence parallelism with TP
     options = _options(v, stack, job, fixed, recomputes, node, assumptions)
     if options is None:
         return _refuse("no configuration satisfies the stated batch sizes")
@@ -347,6 +409,28 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     if oom:
         return case  # compared on feasibility only
     return _metric(case, run)
+
+
+def _experts(v: Mapping[str, str], run: Run, job: Job, fixed: Mapping[str, int],
+             flags: str) -> dict[str, int] | Refusal:
+    """ep, etp and a2a_overlap of an MoE row: the stated degrees (the expert tensor-parallel
+    degree from its column or expert_tensor_parallel_size=N, else the stack's default:
+    Megatron-Bridge's MoE recipes set 1, Megatron-Core defaults it to TP), checked against
+    the model and the parallel folding."""
+    ep = _int(v, "ep")
+    if ep is None:
+        return _refuse("expert parallel degree unstated",
+                       "an MoE row needs its expert-parallel degree (column ep)")
+    stated = re.search(r"expert_tensor_parallel_size\s*=\s*(\d+)", flags)
+    etp = _int(v, "etp") or (int(stated.group(1)) if stated else
+                             1 if run.framework == "megatron-bridge" else fixed["tp"])
+    mesh = fixed["tp"] * fixed["cp"] * fixed["dp"]
+    if job.n_experts % ep or mesh % (ep * etp) or job.moe_ffn_hidden % etp:
+        return _refuse("layout inconsistent",
+                       f"ep = {ep}, etp = {etp} do not fold into tp x cp x dp = {mesh} GPUs "
+                       f"with {job.n_experts} experts of width {job.moe_ffn_hidden}")
+    overlap = 1 if re.search(r"moe_a2a_overlap\s*=\s*true", flags, re.I) and ep > 1 else 0
+    return {"ep": ep, "etp": etp, "a2a_overlap": overlap}
 
 
 def _options(v: Mapping[str, str], stack: Stack, job: Job, fixed: dict[str, int],
@@ -406,6 +490,8 @@ def _options(v: Mapping[str, str], stack: Stack, job: Job, fixed: dict[str, int]
         for k, x in r.items():
             options[k][i] = x
     options["index"] = np.arange(len(rows))
+    cols = {k: options[k].astype(np.int64) for k in ("nv_tp", "nv_cp", "nv_dp", "ep", "etp")}
+    options["nv_ep"] = expert_ranks_per_domain(cols)
     return options
 
 
@@ -573,6 +659,7 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
         entry = {"id": c.row["id"], "source": c.source, "group": c.group,
                  "gpu": c.row["gpu"], "hardware": c.hw.name,
                  "precision": precision_of(c.row.get("precision") or ""),
+                 "kind": CATEGORIES["model_kind"](c),
                  "metric": c.metric, "measured": c.measured,
                  "predicted": float(pred[i]) if c.metric else None,
                  "error": float(pred[i] / c.measured - 1.0) if c.metric else None,
@@ -654,9 +741,9 @@ def report(rows: Sequence[Mapping[str, str]], params: Mapping[str, Mapping[str, 
 #: the categories accuracy is stated in besides the source: GPU generation, GEMM precision,
 #: dense or mixture-of-experts model
 CATEGORIES = {
-    "generation": lambda c: c.hw.generation,
-    "precision": lambda c: c.job.dtype,
-    "model_kind": lambda c: "dense",  # mixture-of-experts rows are refused (issue 16)
+    "generation": lambda c: c.hw.generation + (" MoE" if c.job.is_moe else ""),
+    "precision": lambda c: c.job.dtype + (" MoE" if c.job.is_moe else ""),
+    "model_kind": lambda c: "MoE" if c.job.is_moe else "dense",
 }
 
 

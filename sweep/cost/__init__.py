@@ -34,17 +34,22 @@ PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES,
                                         "calibrated": calibrated.STRATEGIES}
 
 
-def unmodelled(job: Job) -> str | None:
-    """Why no profile can cost ``job`` yet (None: it can). Mixture-of-experts layers, MLA
-    attention and multi-token-prediction layers are described by jobs but not costed: they
-    are refused by name rather than costed as a dense model."""
+def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
+    """Why ``profile`` cannot cost ``job`` (None: it can). The calibrated profile models
+    mixture-of-experts layers, MLA attention and multi-token prediction; the published
+    ``nersc2024`` model has dense multi-head blocks only, and refuses the others by name
+    rather than costing them as a dense model."""
+    if profile != "nersc2024":
+        return None
     if job.is_moe:
-        return ("mixture-of-experts layers are not modelled yet by the cost profiles "
-                f"({job.n_experts} experts, top-{job.top_k})")
+        return ("mixture-of-experts layers are not modelled by the nersc2024 profile "
+                f"({job.n_experts} experts, top-{job.top_k}); use the calibrated profile")
     if job.attention == "mla":
-        return "multi-head latent attention (MLA) is not modelled yet by the cost profiles"
+        return ("multi-head latent attention (MLA) is not modelled by the nersc2024 profile; "
+                "use the calibrated profile")
     if job.mtp_layers:
-        return "multi-token-prediction layers are not modelled yet by the cost profiles"
+        return ("multi-token-prediction layers are not modelled by the nersc2024 profile; "
+                "use the calibrated profile")
     return None
 
 

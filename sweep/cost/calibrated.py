@@ -35,6 +35,7 @@ import numpy as np
 from ..hardware import Hardware
 from ..job import Job
 from ..schema import Reason, Recompute
+from . import moe
 from .dedup import unique_rows
 from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
@@ -71,6 +72,12 @@ PARAMETERS = {
     "fp8_eff": "fp8 / MXFP8 GEMM throughput relative to the fp8 peak x gemm_eff (scaling, "
                "casts)",
     "fp4_eff": "NVFP4 GEMM throughput relative to the fp4 peak x gemm_eff",
+    "grouped_gemm_eff": "fraction of the sustained GEMM rate the grouped expert GEMMs of an "
+                        "MoE layer reach (many small GEMMs in one launch)",
+    "expert_us": "host time to prepare one expert's GEMM in a grouped linear (split or "
+                 "quantize its input, its weight and gradient buffers), microseconds",
+    "a2a_eff": "fraction of the link bandwidth (NVLink, or the NICs) the MoE token "
+               "all-to-all sustains per GPU",
 }
 #: memory parameters (all generations): reserved bytes and allocator overhead
 MEMORY_PARAMETERS = {
@@ -88,7 +95,9 @@ MEMORY_PARAMETERS = {
 #: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
 DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "fused_attn_eff": 0.5, "hbm_eff": 0.8,
                       "kernel_us": 5.0, "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7,
-                      "fp4_eff": 0.7, "reserve_GiB": 2.0, "allocator_cache": 0.1}
+                      "fp4_eff": 0.7, "grouped_gemm_eff": 0.75, "expert_us": 20.0,
+                      "a2a_eff": 0.7,
+                      "reserve_GiB": 2.0, "allocator_cache": 0.1}
 
 #: GEMM precisions below 16 bits: per-tensor scaled fp8 (Transformer Engine delayed or
 #: current scaling) and the block-scaled formats of Blackwell's tensor cores
@@ -186,10 +195,44 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
     else:
         peak16 = hw.matrix_peak("fp16" if job.dtype == "fp16" else "bf16")
+    H = job.n_heads
+    mla = job.attention == "mla"
+    if mla:
+        # multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core
+        # multi_latent_attention.py): every head has its own key and value after the
+        # up-projections, keys dn + dr wide and values dv; the attention kernels see the
+        # mean of the two widths (4 b h q kv d FLOPs = 2 b h q kv (d_qk + d_v))
+        d_qk, dv = job.qk_nope_head_dim + job.qk_rope_head_dim, job.v_head_dim
+        kv_heads, d_attn = H, (d_qk + dv) / 2.0
+        w_qkv, w_o = H * (2 * d_qk + dv), H * dv
+        # down-projections (queries, and keys/values with the shared RoPE key) replicated
+        # over TP; the up-projections and the output projection sharded
+        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim)
+    else:
+        kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
+        w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
+        p_attn_rep = 0
     return {
         # job
-        "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": job.n_heads,
-        "Kv": job.n_kv_heads, "d": job.head_dim, "V": job.vocab, "s": job.seq_len,
+        "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": H,
+        "Kv": kv_heads, "d": d_attn, "V": job.vocab, "s": job.seq_len,
+        # widths of the query/key/value projections' output and of the output projection's
+        # input; weights of the attention block sharded over TP and replicated
+        "w_qkv": float(w_qkv), "w_o": float(w_o),
+        "p_attn_tp": float(job.attention_params() - p_attn_rep), "p_attn_rep": float(p_attn_rep),
+        "mla": float(mla), "q_lora": float(job.q_lora_rank), "kv_lora": float(job.kv_lora_rank),
+        "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
+        "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
+        # mixture of experts (n_experts = 0: dense)
+        "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
+        "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
+        "first_dense": float(job.first_k_dense), "moe_step": float(job.moe_layer_step),
+        "capacity": job.capacity_factor, "imbalance": max(job.moe_imbalance, 1.0),
+        "flex": float(job.moe_dispatcher == "flex"), "mtp": float(job.mtp_layers),
+        "last_moe": float(job.last_layer_is_moe),
+        # cheap modules recomputed on top of the candidate's policy
+        "rc_norm": float(job.recompute_norms), "rc_moe_act": float(job.recompute_moe_act),
+        "rc_mla_up": float(job.recompute_mla_up and mla),
         "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
         "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
         "flash": float(job.attention_kernel in ("flash", "fused")),
@@ -238,6 +281,10 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # fused attention there is FlashAttention-2-class) uses attn_eff for both
         "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
         "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
+        # MoE: grouped expert GEMMs and the token all-to-all (a generation fitted without
+        # MoE runs uses its dense GEMM efficiency and the default all-to-all efficiency)
+        "grouped_eff": params.get("grouped_gemm_eff", p["gemm_eff"]),
+        "expert_s": p["expert_us"] * 1e-6, "a2a_eff": p["a2a_eff"],
         "fp8_eff": p["fp8_eff"], "nvfp4": float(job.dtype == "nvfp4"),
         # a generation fitted without NVFP4 runs uses fp8_eff for it too
         "fp4_eff": params.get("fp4_eff", p["fp8_eff"]),
@@ -283,6 +330,39 @@ def _summa_gemm(M, N, K, x, c, peak, eff, nb, t, t2):
     return comp_f, comp_b, exp_f, exp_b
 
 
+def _gemm_rate(x):
+    """(peak FLOP/s of the job's GEMM format, efficiency of a training GEMM on it)."""
+    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
+    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
+                        x["peak16_flops_per_s"])
+    # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
+    return peak_lin, x["gemm_eff"] * x["gemm_sustained"]
+
+
+def _mla_projections(x, T, Ta, t, peak, eff):
+    """(forward time, backward time, forward FLOPs) of MLA's projections into queries, keys
+    and values (Megatron-Core multi_latent_attention.py, MLASelfAttention): the
+    down-projections h -> q_lora and h -> kv_lora + dr are replicated over TP and run on the
+    sequence-parallel shard (Ta tokens); the up-projections q_lora -> H (dn + dr) (or h ->
+    H (dn + dr) without query compression) and kv_lora -> H (dn + dv) are column-parallel on
+    T tokens (DeepSeek-V2, arXiv 2405.04434, eqs. 9-13)."""
+    e, H, qr, kvr = x["e"], x["H"], x["q_lora"], x["kv_lora"]
+    d_qk, d_v, dr = x["d_qk"], x["d_v"], x["d_rope"]
+    q_compressed = qr > 0
+    shapes = [(Ta, np.maximum(qr, 1.0), e), (T, H * d_qk / t, np.maximum(qr, 1.0)),
+              (T, H * d_qk / t, e), (Ta, kvr + dr, e), (T, H * (d_qk - dr + d_v) / t, kvr)]
+    use = [q_compressed, q_compressed, ~q_compressed, True, True]
+    fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff), 0.0)
+              for u, (M, N, K) in zip(use, shapes))
+    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff) + gemm_s(K, N, M, x, peak, eff), 0.0)
+              for u, (M, N, K) in zip(use, shapes))
+    flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
+    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff), gemm_s(*shapes[2], x, peak,
+                                                                           eff)) \
+        + gemm_s(*shapes[4], x, peak, eff)
+    return fwd, bwd, flops, up
+
+
 def _layer(x, c, lay):
     """Per-layer, per-micro-batch times of one pipeline stage's layer (forward, backward,
     recompute) and their breakdown, for the layout in ``lay`` (_layout): T tokens in the
@@ -298,13 +378,10 @@ def _layer(x, c, lay):
     # shapes: Transformer Engine's B300 GEMM benchmark (hidden 4096, 15,872 tokens) runs
     # NVFP4 kernels at 34 % of the fp4 peak, MXFP8 at 58 %, bf16 at 66 % of theirs
     # (TE docs, "GEMM Speedups Across Precisions"); hence a parameter of its own
-    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
-    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
-                        x["peak16_flops_per_s"])
-    # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
-    eff = x["gemm_eff"] * x["gemm_sustained"]
-    # the four GEMMs of a block as (tokens, output width, input width)
-    full = [((H + 2 * Kv) * d, e), (e, H * d), (f_up, e), (e, f)]
+    peak_lin, eff = _gemm_rate(x)
+    w_qkv, w_o = x["w_qkv"], x["w_o"]
+    # the four GEMMs of a block as (output width, input width)
+    full = [(w_qkv, e), (e, w_o), (f_up, e), (e, f)]
     if summa:
         nb = np.asarray(c["nb"], dtype=np.float64)
         parts = [_summa_gemm(T, N, K, x, c, peak_lin, eff, nb, t, t2) for N, K in full]
@@ -315,13 +392,24 @@ def _layer(x, c, lay):
     else:
         # Megatron TP sharding (N21 section 2.3): column-parallel QKV and up, row-parallel
         # output and down projections
-        shapes = [(T, (H + 2 * Kv) * d / t, e), (T, e, H * d / t), (T, f_up / t, e),
-                  (T, e, f / t)]
+        shapes = [(T, w_qkv / t, e), (T, e, w_o / t), (T, f_up / t, e), (T, e, f / t)]
         gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
         # backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N)
         gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
                        for M, N, K in shapes]
         flops_each = [2.0 * M * N * K for M, N, K in shapes]
+        mla_up_f = 0.0
+        if np.any(x["mla"] > 0):
+            mla = _mla_projections(x, T, Ta, t, peak_lin, eff)
+            gemm_each[0], gemm_b_each[0], flops_each[0] = (
+                np.where(x["mla"] > 0, new, old) for new, old in
+                zip(mla[:3], (gemm_each[0], gemm_b_each[0], flops_each[0])))
+            mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
+        # an MoE block whose only FFN is routed has no shared expert: no MLP GEMMs here
+        has_mlp = f > 0
+        for i in (2, 3):
+            gemm_each[i] = np.where(has_mlp, gemm_each[i], 0.0)
+            gemm_b_each[i] = np.where(has_mlp, gemm_b_each[i], 0.0)
     gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
     gemm_flops = sum(flops_each)
     # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
@@ -357,7 +445,10 @@ def _layer(x, c, lay):
     attn_b = np.where(flash, fa_b, mat_b)
     attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
     # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
-    A, Q, F = Ta * e, T * (H + Kv) * d / t, T * f / t
+    # (rotary embedding: on the query and key heads; MLA: on the dr-wide RoPE part of every
+    # query head and the one shared RoPE key)
+    rope_width = np.where(x["mla"] > 0, H * x["d_rope"] + x["d_rope"] * t, (H + Kv) * d)
+    A, Q, F = Ta * e, T * rope_width / t, T * f / t
     fused = x["fused"] > 0
     norm_passes = np.where(fused | (x["rmsnorm"] == 0), 4.0, 14.0)  # eager RMSNorm: 5 kernels
     resid_passes = np.where(fused, 6.0, 6.0 + 4.0 * x["bias"] + 4.0 * drop)
@@ -381,7 +472,7 @@ def _layer(x, c, lay):
         & ~current
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
-    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (H * d / t + f / t))
+    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (w_o / t + f / t))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
     elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
@@ -423,6 +514,12 @@ def _layer(x, c, lay):
     core_recompute = np.where(flash, fa_f, mat_core_f)
     extra = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL, r == Recompute.OP_SAC],
                       [core_recompute, fwd, elem_f + op_sac_gemm], 0.0)
+    # recompute_modules on top of the policy: the two norms, MLA's up-projections
+    # (Megatron-Core transformer_config.py recompute_modules layernorm, mla_up_proj)
+    if np.any(x["rc_norm"] > 0) or np.any(x["rc_mla_up"] > 0):
+        modules = x["rc_norm"] * memory_s(2.0 * 2.0 * Ta * e * ab, x, 2.0) \
+            + x["rc_mla_up"] * (mla_up_f if not summa else 0.0)
+        extra = extra + np.where(r == Recompute.FULL, 0.0, modules)
     extra_flops = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL,
                              r == Recompute.OP_SAC],
                             [attn_flops / 2.0, gemm_flops + attn_flops, op_sac_flops], 0.0)
@@ -443,6 +540,8 @@ def _layer(x, c, lay):
 #: combinations, so the layer model runs once per combination (sweep.cost.dedup)
 LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv_tp",
               "nv_tp2", "nv_cp", "recompute")
+#: and the columns an MoE block depends on besides
+MOE_LAYER_KEYS = ("ep", "etp", "nv_ep", "a2a_overlap", "nv_dp")
 
 
 def _layout(x, c):
@@ -488,25 +587,119 @@ def _layer_terms(x, c):
                       + gemm_s(e, V / t, T, x, peak, eff)
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
     lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b, T=T, Ta=Ta)
+    if np.any(x["mtp"] > 0):
+        # multi-token prediction's projection of [h; emb] (2e -> e, column-parallel)
+        lay.update(eh_f=gemm_s(T, e / t, 2.0 * e, x, peak, eff), eh_b=np.where(
+            training, gemm_s(T, 2.0 * e, e / t, x, peak, eff)
+            + gemm_s(2.0 * e, e / t, T, x, peak, eff), 0.0))
     # activations one layer keeps: under the candidate's policy, none, full recompute
     lay.update(
         act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
         act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
         act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
+    if _has_moe(x):
+        lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
     return lay
+
+
+#: keys of an MoE block's terms in the per-layer dict (the plain keys are a dense block's)
+MOE_PREFIX = "moe:"
+
+
+def _has_moe(x) -> bool:
+    return bool(np.any(np.asarray(x["moe"]) > 0))
+
+
+#: keys of an MoE block's attention and shared-expert terms (before the routed experts)
+SHARED_PREFIX = "shared:"
+
+
+def _shared_block(x, c, lo):
+    """Per-micro-batch terms of an MoE block without its routed experts, with the keys of
+    _layer: the attention block and the shared expert as a dense block whose MLP is the
+    shared expert (no MLP when there is none); and the router, which sees every token."""
+    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    xs = dict(x, f=x["fs"])
+    lay = _layer(xs, c, lo)
+    router_f, router_b = moe.router_s(x, Ta)
+    policy = np.asarray(c["recompute"])
+    lay.update(
+        router_f=router_f, router_b=router_b,
+        act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
+        act_none=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE),
+        act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL))
+    return lay
+
+
+def _moe_block(x, c, lay, r):
+    """Per-micro-batch terms of one MoE block (the keys of _layer, prefixed MOE_PREFIX in
+    the per-layer dict) from its shared part (_shared_block, ``lay``) and its routed experts
+    (sweep.cost.moe.routed_experts, ``r``). The token all-to-all is exposed, or with
+    a2a_overlap hidden behind the other micro-batch's backward (forward) compute of the
+    same block, as Megatron-Core's combined 1F1B schedule pairs them (combined_1f1b.py;
+    notes 4.5)."""
+    comp_f = lay["compute_f"] + lay["router_f"] + r["compute_f"]
+    comp_b = lay["compute_b"] + lay["router_b"] + r["compute_b"]
+    overlap = np.asarray(c["a2a_overlap"]) > 0
+    ep_f = np.where(overlap, np.maximum(r["ep_f"] - comp_b, 0.0), r["ep_f"])
+    ep_b = np.where(overlap, np.maximum(r["ep_b"] - comp_f, 0.0), r["ep_b"])
+    fwd = lay["fwd"] + lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
+    bwd = lay["bwd"] + lay["router_b"] + r["compute_b"] + r["memory_b"] + ep_b
+    policy = np.asarray(c["recompute"])
+    out = dict(lay)
+    out.update(
+        fwd=fwd, bwd=bwd, recompute_full=fwd, compute_f=comp_f, compute_b=comp_b,
+        memory_f=lay["memory_f"] + r["memory_f"], memory_b=lay["memory_b"] + r["memory_b"],
+        ep_f=ep_f, ep_b=ep_b, flops_f=lay["flops_f"] + r["flops_f"],
+        flops_b=lay["flops_b"] + r["flops_b"], routed_gemm_f=r["gemm_f"],
+        routed_gemm_b=r["gemm_b"], permute_f=r["permute_f"], permute_b=r["permute_b"],
+        expert_act_f=r["act_f"], expert_act_b=r["act_b"],
+        act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0, r["acts"]),
+        act_none=lay["act_none"] + r["acts"],
+        # full recompute of the block re-runs its dispatch and combine too; recompute_moe_act
+        # re-runs the experts' activation function (Megatron-Core recompute_modules moe_act)
+        recompute_other=lay["recompute_other"] + np.where(
+            policy == Recompute.FULL, 0.0, x["rc_moe_act"] * r["act_f"]))
+    return out
+
+
+def _with_moe(x, c, lay, routed):
+    """``lay`` (per-layer terms, with the shared parts) plus the MoE block's terms."""
+    shared = {k[len(SHARED_PREFIX):]: v for k, v in lay.items() if k.startswith(SHARED_PREFIX)}
+    out = {k: v for k, v in lay.items() if not k.startswith(SHARED_PREFIX)}
+    out.update({MOE_PREFIX + k: v for k, v in _moe_block(x, c, shared, routed).items()})
+    return out
+
+
+def _routed_terms(x, c):
+    """The routed experts of an MoE block for the candidates ``c`` (sweep.cost.moe)."""
+    return moe.routed_experts(x, c, _layout(x, c), _gemm_rate(x)[0])
 
 
 def _layer_terms_dedup(x, c):
     """_layer_terms evaluated once per distinct LAYER_KEYS row and gathered back (when the
     context is scalar, i.e. one job on one hardware variant)."""
+    lay = _deduplicated(_layer_terms, x, c, LAYER_KEYS)
+    if not _has_moe(x):
+        return lay
+    # the routed experts also depend on the expert layout; nv_dp matters to them only
+    # through the ETP group's placement (etp > 1)
+    c_moe = dict(c, nv_dp=np.where(np.asarray(c["etp"]) > 1, c["nv_dp"], 0))
+    routed = _deduplicated(_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS)
+    return _with_moe(x, c, lay, routed)
+
+
+def _deduplicated(terms, x, c, keys):
+    """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
+    back (when the context is scalar, i.e. one job on one hardware variant)."""
     n = len(np.asarray(c["tp"]))
     if any(np.ndim(v) for v in x.values()) or n < 64:
-        return _layer_terms(x, c)
-    uniq, inverse = unique_rows(c, LAYER_KEYS)
+        return terms(x, c)
+    uniq, inverse = unique_rows(c, keys)
     u = len(uniq["tp"])
     if 2 * u > n:
-        return _layer_terms(x, c)
-    sub = _layer_terms(x, uniq)
+        return terms(x, c)
+    sub = terms(x, uniq)
 
     def gather(v):
         return np.broadcast_to(np.asarray(v, dtype=np.float64), (u,))[inverse]
@@ -516,13 +709,14 @@ def _layer_terms_dedup(x, c):
 
 
 def _params_per_layer(x, t):
-    """(TP-sharded GEMM weights, replicated norm weights) of one block."""
-    e, f, H, Kv, d = x["e"], x["f"], x["H"], x["Kv"], x["d"]
+    """(TP-sharded GEMM weights, replicated weights: norms, MLA's down-projections) of one
+    block (an MoE block: its shared expert as the MLP; sweep.cost.moe adds the rest)."""
+    e, f = x["e"], x["f"]
     f_up = f * (1.0 + x["swiglu"])
-    gemm = e * (H + 2 * Kv) * d + H * d * e + e * f_up + f * e
-    biases = x["bias"] * ((H + 2 * Kv) * d + f_up)
+    gemm = x["p_attn_tp"] + e * f_up + f * e
+    biases = x["bias"] * (x["w_qkv"] + np.where(f > 0, f_up, 0.0))
     norms = 2.0 * e * (2.0 - x["rmsnorm"]) + x["bias"] * 2 * e
-    return (gemm + biases) / t, norms
+    return (gemm + biases) / t, norms + x["p_attn_rep"]
 
 
 def _tensors_per_layer(x):
@@ -566,19 +760,46 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     lay = _layer_terms_dedup(x, c)
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = np.asarray(c["recompute"])
+    moe_on = _has_moe(x)
+    # MoE blocks on each stage (the first stage's leading blocks, the last stage's final
+    # ones, and the middle stage holding the most; sweep.cost.moe.moe_layers_before)
+    if moe_on:
+        def moe_in(start, n):
+            return (moe.moe_layers_before(x, np.clip(start + n, 0.0, L))
+                    - moe.moe_layers_before(x, np.clip(start, 0.0, L)))
+        nm_first = moe_in(0.0, layers_first)
+        nm_last = moe_in(L - layers_last, layers_last)
+        last_mid = layers_first + np.maximum(pp - 3.0, 0.0) * layers
+        nm_mid = np.maximum(np.maximum(moe_in(layers_first, layers), moe_in(last_mid, layers)),
+                            moe_in(np.maximum(last_mid - layers, layers_first), layers))
+        nm_mid = np.minimum(np.where(multi, nm_mid, nm_first), layers)
+    else:
+        nm_first = nm_last = nm_mid = 0.0
 
-    def recompute_s(n):
+    def mix(dense, moe_block, n, nm):
+        """A per-block term summed over n blocks of which nm are MoE blocks."""
+        if not moe_on:
+            return dense * n
+        return dense * (n - nm) + moe_block * nm
+
+    def per(key, n, nm):
+        """Per-block term ``key`` of _layer_terms summed over n blocks, nm of them MoE."""
+        return mix(lay[key], lay.get(MOE_PREFIX + key, 0.0), n, nm)
+
+    def recompute_s(n, nm):
         """Recompute time of n layers (first-k: the first k of them in full)."""
         k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
-        return lay["recompute_other"] * n + lay["recompute_full"] * k_full
+        nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
+        return per("recompute_other", n, nm) + per("recompute_full", k_full, nm_k)
 
-    def body_s(n):
+    def body_s(n, nm):
         """Forward and backward (with recompute) of n layers, per micro-batch."""
-        return lay["fwd"] * n + np.where(training, lay["bwd"] * n + recompute_s(n), 0.0)
+        return per("fwd", n, nm) + np.where(training, per("bwd", n, nm) + recompute_s(n, nm),
+                                            0.0)
 
-    rec = recompute_s(layers)
-    fwd_mid = lay["fwd"] * layers
-    bwd_mid = np.where(training, lay["bwd"] * layers + rec, 0.0)
+    rec = recompute_s(layers, nm_mid)
+    fwd_mid = per("fwd", layers, nm_mid)
+    bwd_mid = np.where(training, per("bwd", layers, nm_mid) + rec, 0.0)
     emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
     # weights are replicated over the context-parallel ranks too, so gradients are reduced
     # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
@@ -594,16 +815,36 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # (reshard_after_forward=False) and gradients are reduced once, like ZeRO-2.
     w_layer, norms_layer = _params_per_layer(x, t * t2)  # 2D SUMMA shards over both
     p_layer = w_layer + norms_layer
+    # an MoE block: attention, shared expert and the router (replicated, notes 6.1) on the
+    # attention mesh; its routed experts sharded over ep x etp, their gradients reduced and
+    # their optimizer state sharded over the expert data-parallel group edp = tp cp dp /
+    # (etp ep) (Megatron-Core distributed_data_parallel.py: expert buffers on the
+    # expert-data-parallel group)
+    if moe_on:
+        ep = np.asarray(c["ep"], dtype=np.float64)
+        etp = np.asarray(c["etp"], dtype=np.float64)
+        w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
+        p_layer_moe = w_moe + norms_moe + x["E"] * e
+        p_exp_layer = moe.expert_params(x) / (ep * etp)
+        edp = dp * cp * t / (ep * etp)
+        d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
+            * np.asarray(c["nv_dp"], dtype=np.float64)
+        edp_domain = np.clip(d_in / (ep * etp), 1.0, edp)
+    else:
+        p_layer_moe = p_exp_layer = 0.0
+        edp = edp_domain = 1.0
     ag_layer = collective_s("allgather", p_layer * ab, shard, per_domain_shard, x)
     rs_layer = collective_s("reducescatter", p_layer * x["grad_comm_bytes"], shard,
                             per_domain_shard, x)
     fsdp = (zero == 3) & (shard > 1) & (pp == 1)
     # (without overlap every gather and reduce-scatter is exposed)
     over = x["dp_overlap"] > 0
-    fsdp_f = np.where(fsdp, np.where(over, layers * np.maximum(ag_layer - lay["fwd"], 0)
+    fwd_avg = fwd_mid / layers if moe_on else lay["fwd"]
+    bwd_avg = per("bwd", layers, nm_mid) / layers if moe_on else lay["bwd"]
+    fsdp_f = np.where(fsdp, np.where(over, layers * np.maximum(ag_layer - fwd_avg, 0)
                                      + ag_layer, layers * ag_layer), 0.0)
     fsdp_b = np.where(fsdp & training, np.where(
-        over, layers * np.maximum(ag_layer + rs_layer - lay["bwd"], 0) + rs_layer,
+        over, layers * np.maximum(ag_layer + rs_layer - bwd_avg, 0) + rs_layer,
         layers * (ag_layer + rs_layer)), 0.0)
     # gradient accumulation outside the weight-gradient GEMMs (job key grad_accum_bytes):
     # after every micro-batch, a memory-bound pass over the stage's parameters, one kernel
@@ -613,19 +854,33 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
                                               _tensors_per_layer(x)), 0.0)
     accum_vocab = np.where(accum_on & has_vocab,
                            memory_s(x["grad_accum_bytes"] * V * e / t, x, 1.0), 0.0)
+    accum_moe = np.where(accum_on, memory_s(x["grad_accum_bytes"] * (p_layer_moe + p_exp_layer),
+                                            x, _tensors_per_layer(x) + 3.0), 0.0) \
+        if moe_on else 0.0
     fsdp_fb = fsdp_f + fsdp_b  # (FSDP only without pipeline stages)
-    first = body_s(layers_first) + accum_layer * layers_first + emb_f + emb_b + fsdp_fb \
-        + accum_vocab
-    last = body_s(layers_last) + accum_layer * layers_last + head_f + head_b + fsdp_fb \
-        + accum_vocab
-    mid = body_s(layers) + accum_layer * layers + fsdp_fb
-    single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab
+    first = body_s(layers_first, nm_first) + mix(accum_layer, accum_moe, layers_first, nm_first) \
+        + emb_f + emb_b + fsdp_fb + accum_vocab
+    # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
+    # multi_token_prediction.py): on the last stage, per depth one more block of the last
+    # block's kind, the projection of [h; emb] (2e -> e, column-parallel) and one more LM
+    # head and loss
+    if np.any(x["mtp"] > 0):
+        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"]) + x["mtp"] * (
+            head_f + head_b + lay["eh_f"] + lay["eh_b"])
+    else:
+        mtp_s = 0.0
+    last = body_s(layers_last, nm_last) + mix(accum_layer, accum_moe, layers_last, nm_last) \
+        + head_f + head_b + fsdp_fb + accum_vocab + mtp_s
+    mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
+    single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
     t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
     # the stage that bounds the steady state (ties: first, then last), and its layers
     first_slowest = ~multi | (first >= np.maximum(last, mid))
     last_slowest = ~multi | (~first_slowest & (last >= mid))
     n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
+    nm_slow = np.where(first_slowest, nm_first, np.where(last_slowest, nm_last, nm_mid)) \
+        if moe_on else 0.0
     # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
     # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
     steady = m * t_max
@@ -645,8 +900,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
     # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)
     vocab_params = np.where(has_vocab, V * e / t, 0.0) * np.where(multi, 1.0, 2.0 - x["tied"])
-    p_edge = layers_first * p_layer + vocab_params  # the first stage (the last holds as much)
-    p_stage = np.maximum(p_edge, layers * p_layer)
+    # the first stage (the last holds as much)
+    p_edge = mix(p_layer, p_layer_moe, layers_first, nm_first) + vocab_params
+    p_mid = mix(p_layer, p_layer_moe, layers, nm_mid)
+    p_stage = np.maximum(p_edge, p_mid)
     grad_vol = p_stage * x["grad_comm_bytes"]
     replicas = dpc / shard
     replica_domain = np.maximum(dpc_domain / shard, 1.0)
@@ -658,6 +915,19 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         collective_s("reducescatter", grad_vol, shard, per_domain_shard, x))
     t_param = np.where(stagewise,
                        collective_s("allgather", p_stage * ab, shard, per_domain_shard, x), 0.0)
+    if moe_on:
+        # the routed experts' gradients over the expert data-parallel group: all-reduced, or
+        # reduce-scattered and the updated weights all-gathered (distributed optimizer)
+        p_exp_stage = np.maximum(nm_first, nm_mid) * p_exp_layer
+        exp_vol = p_exp_stage * x["grad_comm_bytes"]
+        t_grad = t_grad + np.where(
+            zero == 0, collective_s("allreduce", exp_vol, edp, edp_domain, x),
+            collective_s("reducescatter", exp_vol, edp, edp_domain, x))
+        t_param = t_param + np.where(
+            zero >= 1, collective_s("allgather", p_exp_stage * ab, edp, edp_domain, x), 0.0)
+        exp_shard = np.where(zero >= 1, edp, 1.0)
+    else:
+        p_exp_stage, exp_shard = 0.0, 1.0
     # overlapped with the backward (forward) of the last (first) micro-batch, bucket by bucket;
     # the last bucket, one layer's share, is always exposed
     bwd_window = bwd_mid + fsdp_b
@@ -666,7 +936,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     dp_exp = np.where(training, dp_exp, 0.0)
     # optimizer step on this GPU's share of the states (ZeRO >= 1 shards them)
     p_opt = np.where(zero >= 1, p_stage / shard, p_stage)
-    t_opt = np.where(training, memory_s(ADAM_BYTES_PER_PARAM * p_opt, x, 10.0), 0.0)
+    t_opt = np.where(training, memory_s(ADAM_BYTES_PER_PARAM * (p_opt + p_exp_stage / exp_shard),
+                                        x, 10.0), 0.0)
     # offload to the second memory tier (Calculon-style): optimizer states streamed in and
     # out every step; activations and weights per layer, hidden behind that layer's compute
     off = np.asarray(c["offload"])
@@ -685,28 +956,37 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
-    compute = m * n_slow * (lay["compute_f"] + per_layer_b * lay["compute_b"])
-    memory_t = m * n_slow * (lay["memory_f"] + per_layer_b * lay["memory_b"])
-    tp_t = m * n_slow * (lay["tp_f"] + per_layer_b * lay["tp_b"])
-    cp_t = m * n_slow * (lay["cp_f"] + per_layer_b * lay["cp_b"])
+    def slow(kind):
+        return m * (per(kind + "_f", n_slow, nm_slow) + per_layer_b * per(kind + "_b", n_slow,
+                                                                          nm_slow))
+
+    compute, memory_t, tp_t, cp_t = slow("compute"), slow("memory"), slow("tp"), slow("cp")
+    ep_t = m * nm_slow * (lay[MOE_PREFIX + "ep_f"] + per_layer_b * lay[MOE_PREFIX + "ep_b"]) \
+        if moe_on else 0.0
     fsdp_t = m * (fsdp_f + fsdp_b)
-    other = steady - compute - memory_t - tp_t - cp_t - fsdp_t  # recompute, vocab, imbalance
+    # recompute, vocabulary, stage imbalance
+    other = steady - compute - memory_t - tp_t - cp_t - ep_t - fsdp_t
     # executed FLOPs per GPU: the stage's layers, plus the LM head GEMMs (forward and two
     # backward) averaged over the pipeline stages
     head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
-    flops = m * layers * (lay["flops_f"] + np.where(
-        training, lay["flops_b"] + lay["recompute_flops"], 0.0)) + m * head_flops / pp
+    flops = m * (per("flops_f", layers, nm_mid) + np.where(
+        training, per("flops_b", layers, nm_mid) + per("recompute_flops", layers, nm_mid),
+        0.0)) + m * head_flops / pp
     # memory: the first stage (embedding, and the logits of the last); with embedding slots a
     # middle stage holds one layer more and no vocabulary, and may be the larger
-    mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True)
-    if np.any(slot > 0):
-        mem_mid = _memory(x, c, T, t, layers, m, p_layer, layers * p_layer, shard, lay, False)
+    mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
+                  nm_first, nm_first * p_exp_layer, exp_shard)
+    if np.any(slot > 0) or moe_on:
+        # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
+        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
+                          nm_mid, nm_mid * p_exp_layer, exp_shard)
         larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
     out = {
         "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
         "t_memory_s": memory_t + np.minimum(other, 0.0), "t_tp_comm_s": tp_t,
-        "t_cp_comm_s": cp_t, "t_dp_comm_s": dp_exp + fsdp_t, "t_pp_comm_s": p2p,
+        "t_cp_comm_s": cp_t, "t_ep_comm_s": ep_t, "t_dp_comm_s": dp_exp + fsdp_t,
+        "t_pp_comm_s": p2p,
         "t_bubble_s": bubble, "t_optimizer_s": t_opt, "t_offload_s": t_off,
         "hardware_flops": flops,
     }
@@ -721,7 +1001,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
              "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
-             "rec_slow": recompute_s(n_slow), "first_slowest": first_slowest,
+             "rec_slow": recompute_s(n_slow, nm_slow), "first_slowest": first_slowest,
+             "nm_slow": nm_slow, "mtp": mtp_s,
              "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
              "multi": multi}
     return out, parts
@@ -731,7 +1012,8 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
     """Per-iteration seconds of every op on the slowest pipeline stage (its micro-batches x
     layers), then the bubble, p2p, data-parallel, optimizer and offload rows: they add up to
     ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
-    other_s, flops, weight_bytes, act_bytes (the last three 0 where not itemised)."""
+    ep_comm_s, other_s, flops, weight_bytes, act_bytes (the last three 0 where not
+    itemised)."""
     out, p = _step(x, c)
     lay, m = p["lay"], p["m"]
     bwd = np.where(p["training"], 1.0, 0.0)
@@ -742,23 +1024,48 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
 
     def add(name, time_s, kind="compute_s"):
         row = {"name": name, "time_s": time_s, "compute_s": zero, "memory_s": zero,
-               "tp_comm_s": zero, "cp_comm_s": zero, "other_s": zero, "flops": zero,
-               "weight_bytes": zero, "act_bytes": zero}
+               "tp_comm_s": zero, "cp_comm_s": zero, "ep_comm_s": zero, "other_s": zero,
+               "flops": zero, "weight_bytes": zero, "act_bytes": zero}
         row[kind] = time_s
         rows.append(row)
 
-    for name, f, b in zip(("QKV projection", "attention output projection",
-                           "MLP up (and gate)", "MLP down"),
-                          lay["gemm_f_each"], lay["gemm_b_each"]):
-        add(name, reps * (f + bwd * b))
-    add("attention core", reps * (lay["attn_f"] + bwd * lay["attn_b"]))
-    add("norms, activations, residuals", reps * (lay["memory_f"] + bwd * lay["memory_b"]),
+    # per-block terms over the slowest stage's blocks, nm of them MoE blocks (whose MLP is
+    # the shared expert, and whose routed part has rows of its own)
+    nm = p["nm_slow"]
+    dense_reps = m * (p["n_slow"] - nm)
+    moe_reps = m * nm
+    moe_lay = {k[len(MOE_PREFIX):]: v for k, v in lay.items() if k.startswith(MOE_PREFIX)}
+    moe_on = bool(moe_lay)
+
+    def both(key, i=None):
+        dense = lay[key] if i is None else lay[key][i]
+        if not moe_on:
+            return reps * dense
+        other = moe_lay[key] if i is None else moe_lay[key][i]
+        return dense_reps * dense + moe_reps * other
+
+    names = ("QKV projection", "attention output projection", "MLP up (and gate)", "MLP down")
+    for i, name in enumerate(names):
+        add(name, both("gemm_f_each", i) + bwd * both("gemm_b_each", i))
+    if moe_on:
+        for name, key, kind in (("MoE router", "router", "compute_s"),
+                                ("MoE token permute / unpermute", "permute", "memory_s"),
+                                ("MoE expert GEMMs (grouped)", "routed_gemm", "compute_s"),
+                                ("MoE expert activation and casts", "expert_act", "memory_s")):
+            add(name, moe_reps * (moe_lay[key + "_f"] + bwd * moe_lay[key + "_b"]), kind)
+        add("EP all-to-all and ETP collectives (exposed)",
+            moe_reps * (moe_lay["ep_f"] + bwd * moe_lay["ep_b"]), "ep_comm_s")
+    add("attention core", both("attn_f") + bwd * both("attn_b"))
+    add("norms, activations, residuals", both("memory_f") + bwd * both("memory_b")
+        - (moe_reps * (moe_lay["permute_f"] + moe_lay["expert_act_f"] + bwd * (
+            moe_lay["permute_b"] + moe_lay["expert_act_b"])) if moe_on else 0.0),
         "memory_s")
-    add("TP communication (exposed)", reps * (lay["tp_f"] + bwd * lay["tp_b"]), "tp_comm_s")
-    add("CP communication (exposed)", reps * (lay["cp_f"] + bwd * lay["cp_b"]), "cp_comm_s")
+    add("TP communication (exposed)", both("tp_f") + bwd * both("tp_b"), "tp_comm_s")
+    add("CP communication (exposed)", both("cp_f") + bwd * both("cp_b"), "cp_comm_s")
     add("activation recompute", m * bwd * p["rec_slow"])
     add("embedding", m * np.where(first_slowest, p["emb"], 0.0), "memory_s")
     add("LM head and loss", m * np.where(last_slowest, p["head"], 0.0))
+    add("multi-token prediction", m * np.where(last_slowest, p["mtp"], 0.0))
     add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
     vocab_stages = np.where(p["multi"], np.where(first_slowest | last_slowest, 1.0, 0.0),
                             2.0 - x["tied"])
@@ -784,11 +1091,15 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     # saves them so (saved_input_bytes); GEMM outputs and norm inputs stay 16-bit
     sb = x["saved_in_bytes"]
     f_up = f * (1.0 + x["swiglu"])
-    gemm_in = np.where(sp, Ta, T) * e * sb  # norm outputs feeding qkv / up (sharded with SP)
+    # norm outputs feeding qkv / up (sharded with SP), unless recomputed (recompute_norms)
+    gemm_in = np.where(sp, Ta, T) * e * sb * (1.0 - x["rc_norm"])
     norm_in = 2.0 * Ta * e * ab
     masks = drop * 2.0 * Ta * e
-    qkv = T * (H + 2 * Kv) * d / t * ab
-    attn_out = T * H * d / t * sb  # the output projection's input
+    # (MLA: also the latent vectors, inputs of the up-projections, on every TP rank)
+    # (recompute_mla_up: the up-projected queries, keys and values are recomputed from them)
+    qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
+        + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
+    attn_out = T * x["w_o"] / t * sb  # the output projection's input
     batch = T / (s / cp) * H / t
     scores = batch * (s / cp) * s
     flash = x["flash"] > 0
@@ -802,16 +1113,20 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     # and every other GEMM output: q, v and the gate (SwiGLU: then down) or up projection
     q_v = T * (H + Kv) * d / t * ab
     mlp_saved = T * f / t * ab + np.where(x["swiglu"] > 0, Ta * e * ab, 0.0)
-    op_sac = checkpoint + q_v + T * H * d / t * ab + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
+    op_sac = checkpoint + q_v + T * x["w_o"] / t * ab \
+        + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
         + mlp_saved
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
 
-def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
+def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
+            p_exp=0.0, exp_shard=1.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
-    (as many as the first stage holds), logits if ``vocab_stage``, reserve."""
+    (as many as the first stage holds), logits if ``vocab_stage``, reserve. Of the layers,
+    ``nm`` are MoE blocks, whose routed experts add ``p_exp`` weights with gradients and
+    optimizer state sharded ``exp_shard`` ways (the expert data-parallel group)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = np.asarray(c["zero"])
@@ -834,6 +1149,12 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
                       p_stage * g_b)
     opt_shard = np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
+    if np.any(np.asarray(p_exp) > 0):
+        # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
+        weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard, p_exp * w_b)
+        grads = grads + np.where(zero >= 2, p_exp * g_b / exp_shard, p_exp * g_b)
+        optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
+            / exp_shard
     grads = np.where(training, grads, 0.0)
     optimizer = np.where(training, optimizer, 0.0)
     # first stage keeps min(p, m) micro-batches in 1F1B, x (1 + (p-1)/(p v)) interleaved
@@ -844,7 +1165,20 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage):
     r = np.asarray(c["recompute"])
     k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
-    stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_layer,
+    moe_on = np.any(np.asarray(nm) > 0)
+    if moe_on:
+        # per block, the mean over the stage's dense and MoE blocks; the backward's working
+        # set is the larger kind's
+        share = nm / np.maximum(layers, 1.0)
+        none_moe = lay[MOE_PREFIX + "act_none"]
+        act_layer = act_layer * (1.0 - share) + lay[MOE_PREFIX + "act_layer"] * share
+        ckpt_layer = ckpt_layer * (1.0 - share) + lay[MOE_PREFIX + "act_ckpt"] * share
+        none_mean = none_layer * (1.0 - share) + none_moe * share
+        none_layer = np.where(nm >= layers, none_moe, np.where(
+            nm > 0, np.maximum(none_layer, none_moe), none_layer))
+    else:
+        none_mean = none_layer
+    stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_mean,
                       layers * act_layer)
     # activations of the first offload_act_layers layers copied to host memory after their
     # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the

@@ -61,7 +61,9 @@ def test_bench_reports_rates(capsys):
     code, out, _ = run(capsys, "bench", "--repeat", "1", "--json")
     assert code == 0
     report = json.loads(out)
-    assert [w["candidates"] for w in report["workloads"]] == [2544, 59390, 22712, 1316852]
+    assert [w["candidates"] for w in report["workloads"]] == [2544, 59390, 22712, 1316852,
+                                                          3741066]
+    assert report["moe_candidates_per_core_second"] > 0
     assert all(w["candidates_per_core_second"] > 0 for w in report["workloads"])
 
 

@@ -94,20 +94,22 @@ def test_settings_of_another_architecture_are_refused(raw, message):
     assert str(exc.value).startswith(message)
 
 
-def test_cost_profiles_refuse_what_they_do_not_model(tmp_path, capsys):
+def test_the_nersc_profile_refuses_what_it_does_not_model(tmp_path, capsys):
     from sweep.cli import main
 
-    assert unmodelled(load_job("llama3_8b")) is None
-    assert "mixture-of-experts" in unmodelled(parse_job(MOE, "m.yaml", "m"))
-    assert "MLA" in unmodelled(parse_job(MLA, "a.yaml", "a"))
-    assert "multi-token" in unmodelled(parse_job(dict(DENSE, mtp_layers=1), "t.yaml", "t"))
+    assert unmodelled(load_job("llama3_8b"), "nersc2024") is None
+    assert unmodelled(parse_job(MOE, "m.yaml", "m")) is None  # the calibrated profile's
+    assert "mixture-of-experts" in unmodelled(parse_job(MOE, "m.yaml", "m"), "nersc2024")
+    assert "MLA" in unmodelled(parse_job(MLA, "a.yaml", "a"), "nersc2024")
+    assert "multi-token" in unmodelled(parse_job(dict(DENSE, mtp_layers=1), "t.yaml", "t"),
+                                       "nersc2024")
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: moe\ncost_model: calibrated\njobs:\n  - name: llama3_8b\n"
+    spec.write_text("name: moe\ncost_model: nersc2024\njobs:\n  - name: gpt3_175b\n"
                     "    n_experts: 8\n    top_k: 2\n    moe_ffn_hidden: 4096\n"
-                    "gpus: 8\nhardware: {base: [H100-SXM]}\n")
+                    "gpus: 8\nhardware: {base: [nersc-A100]}\n")
     assert main(["plan", str(spec)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "mixture-of-experts layers are not modelled yet" in err[0]
+    assert len(err) == 1 and "not modelled by the nersc2024 profile" in err[0]
 
 
 def test_override_keeps_moe_settings():
@@ -130,7 +132,7 @@ def test_override_keeps_moe_settings():
 ])
 def test_shipped_moe_jobs_have_their_published_sizes(name, total_B, active_B):
     job = load_job(name)
-    assert unmodelled(job)  # described, not costed yet
+    assert unmodelled(job) is None and unmodelled(job, "nersc2024")
     assert job.params_total() / 1e9 == pytest.approx(total_B, rel=0.02)
     assert job.params_active() / 1e9 == pytest.approx(active_B, rel=0.03)
 

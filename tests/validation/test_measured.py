@@ -115,26 +115,51 @@ def test_both_shipped_files_load_through_one_contract():
     assert data_paths("measured_moe_blackwell") == [SHIPPED[1]]
 
 
-def test_every_dense_moe_file_row_is_expressed_or_refused_for_what_is_not_modelled(moe):
+def test_every_moe_file_row_is_expressed_or_refused_for_what_is_not_modelled(moe):
     cases, refused = express_all(list(moe.values()))
     dense_ids = {i for i, r in moe.items() if r["is_moe"] == "0"}
-    assert dense_ids <= {c.row["id"] for c in cases} | {u["id"] for u in refused}
-    assert len(cases) == 117 and all(c.row["id"] in dense_ids for c in cases)
+    assert set(moe) == {c.row["id"] for c in cases} | {u["id"] for u in refused}
+    assert len(cases) == 117 + 128
+    assert sum(c.row["id"] in dense_ids for c in cases) == 117
     kinds = Counter(u["kind"] for u in refused if u["id"] in dense_ids)
     assert kinds == {"hybrid Mamba-Transformer models are not modelled": 7,
                      "power-limited GPU not in the hardware catalog": 4}
-    assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {MOE: 140}
+    # MoE rows: refused only for what no model expresses (Mamba hybrids, fp8 blockwise), or
+    # for what the row leaves out or gets wrong
+    assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {
+        "hybrid Mamba-Transformer models are not modelled": 4, "seq_len unknown": 3,
+        "global_batch_seqs unknown": 2, "layout inconsistent": 2,
+        "precision fp8-blockwise is not modelled": 1}
+    assert all(c.job.is_moe for c in cases if c.row["id"] not in dense_ids)
     # a precision is costed as its own dtype, never silently as bf16
     for c in cases:
         assert c.job.dtype == PRECISIONS[precision_of(c.row["precision"])], c.row["id"]
-    assert {c.hw.name for c in cases} == {"H100-SXM", "B200", "GB200-NVL72", "GB300-NVL72"}
-    assert Counter(c.job.dtype for c in cases)["mxfp8"] == 21
+    assert {c.hw.name for c in cases} == {"H100-SXM", "B200", "B300", "GB200-NVL72",
+                                          "GB300-NVL72"}
+    assert Counter(c.job.dtype for c in cases if not c.job.is_moe)["mxfp8"] == 21
     assert Counter(c.job.dtype for c in cases)["nvfp4"] == 8
 
 
-def test_moe_rows_and_unmodelled_precisions_are_refused_with_their_reasons(moe):
-    assert next(r for r in moe.values() if r["is_moe"] == "1") and \
-        all(str(express(r)) == MOE for r in moe.values() if r["is_moe"] == "1")
+def test_moe_rows_are_expressed_with_their_experts(moe):
+    dsv3 = express(moe["mb_179"])  # DeepSeek-V3, 256 GB200, EP64 PP4 VP4, MXFP8
+    assert dsv3.job.is_moe and dsv3.job.attention == "mla" and dsv3.job.mtp_layers == 1
+    assert dsv3.job.dtype == "mxfp8" and dsv3.job.moe_dispatcher == "flex"  # hybridep
+    opt = dsv3.options[0]
+    assert (opt["ep"], opt["etp"], opt["pp"], opt["vpp"], opt["nv_ep"]) == (64, 1, 4, 4, 64)
+    assert express(moe["mb_178"]).job.recompute_mla_up  # recompute_modules=['mla_up_proj']
+    assert express(moe["mb_238"]).job.mtp_layers == 0  # "w/o MTP"
+    simumax = express(moe["sm_007"])  # 4 layers, first dense; capacity factor 1, padded
+    assert (simumax.job.n_layers, simumax.job.first_k_dense, simumax.job.capacity_factor,
+            simumax.job.mtp_layers, simumax.job.moe_dispatcher) == (4, 1, 1.0, 0, "alltoall")
+    assert express(moe["mb_233"]).options[0]["a2a_overlap"] == 1  # moe_a2a_overlap=True
+    grok = express(moe["dg_014"])  # dgxc NeMo: ETP stated 4
+    assert grok.job.name == "dg_014" and grok.options[0]["etp"] == 4
+    assert "ep = 64, etp = 1 do not fold" in str(express(moe["mb_273"]))
+    assert str(express(dict(moe["mb_179"], ep=""))) == \
+        "an MoE row needs its expert-parallel degree (column ep)"
+
+
+def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     assert express(moe["mb_167"]).job.dtype == "mxfp8"
     assert express(moe["mb_165"]).job.dtype == "nvfp4"
     blockwise = dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act")
@@ -143,8 +168,8 @@ def test_moe_rows_and_unmodelled_precisions_are_refused_with_their_reasons(moe):
     on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
     assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
         str(express(on_a100))
-    # a dense row naming a MoE model is refused as MoE whatever its is_moe says
-    assert str(express(dict(moe["mb_171"], is_moe="0", model="DeepSeek-V3"))) == MOE
+    # an MoE row must name a model with experts (its dimensions alone do not say them)
+    assert str(express(dict(moe["mb_171"], is_moe="1", ep="8"))) == MOE
 
 
 def test_named_models_resolve_through_jobs(moe):
@@ -167,13 +192,14 @@ def test_validate_all_prints_files_and_refusals_by_reason(capsys):
     assert main(["validate", "--data", "all", "--no-loso", "--summary"]) == 0
     out = capsys.readouterr().out
     assert "measured_training_runs.csv: 271 of 271 rows expressed" in out
-    assert "measured_moe_blackwell.csv: 117 of 268 rows expressed" in out
+    assert "measured_moe_blackwell.csv: 245 of 268 rows expressed" in out
     assert "rows not expressed, by reason" in out
-    assert f"{MOE}     140" in out and "hybrid Mamba-Transformer models" in out
+    assert "hybrid Mamba-Transformer models are not modelled    11" in out
     assert main(["validate", "--data", "measured_moe_blackwell", "--no-loso", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 117}}
-    assert rep["refused"][MOE] == 140 and "B200 bf16" in rep["per_hardware_precision"]
+    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 245}}
+    assert MOE not in rep["refused"] and "B200 bf16" in rep["per_hardware_precision"]
+    assert rep["per_model_kind"]["MoE"]["n"] == 128
 
 
 def test_a_file_without_dimensions_or_model_is_one_line_exit_2(tmp_path, capsys):

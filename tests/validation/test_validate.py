@@ -54,30 +54,53 @@ def test_leave_one_source_out_is_the_same_in_a_worker_process(all_rows, shipped)
 
 def test_rows_expressed(shipped):
     # every dense-file row: MFU-only rows by their formula, batch-less rows from a sibling
-    # run; of the MoE / Blackwell file, all but the mixture-of-experts and hybrid models and
-    # the power-limited B200 without its watts
+    # run; of the MoE / Blackwell file, all but the hybrid models, the power-limited B200
+    # without its watts, fp8 blockwise, and MoE rows without a sequence length or batch or
+    # with an EP degree that does not fold into the stage's GPUs
     files = shipped["files"]
     assert files["measured_training_runs.csv"] == {"rows": 271, "expressed": 271}
-    assert files["measured_moe_blackwell.csv"]["expressed"] >= 117
-    assert set(shipped["refused"]) == {"mixture-of-experts models are not modelled yet",
-                                       "hybrid Mamba-Transformer models are not modelled",
-                                       "power-limited GPU not in the hardware catalog"}
+    assert files["measured_moe_blackwell.csv"]["expressed"] >= 245
+    assert set(shipped["refused"]) == {"hybrid Mamba-Transformer models are not modelled",
+                                       "power-limited GPU not in the hardware catalog",
+                                       "seq_len unknown", "global_batch_seqs unknown",
+                                       "layout inconsistent",
+                                       "precision fp8-blockwise is not modelled"}
 
 
 def test_time_error_median_p90_and_leave_one_source_out(shipped):
-    assert shipped["overall"]["n"] >= 380
-    assert shipped["overall"]["median_abs"] <= 0.08
-    assert shipped["overall"]["p90_abs"] <= 0.20
-    assert shipped["loso"]["overall"]["median_abs"] <= 0.10
-    assert shipped["loso"]["overall"]["p90_abs"] <= 0.30
-    # every source is predicted, and none is off by more than 15 % in median in-sample
-    assert all(v["median_abs"] <= 0.15 for v in shipped["per_source"].values())
-    # per GPU generation 10 %; per precision 15 % (NVFP4's 8 rows: 11.5 %, over the 10 %
+    """The dense models' bars (issue 15): in sample and leave-one-source-out."""
+    dense, dense_loso = shipped["per_model_kind"]["dense"], shipped["loso"]["per_model_kind"]
+    assert dense["n"] >= 380
+    assert dense["median_abs"] <= 0.08
+    assert dense["p90_abs"] <= 0.20
+    assert dense_loso["dense"]["median_abs"] <= 0.10
+    assert dense_loso["dense"]["p90_abs"] <= 0.30
+    # every source with dense rows is predicted, none off by more than 15 % in median
+    by_source = {}
+    for r in shipped["rows"]:
+        if r["error"] is not None and "MoE" not in r.get("kind", "dense"):
+            by_source.setdefault(r["source"], []).append(abs(r["error"]))
+    assert all(np.median(v) <= 0.15 for v in by_source.values())
+    # per GPU generation 10 %; per precision 15 % (MXFP8's 21 rows: 10.3 %, over the 10 %
     # bar of issue 15), in sample
-    assert set(shipped["per_generation"]) == {"ampere", "hopper", "blackwell"}
-    assert all(v["median_abs"] <= 0.10 for v in shipped["per_generation"].values())
-    assert all(v["median_abs"] <= 0.15 for v in shipped["per_precision"].values())
-    assert all(v["median_abs"] <= 0.15 for v in shipped["loso"]["per_generation"].values())
+    generations = {k: v for k, v in shipped["per_generation"].items() if "MoE" not in k}
+    assert set(generations) == {"ampere", "hopper", "blackwell"}
+    assert all(v["median_abs"] <= 0.10 for v in generations.values())
+    assert all(v["median_abs"] <= 0.15 for k, v in shipped["per_precision"].items()
+               if "MoE" not in k)
+    assert all(v["median_abs"] <= 0.15 for k, v in shipped["loso"]["per_generation"].items()
+               if "MoE" not in k)
+
+
+def test_moe_accuracy(shipped):
+    """Mixture-of-experts rows (issue 16), as far as they are met: in-sample median within
+    10 %, the memory of SimuMax's runs (measured peaks) within 15 %; the dense rows keep
+    their bars (above)."""
+    moe = shipped["per_model_kind"]["MoE"]
+    assert moe["n"] >= 120 and moe["median_abs"] <= 0.10
+    memory = [abs(r["mem_error"]) for r in shipped["rows"]
+              if "mem_error" in r and r.get("kind") == "MoE"]
+    assert len(memory) >= 16 and max(memory) <= 0.15
 
 
 def test_memory_and_out_of_memory_rows(shipped):
@@ -356,7 +379,7 @@ def test_readme_parameters_are_the_calibration_file_with_their_ranges():
     lines = (REPO_ROOT / "README.md").read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("| parameter | Ampere |"))
     rows = [ln for ln in lines[start + 2:] if ln.startswith("| `")]
-    assert len(rows) == 9
+    assert len(rows) == 12
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
         name = cells[0].strip("`")
