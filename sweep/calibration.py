@@ -332,6 +332,54 @@ def _fit_moe(gen: str, timed: Sequence[Case], dense: Mapping[str, float], ranges
     return dict(zip(names, _rounded(objective_moe, theta)))
 
 
+#: per-generation fits by (generation, the ids of its runs, tol, within_ranges)
+_GENERATION_FITS: dict[tuple, tuple[dict, dict, dict]] = {}
+
+
+def _fit_generation(gen: str, timed: Sequence[Case], moe_timed: Sequence[Case],
+                    ranges: Mapping, within_ranges: bool, tol: float
+                    ) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
+    """(parameters, rows, objective) of one generation: its time parameters fitted on its
+    dense runs, then its MoE parameters on its MoE runs with those held."""
+    rows: dict[str, int] = {}
+    objective: dict[str, float] = {}
+    if not timed:  # MoE runs only: the dense parameters at their centres
+        params = {n: round(centre_of(gen, n, ranges), 4) for n in TIME_PARAMETERS
+                  if n != "fused_attn_eff"}
+        params.update(_fit_moe(gen, moe_timed, params, ranges, within_ranges, tol, rows,
+                               objective))
+        return params, rows, objective
+    ev = Evaluator(timed)
+    centres = {n: centre_of(gen, n, ranges) for n in TIME_PARAMETERS}
+    limits = {n: bounds_of(gen, n, ranges if within_ranges else {}) for n in TIME_PARAMETERS}
+    prior = centres if within_ranges else DEFAULT_PARAMETERS
+    # parameters no run exercises stay at their centres; fp8_eff / fp4_eff only where the
+    # generation has a range for them (the tensor cores), fused_attn_eff never: left out,
+    # make_context then uses attn_eff for it
+    fixed = {n: centres[n] for n in TIME_PARAMETERS if not exercised(n, timed)
+             and n != "fused_attn_eff"
+             and (n not in ("fp8_eff", "fp4_eff") or n in ranges.get(gen, {}))}
+    names = [n for n in TIME_PARAMETERS if exercised(n, timed)]
+    ev.set_parameters({gen: fixed})
+    x0 = np.array([prior[n] for n in names])
+    measured = np.array([c.measured for c in timed])
+    physical = {n: bounds_of(gen, n, ranges) for n in names if n in ranges.get(gen, {})}
+    objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured,
+                                    prior, physical)
+    theta, value = _minimize(objective_gen, x0, [limits[n] for n in names], tol)
+    theta = _onto_bounds(objective_gen, theta,
+                         [physical.get(n, (-np.inf, np.inf)) for n in names])
+    params = {**dict(zip(names, _rounded(objective_gen, theta))),
+              **{n: round(v, 4) for n, v in fixed.items()}}
+    params = {n: params[n] for n in TIME_PARAMETERS if n in params}
+    rows[gen] = len(timed)
+    objective[gen] = value
+    if moe_timed:
+        params.update(_fit_moe(gen, moe_timed, params, ranges, within_ranges, tol, rows,
+                               objective))
+    return params, rows, objective
+
+
 def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -> FitResult:
     """Fit every generation present in ``cases`` (time), then the memory parameters,
     starting from the prior centres (DEFAULT_PARAMETERS): the result depends on the cases
@@ -347,40 +395,17 @@ def fit(cases: Sequence[Case], tol: float = 1e-3, within_ranges: bool = False) -
         moe_timed = [c for c in cases if c.hw.generation == gen and c.metric and c.job.is_moe]
         if not timed and not moe_timed:
             continue
-        if not timed:  # MoE runs only: the dense parameters at their centres
-            params[gen] = {n: round(centre_of(gen, n, ranges), 4) for n in TIME_PARAMETERS
-                           if n != "fused_attn_eff"}
-            params[gen].update(_fit_moe(gen, moe_timed, params[gen], ranges, within_ranges,
-                                        tol, rows, objective))
-            continue
-        ev = Evaluator(timed)
-        centres = {n: centre_of(gen, n, ranges) for n in TIME_PARAMETERS}
-        limits = {n: bounds_of(gen, n, ranges if within_ranges else {}) for n in TIME_PARAMETERS}
-        prior = centres if within_ranges else DEFAULT_PARAMETERS
-        # parameters no run exercises stay at their centres; fp8_eff / fp4_eff only where the
-        # generation has a range for them (the tensor cores), fused_attn_eff never: left out,
-        # make_context then uses attn_eff for it
-        fixed = {n: centres[n] for n in TIME_PARAMETERS if not exercised(n, timed)
-                 and n != "fused_attn_eff"
-                 and (n not in ("fp8_eff", "fp4_eff") or n in ranges.get(gen, {}))}
-        names = [n for n in TIME_PARAMETERS if exercised(n, timed)]
-        ev.set_parameters({gen: fixed})
-        x0 = np.array([prior[n] for n in names])
-        measured = np.array([c.measured for c in timed])
-        physical = {n: bounds_of(gen, n, ranges) for n in names if n in ranges.get(gen, {})}
-        objective_gen = _time_objective(ev, gen, names, _source_weights(timed), measured,
-                                        prior, physical)
-        theta, value = _minimize(objective_gen, x0, [limits[n] for n in names], tol)
-        theta = _onto_bounds(objective_gen, theta,
-                             [physical.get(n, (-np.inf, np.inf)) for n in names])
-        params[gen] = {**dict(zip(names, _rounded(objective_gen, theta))),
-                       **{n: round(v, 4) for n, v in fixed.items()}}
-        params[gen] = {n: params[gen][n] for n in TIME_PARAMETERS if n in params[gen]}
-        rows[gen] = len(timed)
-        objective[gen] = value
-        if moe_timed:
-            params[gen].update(_fit_moe(gen, moe_timed, params[gen], ranges, within_ranges,
-                                        tol, rows, objective))
+        # the same runs give the same fit: leave-one-source-out folds that keep a
+        # generation's runs reuse its fit (_GENERATION_FITS, per process)
+        key = (gen, tuple(c.row.get("id", id(c)) for c in timed + moe_timed), tol,
+               within_ranges)
+        if key not in _GENERATION_FITS:
+            _GENERATION_FITS[key] = _fit_generation(gen, timed, moe_timed, ranges,
+                                                    within_ranges, tol)
+        gen_params, gen_rows, gen_objective = _GENERATION_FITS[key]
+        params[gen] = dict(gen_params)
+        rows.update(gen_rows)
+        objective.update(gen_objective)
     # memory: measured peaks and feasibility, with the time parameters just fitted
     mem_cases = [c for c in cases if c.mem_measured_bytes or c.oom or c.metric]
     ev = Evaluator(mem_cases)

@@ -305,7 +305,7 @@ def _plan_and_estimate(spec, budget_s: float):
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
-    spec = load_spec(args.spec, max_variants=args.max_variants)
+    spec = load_spec(args.spec, max_variants=args.max_variants, overrides=args.overrides)
     plan, estimate, plan_s = _plan_and_estimate(spec, budget_s=1.0)
     cases = plan.cases
     core_s = estimate["core_seconds"]
@@ -447,7 +447,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(out_dir=Path(args.out) if args.out else None, resume=args.resume,
                          force=args.force, checkpoint_s=args.checkpoint,
                          reduce=not args.no_reduce, shard=args.shard,
-                         max_variants=args.max_variants,
+                         max_variants=args.max_variants, overrides=tuple(args.overrides),
                          progress=_Progress() if not args.quiet else None,
                          warn=lambda w: print(f"sweep run: warning: {' '.join(w.split())}",
                                               file=sys.stderr, flush=True))
@@ -684,6 +684,14 @@ def _max_variants_flag(parser: argparse.ArgumentParser) -> None:
                         f"than N variants (default {DEFAULT_MAX_VARIANTS:,}), before expanding it")
 
 
+def _set_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="overrides",
+                        help="replace a key of the spec, VALUE in YAML, a dotted KEY for a "
+                             "nested one: --set gpus=256 --set hardware.grid.nvlink_domain=[8]"
+                             " (repeatable; the run records the spec as resolved)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sweep", description="MPI-parallel design-space sweeps for distributed "
@@ -697,6 +705,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--all", action="store_true", help="list every case")
     pl.add_argument("--json", action="store_true", help="print JSON")
     _max_variants_flag(pl)
+    _set_flag(pl)
     pl.set_defaults(func=_cmd_plan)
 
     r = sub.add_parser("run", help="run a sweep (serially, or under mpiexec / srun)")
@@ -714,6 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", type=_positive_int, default=20, help="cases to print (default 20)")
     r.add_argument("--quiet", action="store_true", help="print only the results path")
     _max_variants_flag(r)
+    _set_flag(r)
     r.set_defaults(func=_cmd_run)
 
     rd = sub.add_parser("reduce", help="merge a run folder's part files into sweep.h5")

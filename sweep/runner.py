@@ -75,6 +75,7 @@ class RunOptions:
     progress: Callable[[dict], None] | None = None  # rank 0: called with progress records
     shard: tuple[int, int] | None = None  # (index, count): run only this shard; implies resume
     max_variants: int = DEFAULT_MAX_VARIANTS  # refuse specs with more hardware variants
+    overrides: tuple[str, ...] = ()  # KEY=VALUE items applied to the spec (sweep run --set)
     warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
 
 
@@ -113,7 +114,8 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     ranks) reads only its own part files: no other worker can have done its units (but a
     run with another layout, whose units it then redoes; the reduction drops the
     duplicates), and a thousand-task array does not make every task open every part."""
-    spec = load_spec(spec_path, max_variants=options.max_variants)
+    spec = load_spec(spec_path, max_variants=options.max_variants,
+                     overrides=options.overrides)
     text = resolved_yaml(spec)
     plan = make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name

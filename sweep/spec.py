@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -485,14 +485,55 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
 
 
 def load_spec(path: str | Path, *, max_variants: int = DEFAULT_MAX_VARIANTS,
-              max_cases: int | None = None) -> SweepSpec:
+              max_cases: int | None = None, overrides: Sequence[str] = ()) -> SweepSpec:
     """Read and validate a spec file (errors name the file and the key); limits as
-    :func:`parse_spec`."""
+    :func:`parse_spec`. ``overrides``: ``KEY=VALUE`` items replacing a key of the file
+    (:func:`set_keys`), before it is validated."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(str(path), "", "no such spec file")
-    return parse_spec(read_yaml(p), str(path), p.resolve().parent, max_variants=max_variants,
+    raw = set_keys(read_yaml(p), overrides, str(path))
+    return parse_spec(raw, str(path), p.resolve().parent, max_variants=max_variants,
                       max_cases=max_cases)
+
+
+def set_keys(raw: Any, overrides: Sequence[str], source: str) -> Any:
+    """``raw`` (a spec mapping) with each ``KEY=VALUE`` of ``overrides`` applied: KEY a key
+    or a dotted path of keys (``hardware.grid.nvlink_domain``), VALUE read as YAML
+    (``gpus=256``, ``gpus=[256, 1024]``, ``jobs=[llama3_8b]``); the spec is validated as a
+    whole afterwards, so a bad value is reported like one in the file.
+
+    Raises:
+        SpecError: an item without ``=``, an empty key, a path through a non-mapping, or a
+            value that is not YAML.
+    """
+    import copy
+
+    import yaml
+
+    if not overrides:
+        return raw
+    out = copy.deepcopy(raw) if isinstance(raw, dict) else raw
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise SpecError(source, "--set", f"{item!r} is not KEY=VALUE")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SpecError(source, f"--set {key}", f"{text!r} is not a YAML value") from None
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise SpecError(source, f"--set {key}",
+                            f"{'.'.join(parts[:-1])} is not a mapping in the spec")
+        node[parts[-1]] = value
+    return out
 
 
 # ------------------------------------------------------------------------------ resolution

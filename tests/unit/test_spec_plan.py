@@ -182,3 +182,24 @@ def test_each_variant_equals_its_axes_applied_from_the_base():
         for point in points:
             hw = apply_overrides(hw, point, s.source)
         assert v.hardware == dataclasses.replace(hw, name=v.label)
+
+
+def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
+    from sweep.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [llama3_8b]\ngpus: [64, 128]\n"
+                    "hardware: {base: [H100-SXM], grid: {nvlink_domain: [8, 72]}}\n")
+    s = load_spec(spec, overrides=["gpus=16", "hardware.grid.nvlink_domain=[8]",
+                                   "jobs=[{name: llama3_8b, seq_len: 4096}]"])
+    assert tuple(s.gpus) == (16,) and s.jobs[0].seq_len == 4096
+    assert len(make_plan(s).cases) == 2  # one variant, 1d and 2d
+    # the file itself is untouched, and the run records what it resolved to
+    assert "gpus: [64, 128]" in spec.read_text()
+    for bad, message in (("gpus", f"{spec}: --set: 'gpus' is not KEY=VALUE"),
+                         ("gpus=-3", f"{spec}: gpus[0]: expected a positive integer"),
+                         ("name.x=3", f"{spec}: --set name.x: name is not a mapping"),
+                         ("gpus=[1", f"{spec}: --set gpus: '[1' is not a YAML value")):
+        assert main(["plan", str(spec), "--set", bad]) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (bad, err)
