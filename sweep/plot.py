@@ -198,6 +198,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     sweep has one GPU count, x = hardware variant, one panel per job."""
     Figure = _mpl()
     best = _best(res, opts)
+    parts = {c: label for c, label in parts.items() if c in best}  # (older files: no EP)
     by_variant = best["n_gpus"].nunique() == 1
     if by_variant:
         jobs = list(dict.fromkeys(best["job"]))
@@ -438,14 +439,15 @@ def _layout(res: Results, opts: PlotOptions):
     rows = []
     for ax, (job, variant) in zip(axes, keys):
         sub = best[(best["job"] == job) & (best["variant_id"] == variant)].sort_values("n_gpus")
-        for k, d in enumerate(DEGREES):
+        degrees = [d for d in DEGREES if d in sub]  # (files before EP have no ep / etp)
+        for k, d in enumerate(degrees):
             vals = sub[d].to_numpy(float)
             if d != "dp" and np.all(vals == 1):
                 continue
             ax.plot(sub["n_gpus"], vals, "o-", color=f"C{k}", label=d.upper(), ms=3)
         for _, r in sub.iterrows():
             rows.append({"job": job, "variant_id": int(variant), "n_gpus": int(r["n_gpus"]),
-                         "case_id": int(r["case_id"]), **{d: int(r[d]) for d in DEGREES}})
+                         "case_id": int(r["case_id"]), **{d: int(r[d]) for d in degrees}})
         ax.set_yscale("log", base=2)
         _finish_panel(ax, sub["n_gpus"], "parallel degree", _label(best, job, variant))
     fig.suptitle(_title(res, "layout of the best configuration", note), fontsize=10)

@@ -28,7 +28,8 @@ __all__ = ["Results", "open_results", "TIME_PARTS", "MEMORY_PARTS", "DEGREES"]
 
 #: time breakdown columns of /top, in stacking order, with their labels
 TIME_PARTS = {"t_compute_s": "compute", "t_memory_s": "exposed memory",
-              "t_tp_comm_s": "TP comm", "t_cp_comm_s": "CP comm", "t_dp_comm_s": "DP comm",
+              "t_tp_comm_s": "TP comm", "t_cp_comm_s": "CP comm",
+              "t_ep_comm_s": "EP all-to-all", "t_dp_comm_s": "DP comm",
               "t_pp_comm_s": "PP comm", "t_bubble_s": "pipeline bubble",
               "t_optimizer_s": "optimizer", "t_offload_s": "offload"}
 #: memory breakdown columns of /top, in stacking order, with their labels
@@ -36,7 +37,7 @@ MEMORY_PARTS = {"mem_weights_bytes": "weights", "mem_grads_bytes": "gradients",
                 "mem_optimizer_bytes": "optimizer state",
                 "mem_activations_bytes": "activations", "mem_other_bytes": "other (reserve)"}
 #: parallel degrees of a configuration
-DEGREES = ("tp", "tp2", "cp", "pp", "dp")
+DEGREES = ("tp", "tp2", "cp", "pp", "dp", "ep", "etp")
 _TEXT = ("job", "strategy", "hardware", "base", "swept")
 
 

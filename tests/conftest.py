@@ -25,3 +25,26 @@ def nersc_hw():
 @pytest.fixture
 def job():
     return load_job
+
+
+def candidate_block(n: int = 1, **kw) -> dict:
+    """Column block of ``n`` identical calibrated-profile candidates: degrees 1 unless given,
+    each group inside one NVLink domain of 8 unless its nv_* is given, EP ranks per domain
+    from that placement (candidates.expert_ranks_per_domain)."""
+    import numpy as np
+
+    from sweep.candidates import expert_ranks_per_domain
+    from sweep.schema import CANDIDATE_DTYPE, empty_candidates
+
+    c = empty_candidates(n)
+    c["dp"] = c["tp"] = c["pp"] = c["mbs"] = 1
+    for k, v in kw.items():
+        c[k] = v
+    for nv, g in (("nv_tp", "tp"), ("nv_tp2", "tp2"), ("nv_cp", "cp"), ("nv_dp", "dp"),
+                  ("nv_pp", "pp")):
+        if nv not in kw:
+            c[nv] = np.minimum(c[g], 8)
+    cols = {k: c[k].astype(np.int64) for k in CANDIDATE_DTYPE.names}
+    if "nv_ep" not in kw:
+        cols["nv_ep"] = expert_ranks_per_domain(cols)
+    return cols

@@ -16,7 +16,8 @@ from sweep.catalog import load_hardware, load_job
 from sweep.cost import calibrated, evaluate_columns, moe
 from sweep.hardware import parse_hardware
 from sweep.job import Job
-from sweep.schema import CANDIDATE_DTYPE, Recompute, empty_candidates
+from sweep.schema import Recompute
+from tests.conftest import candidate_block
 
 PARAMS = {"gemm_eff": 0.5, "attn_eff": 0.5, "hbm_eff": 0.5, "kernel_us": 0.0, "nvl_eff": 1.0,
           "net_eff": 1.0, "fp8_eff": 1.0, "reserve_GiB": 0.0, "allocator_cache": 0.0,
@@ -40,17 +41,8 @@ def ctx(job=TINY, hw=TOY, **params):
 
 
 def cand(n=1, **kw):
-    c = empty_candidates(n)
-    c["dp"] = c["tp"] = c["pp"] = c["mbs"] = 1
-    for k, v in kw.items():
-        c[k] = v
-    for nv, g in (("nv_tp", "tp"), ("nv_cp", "cp"), ("nv_dp", "dp"), ("nv_pp", "pp")):
-        if nv not in kw:
-            c[nv] = np.minimum(c[g], 8)
-    cols = {k: c[k].astype(np.int64) for k in CANDIDATE_DTYPE.names}
-    if "nv_ep" not in kw:
-        cols["nv_ep"] = expert_ranks_per_domain(cols)
-    return cols
+    """Column block of n identical candidates (degrees 1, groups inside one domain)."""
+    return candidate_block(n, **kw)
 
 
 def layout(x, c):
