@@ -772,6 +772,12 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         last_mid = layers_first + np.maximum(pp - 3.0, 0.0) * layers
         nm_mid = np.maximum(np.maximum(moe_in(layers_first, layers), moe_in(last_mid, layers)),
                             moe_in(np.maximum(last_mid - layers, layers_first), layers))
+        # with MoE on every third layer or sparser, where a stage starts decides its count:
+        # the busiest middle stage holds ceil(layers / step) of the middle stages' MoE blocks
+        middle = moe_in(layers_first, np.maximum(L - layers_last - layers_first, 0.0))
+        sparse = x["moe_step"] >= 3
+        nm_mid = np.where(sparse & (pp > 2), np.maximum(nm_mid, np.minimum(
+            np.ceil(layers / np.maximum(x["moe_step"], 1.0)), middle)), nm_mid)
         nm_mid = np.minimum(np.where(multi, nm_mid, nm_first), layers)
     else:
         nm_first = nm_last = nm_mid = 0.0
@@ -873,11 +879,13 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         + head_f + head_b + fsdp_fb + accum_vocab + mtp_s
     mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
     single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
-    t_max = np.where(multi, np.maximum(np.maximum(first, last), mid), single)
+    # (an MoE job with two stages has no middle one: its blocks differ from stage to stage)
+    mid_bound = np.where((pp == 2) & moe_on, 0.0, mid) if moe_on else mid
+    t_max = np.where(multi, np.maximum(np.maximum(first, last), mid_bound), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
     # the stage that bounds the steady state (ties: first, then last), and its layers
-    first_slowest = ~multi | (first >= np.maximum(last, mid))
-    last_slowest = ~multi | (~first_slowest & (last >= mid))
+    first_slowest = ~multi | (first >= np.maximum(last, mid_bound))
+    last_slowest = ~multi | (~first_slowest & (last >= mid_bound))
     n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
     nm_slow = np.where(first_slowest, nm_first, np.where(last_slowest, nm_last, nm_mid)) \
         if moe_on else 0.0
@@ -918,7 +926,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     if moe_on:
         # the routed experts' gradients over the expert data-parallel group: all-reduced, or
         # reduce-scattered and the updated weights all-gathered (distributed optimizer)
-        p_exp_stage = np.maximum(nm_first, nm_mid) * p_exp_layer
+        p_exp_stage = np.maximum(np.maximum(nm_first, nm_mid), nm_last) * p_exp_layer
         exp_vol = p_exp_stage * x["grad_comm_bytes"]
         t_grad = t_grad + np.where(
             zero == 0, collective_s("allreduce", exp_vol, edp, edp_domain, x),
@@ -942,7 +950,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # out every step; activations and weights per layer, hidden behind that layer's compute
     off = np.asarray(c["offload"])
     host_Bps = np.maximum(x["host_Bps"], 1.0)
-    opt_state = OPTIMIZER_STATE_BYTES * p_opt
+    opt_state = OPTIMIZER_STATE_BYTES * (p_opt + p_exp_stage / exp_shard)
     t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
     act_layer = lay["act_layer"]
     t_off = t_off + np.where(off & 2, layers * m * np.maximum(
@@ -981,7 +989,17 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
                           nm_mid, nm_mid * p_exp_layer, exp_shard)
         larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
+        if moe_on:  # (no middle stage with two stages)
+            larger = larger & (pp != 2)
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
+    if moe_on:
+        # MoE: the last stage holds the last blocks (all MoE, where the first may be dense)
+        # and the LM head
+        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
+        mem_last = _memory(x, c, T, t, layers_last, m, p_layer, p_last, shard, lay, True,
+                           nm_last, nm_last * p_exp_layer, exp_shard, last_stage=True)
+        larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
+        mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
         "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
         "t_memory_s": memory_t + np.minimum(other, 0.0), "t_tp_comm_s": tp_t,
@@ -1002,7 +1020,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
              "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
              "rec_slow": recompute_s(n_slow, nm_slow), "first_slowest": first_slowest,
-             "nm_slow": nm_slow, "mtp": mtp_s,
+             "nm_slow": nm_slow, "mtp": mtp_s, "accum_moe": accum_moe,
              "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
              "multi": multi}
     return out, parts
@@ -1069,8 +1087,9 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
     add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
     vocab_stages = np.where(p["multi"], np.where(first_slowest | last_slowest, 1.0, 0.0),
                             2.0 - x["tied"])
-    add("gradient accumulation", m * (p["accum_layer"] * p["n_slow"]
-                                      + vocab_stages * p["accum_vocab"]),
+    accum = p["accum_layer"] * p["n_slow"] if not moe_on else (
+        p["accum_layer"] * (p["n_slow"] - nm) + p["accum_moe"] * nm)
+    add("gradient accumulation", m * (accum + vocab_stages * p["accum_vocab"]),
         "memory_s")
     for name, key in (("pipeline bubble", "t_bubble_s"), ("pipeline p2p", "t_pp_comm_s"),
                       ("data-parallel comm", None), ("optimizer step", "t_optimizer_s"),
@@ -1121,7 +1140,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
 
 
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
-            p_exp=0.0, exp_shard=1.0):
+            p_exp=0.0, exp_shard=1.0, last_stage=False):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as the first stage holds), logits if ``vocab_stage``, reserve. Of the layers,
@@ -1151,7 +1170,11 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
     if np.any(np.asarray(p_exp) > 0):
         # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
-        weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard, p_exp * w_b)
+        # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
+        # pipeline parallelism, else two blocks' as for the other weights)
+        exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm, 1.0)) * ab
+        weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
+                                     p_exp * w_b)
         grads = grads + np.where(zero >= 2, p_exp * g_b / exp_shard, p_exp * g_b)
         optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
             / exp_shard
@@ -1162,6 +1185,10 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # (Megatron-LM theoretical_memory_usage.py: interleaved_schedule_memory_penalty)
     in_flight = np.where(pp > 1, np.minimum(pp, m), 1.0) * np.where(
         v > 1, 1.0 + (pp - 1) / (pp * v), 1.0)
+    if last_stage:
+        # the last stage of a 1F1B pipeline runs each micro-batch's backward right after its
+        # forward: one in flight (interleaved: its chunks' share as the first stage's)
+        in_flight = np.where(v > 1, in_flight, 1.0)
     r = np.asarray(c["recompute"])
     k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]

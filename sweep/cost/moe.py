@@ -22,7 +22,7 @@ import numpy as np
 
 from .kernels import TC_ALIGN, collective_s, gemm_s, memory_s
 
-__all__ = ["routed_experts", "router_s", "tokens_per_expert", "a2a_bytes", "a2a_s", "distinct_fraction",
+__all__ = ["routed_experts", "router_s", "rows_sent", "tokens_per_expert", "a2a_bytes", "a2a_s", "distinct_fraction",
            "moe_layers_before", "expert_params"]
 
 #: rows of each expert's GEMM input padded to this multiple when the grouped GEMMs run in
@@ -97,8 +97,9 @@ def a2a_bytes(x: Mapping, T_l, ep, g, value_bytes) -> tuple[np.ndarray, np.ndarr
     e, k, E = x["e"], x["topk"], x["E"]
     row = e * value_bytes
     domains = np.maximum(ep / np.maximum(g, 1.0), 1.0)
-    nccl_nvl = T_l * k * row * (g - 1.0) / ep
-    nccl_net = T_l * k * row * (ep - g) / ep
+    sent = rows_sent(x, T_l)
+    nccl_nvl = sent * row * (g - 1.0) / ep
+    nccl_net = sent * row * (ep - g) / ep
     ranks_hit = ep * distinct_fraction(E, k, 1.0 / ep)
     domains_hit = domains * distinct_fraction(E, k, 1.0 / domains)
     flex_net = T_l * row * domains_hit * (domains - 1.0) / domains
@@ -110,12 +111,21 @@ def a2a_bytes(x: Mapping, T_l, ep, g, value_bytes) -> tuple[np.ndarray, np.ndarr
     return np.where(flex, flex_nvl, nccl_nvl), np.where(flex, flex_net, nccl_net)
 
 
+def rows_sent(x: Mapping, T_l) -> np.ndarray:
+    """Token copies one GPU sends in a dispatch: T_l k dropless; with a capacity factor and
+    padding, every expert's capacity ceil(T_l k cf / E) (token_dispatcher.py preprocess:
+    num_out_tokens = capacity x num_experts; notes 4.1)."""
+    k, E = x["topk"], np.maximum(x["E"], 1.0)
+    padded = E * np.ceil(T_l * k * x["capacity"] / E)
+    return np.where(x["capacity"] > 0, padded, T_l * k)
+
+
 def a2a_s(nvl_bytes, net_bytes, ep, g, x: Mapping) -> np.ndarray:
     """Time of one all-to-all: the two tiers run concurrently, each at a2a_eff of its link
-    bandwidth (one NIC's worth per GPU: NCCL does not aggregate NICs in all-to-all,
+    bandwidth (at most one NIC's worth per GPU: NCCL does not aggregate NICs in all-to-all,
     nccl-tests issue #267), plus one latency of the slowest tier crossed."""
     nvl = x["nvl_Bps"] * x["a2a_eff"]
-    net = x["net_Bps"] * np.maximum(x["nics"], 1e-9) * x["a2a_eff"]
+    net = x["net_Bps"] * np.clip(x["nics"], 1e-9, 1.0) * x["a2a_eff"]
     lat = np.where(ep > g, x["net_lat_s"], x["nvl_lat_s"])
     t = np.maximum(nvl_bytes / nvl, net_bytes / net) + lat
     return np.where(ep > 1, t, 0.0)
@@ -143,7 +153,7 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     ep = np.asarray(c["ep"], dtype=np.float64)
     etp = np.asarray(c["etp"], dtype=np.float64)
     g = np.asarray(c["nv_ep"], dtype=np.float64)
-    E, k, fe = np.maximum(x["E"], 1.0), x["topk"], x["fe"]
+    E, fe = np.maximum(x["E"], 1.0), x["fe"]
     glu = x["swiglu"]
     local = E / ep  # experts on this GPU
     M = tokens_per_expert(x, T_l, ep, etp)  # rows per local expert
@@ -151,7 +161,8 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     # permute before the dispatch (T_l rows read, T_l k written), sort by local expert after
     # it, and the mirror image around the combine (token_dispatcher.py dispatch_preprocess /
     # dispatch_postprocess / combine_*; moe_utils.py permute, unpermute; notes 3.2)
-    perm_bytes = 2.0 * ab * e * (T_l + T_l * k + 2.0 * rows)
+    sent = rows_sent(x, T_l)
+    perm_bytes = 2.0 * ab * e * (T_l + sent + 2.0 * rows)
     perm_f = memory_s(perm_bytes, x, 4.0)
     perm_b = memory_s(perm_bytes, x, 4.0)
     # grouped expert GEMMs (experts.py TEGroupedMLP): fc1 (h -> (1 + glu) f_e / etp), fc2
@@ -186,7 +197,7 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
         * np.asarray(c["nv_dp"], dtype=np.float64)
     etp_domain = np.minimum(etp, np.maximum(d_in, 1.0))
-    etp_buffer = etp * T_l * k * e * ab
+    etp_buffer = etp * sent * e * ab
     etp_comm = collective_s("allgather", etp_buffer, etp, etp_domain, x) \
         + collective_s("reducescatter", etp_buffer, etp, etp_domain, x)
     comm_f = 2.0 * one + etp_comm

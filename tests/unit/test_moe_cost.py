@@ -177,8 +177,9 @@ def test_a2a_overlap_hides_communication_behind_the_other_micro_batch():
     assert hidden["step_time_s"][0] < plain["step_time_s"][0]
 
 
-def test_op_table_rows_sum_to_the_step_and_name_the_moe_ops():
-    job = dataclasses.replace(TINY, first_k_dense=1, n_layers=3)
+@pytest.mark.parametrize("accum_bytes", [0.0, 8.0])
+def test_op_table_rows_sum_to_the_step_and_name_the_moe_ops(accum_bytes):
+    job = dataclasses.replace(TINY, first_k_dense=1, n_layers=3, grad_accum_bytes=accum_bytes)
     x = ctx(job)
     c = cand(dp=8, ep=4, nv_dp=2, recompute=Recompute.SELECTIVE)
     rows = calibrated.op_table(x, c)
@@ -250,3 +251,20 @@ def test_each_local_expert_costs_its_host_preparation_per_grouped_call():
     slow = moe.routed_experts(x, c, layout(x, c), 100e12)
     assert slow["gemm_f"] - base["gemm_f"] == pytest.approx(2 * 4 * 10e-6)
     assert slow["gemm_b"] - base["gemm_b"] == pytest.approx(4 * 4 * 10e-6)
+
+
+def test_the_busiest_middle_stage_of_a_sparse_moe_pattern():
+    """MoE on every 4th of 36 layers over 8 stages of 5 (the last of 1): the fourth stage
+    holds 2 MoE blocks, every other stage 1, and the step is bound by it (8 micro-batches of
+    it at least)."""
+    x = ctx(dataclasses.replace(TINY, n_layers=36, moe_layer_step=4, ffn_hidden=256))
+    c = cand(pp=8)
+    lay = calibrated._layer_terms(x, c)
+    both = calibrated._with_moe(x, c, lay, calibrated._routed_terms(x, c))
+    dense_block = lay["fwd"][0] + lay["bwd"][0]
+    moe_block = both["moe:fwd"][0] + both["moe:bwd"][0]
+    out = calibrated.evaluate(x, c)
+    steady = out["step_time_s"][0] - sum(out[k][0] for k in (
+        "t_bubble_s", "t_pp_comm_s", "t_dp_comm_s", "t_optimizer_s"))
+    assert moe_block > dense_block
+    assert steady == pytest.approx(8 * (3 * dense_block + 2 * moe_block), rel=1e-9)
