@@ -268,3 +268,33 @@ def test_the_busiest_middle_stage_of_a_sparse_moe_pattern():
         "t_bubble_s", "t_pp_comm_s", "t_dp_comm_s", "t_optimizer_s"))
     assert moe_block > dense_block
     assert steady == pytest.approx(8 * (3 * dense_block + 2 * moe_block), rel=1e-9)
+
+
+def test_nccl_all_to_all_uses_at_most_one_nic_per_gpu():
+    # a GPU with two NICs still sends its all-to-all through one (nccl-tests #267)
+    x = ctx()
+    two = dict(x, nics=2.0)
+    assert moe.a2a_s(0.0, 1e8, 8.0, 1.0, two) == pytest.approx(moe.a2a_s(0.0, 1e8, 8.0, 1.0, x))
+    half = dict(x, nics=0.5)  # a NIC shared by two GPUs: half of it each
+    assert moe.a2a_s(0.0, 1e8, 8.0, 1.0, half) == pytest.approx(1e8 / (0.5 * 10e9 * 0.5))
+
+
+def test_capacity_padding_is_sent_too():
+    # 1000 tokens, top-2, 8 experts, capacity factor 1.25: 8 x ceil(312.5) = 2504 rows
+    padded = ctx(dataclasses.replace(TINY, capacity_factor=1.25))
+    assert moe.rows_sent(padded, 1000.0) == 8 * 313
+    assert moe.rows_sent(ctx(), 1000.0) == 2000  # dropless: T k
+    nvl, _ = moe.a2a_bytes(padded, 1000.0, 4.0, 4.0, 2.0)
+    assert nvl == pytest.approx(8 * 313 * 1024 * 2 * 3 / 4)
+
+
+def test_zero3_gathers_the_experts():
+    """ZeRO-3 keeps each GPU's fp32 shard of its experts (over the expert data-parallel group)
+    and gathers two blocks' experts in 16 bits. From ep = 4 to ep = 2 (8 GPUs, 2 MoE blocks,
+    X = one block's expert weights): the shards stay 2 X / 8 x 4 B, the gathered copy grows from
+    2 (X / 4) to 2 (X / 2) x 2 B, by X bytes; without the gather nothing would change."""
+    x = ctx()
+    X = moe.expert_params(x)
+    z3 = {ep: calibrated.evaluate(x, cand(dp=8, ep=ep, zero=3))["mem_weights_bytes"][0]
+          for ep in (2, 4)}
+    assert z3[2] - z3[4] == pytest.approx(X)
