@@ -428,9 +428,8 @@ def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
     width. The all-to-all overlap (overlap_moe_expert_parallel_comm) needs ep > 1, a
     training job, one stage or interleaved stages, and no full or first-k recompute
     (transformer_config.py __post_init__)."""
-    eps = [d for d in _divisors_tuple(job.n_experts)]
-    etps = [d for d in _divisors_tuple(job.moe_ffn_hidden)]
-    triples = [(a, b, o) for a in eps for b in etps for o in (0, 1) if o == 0 or a > 1]
+    triples = [(a, b, o) for a in _divisors_tuple(job.n_experts)
+               for b in _divisors_tuple(job.moe_ffn_hidden) for o in (0, 1) if o == 0 or a > 1]
     options = np.array(triples, dtype=[("ep", "i4"), ("etp", "i4"), ("a2a_overlap", "i4")])
     mesh = (base["tp"].astype(np.int64) * base["cp"] * base["dp"])[:, None]
     size = (options["ep"].astype(np.int64) * options["etp"])[None, :]

@@ -291,17 +291,21 @@ class Job:
         return (self.attention_params() + self._attention_biases() + norms
                 + self.ffn_params(self.ffn_hidden) + self._ffn_biases(self.ffn_hidden))
 
+    def routed_expert_params(self, experts: int | None = None) -> int:
+        """Weights of ``experts`` routed experts of one block (default all of them): their
+        FFN matrices and, with biases (GPT-OSS), their biases."""
+        n = self.n_experts if experts is None else experts
+        return n * (self.ffn_params(self.moe_ffn_hidden) + self._ffn_biases(self.moe_ffn_hidden))
+
     def params_per_moe_layer(self, active: bool = False) -> int:
         """Weights of one MoE block: attention, the router (n_experts x hidden), the routed
         experts (all of them, or the top_k a token uses when ``active``), the shared
         expert(s) and the norms (expert biases, GPT-OSS, counted per expert)."""
         e = self.hidden
-        experts = self.top_k if active else self.n_experts
         norms = (4 if self.norm == "layernorm" else 2) * e
         return (self.attention_params() + self._attention_biases() + norms
                 + self.n_experts * e  # the router
-                + experts * (self.ffn_params(self.moe_ffn_hidden)
-                             + self._ffn_biases(self.moe_ffn_hidden))
+                + self.routed_expert_params(self.top_k if active else None)
                 + self.ffn_params(self.shared_ffn_hidden))
 
     def params_total(self) -> int:

@@ -226,6 +226,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # mixture of experts (n_experts = 0: dense)
         "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
         "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
+        "p_experts": float(job.routed_expert_params()),  # one block's, all experts
         "first_dense": float(job.first_k_dense), "moe_step": float(job.moe_layer_step),
         "capacity": job.capacity_factor, "imbalance": max(job.moe_imbalance, 1.0),
         "flex": float(job.moe_dispatcher == "flex"), "mtp": float(job.mtp_layers),
@@ -831,7 +832,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
         etp = np.asarray(c["etp"], dtype=np.float64)
         w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
         p_layer_moe = w_moe + norms_moe + x["E"] * e
-        p_exp_layer = moe.expert_params(x) / (ep * etp)
+        p_exp_layer = x["p_experts"] / (ep * etp)
         edp = dp * cp * t / (ep * etp)
         d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
             * np.asarray(c["nv_dp"], dtype=np.float64)
@@ -880,7 +881,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
     single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
     # (an MoE job with two stages has no middle one: its blocks differ from stage to stage)
-    mid_bound = np.where((pp == 2) & moe_on, 0.0, mid) if moe_on else mid
+    mid_bound = np.where(pp == 2, 0.0, mid) if moe_on else mid
     t_max = np.where(multi, np.maximum(np.maximum(first, last), mid_bound), single)
     t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
     # the stage that bounds the steady state (ties: first, then last), and its layers

@@ -22,8 +22,8 @@ import numpy as np
 
 from .kernels import TC_ALIGN, collective_s, gemm_s, memory_s
 
-__all__ = ["routed_experts", "router_s", "rows_sent", "tokens_per_expert", "a2a_bytes", "a2a_s", "distinct_fraction",
-           "moe_layers_before", "expert_params"]
+__all__ = ["routed_experts", "router_s", "rows_sent", "tokens_per_expert", "a2a_bytes",
+           "a2a_s", "distinct_fraction", "moe_layers_before"]
 
 #: rows of each expert's GEMM input padded to this multiple when the grouped GEMMs run in
 #: fp8 (16) or a block-scaled format (32) (Megatron-Core moe_utils.py
@@ -40,14 +40,6 @@ def moe_layers_before(x: Mapping, i) -> np.ndarray:
     i = np.asarray(i, dtype=np.float64)
     n = np.floor(np.maximum(i - x["first_dense"], 0.0) / np.maximum(x["moe_step"], 1.0))
     return np.where(x["moe"] > 0, n, 0.0)
-
-
-def expert_params(x: Mapping) -> np.ndarray:
-    """Weights of one block's routed experts, all of them (gate and up, down; the expert
-    biases of GPT-OSS-style blocks): Job.params_per_moe_layer's routed term."""
-    e, fe, glu = x["e"], x["fe"], x["swiglu"]
-    per_expert = (2.0 + glu) * e * fe + x["bias"] * ((1.0 + glu) * fe + e)
-    return x["E"] * per_expert
 
 
 def tokens_per_expert(x: Mapping, T_l, ep, etp) -> np.ndarray:
@@ -202,16 +194,16 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
         + collective_s("reducescatter", etp_buffer, etp, etp_domain, x)
     comm_f = 2.0 * one + etp_comm
     comm_b = 2.0 * one + etp_comm
-    compute_f, compute_b = gemm_f, gemm_b
     memory_f, memory_b = perm_f + act_f, perm_b + act_b
     # kept for the backward (no recompute): router scores, the dispatched rows (fc1 input),
     # fc1 output, fc2 input (activation output), probabilities (notes 6.2)
     # (recompute_moe_act: the activation output, fc2's input, is recomputed from fc1's)
     acts = ROUTER_BYTES_PER_SCORE * T_l * E + rows * (e * sb + w1 * ab
                                                       + w2 * sb * (1.0 - x["rc_moe_act"]) + 4.0)
-    return {"compute_f": compute_f, "compute_b": compute_b, "memory_f": memory_f,
+    return {"compute_f": gemm_f, "compute_b": gemm_b, "memory_f": memory_f,
             "memory_b": memory_b, "ep_f": comm_f, "ep_b": comm_b,
-            "gemm_f": gemm_f, "gemm_b": gemm_b, "permute_f": perm_f, "permute_b": perm_b, "act_f": act_f, "act_b": act_b,
-            "flops_f": gemm_flops + 2.0 * T_l * E * e, "flops_b": 2.0 * gemm_flops
-            + 4.0 * T_l * E * e,
-            "acts": acts}
+            "gemm_f": gemm_f, "gemm_b": gemm_b, "permute_f": perm_f, "permute_b": perm_b,
+            "act_f": act_f, "act_b": act_b,
+            # the router's (T_l x h)(h x E) GEMM: forward, and dgrad + wgrad
+            "flops_f": gemm_flops + 2.0 * T_l * E * e,
+            "flops_b": 2.0 * gemm_flops + 4.0 * T_l * E * e, "acts": acts}

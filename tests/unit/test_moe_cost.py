@@ -130,7 +130,7 @@ def test_one_top_1_expert_is_the_dense_mlp():
     r = moe.routed_experts(xm, c, layout(xm, c), 100e12)
     assert r["gemm_f"] == pytest.approx(dense["gemm_f_each"][2] + dense["gemm_f_each"][3])
     assert r["gemm_b"] == pytest.approx(dense["gemm_b_each"][2] + dense["gemm_b_each"][3])
-    assert moe.expert_params(xm) == 3 * 1024 * 512
+    assert xm["p_experts"] == one.routed_expert_params() == 3 * 1024 * 512
     a, b = calibrated.evaluate(xd, c), calibrated.evaluate(xm, c)
     assert b["step_time_s"] > a["step_time_s"]  # router and permutation on top
     assert b["t_ep_comm_s"] == 0.0
@@ -294,7 +294,7 @@ def test_zero3_gathers_the_experts():
     X = one block's expert weights): the shards stay 2 X / 8 x 4 B, the gathered copy grows from
     2 (X / 4) to 2 (X / 2) x 2 B, by X bytes; without the gather nothing would change."""
     x = ctx()
-    X = moe.expert_params(x)
+    X = x["p_experts"]
     z3 = {ep: calibrated.evaluate(x, cand(dp=8, ep=ep, zero=3))["mem_weights_bytes"][0]
           for ep in (2, 4)}
     assert z3[2] - z3[4] == pytest.approx(X)
