@@ -11,10 +11,10 @@ here.
 from __future__ import annotations
 
 from ._version import __version__
-from .catalog import load_hardware, load_job
-from .cost import evaluate, evaluate_columns
+from .engine.catalog import load_hardware, load_job
 from .errors import SpecError, StoreError, SweepError, WorldError
-from .search import search_case
+from .model.cost import evaluate, evaluate_columns
+from .model.search import search_case
 
 __all__ = ["__version__", "load_hardware", "load_job", "evaluate", "evaluate_columns",
            "search_case", "SweepError", "SpecError", "StoreError", "WorldError"]

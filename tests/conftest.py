@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.catalog import load_hardware, load_job
+from sweep.engine.catalog import load_hardware, load_job
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -33,8 +33,8 @@ def candidate_block(n: int = 1, **kw) -> dict:
     from that placement (candidates.expert_ranks_per_domain)."""
     import numpy as np
 
-    from sweep.candidates import expert_ranks_per_domain
-    from sweep.schema import CANDIDATE_DTYPE, empty_candidates
+    from sweep.model.candidates import expert_ranks_per_domain
+    from sweep.model.schema import CANDIDATE_DTYPE, empty_candidates
 
     c = empty_candidates(n)
     c["dp"] = c["tp"] = c["pp"] = c["mbs"] = 1

@@ -1,0 +1,155 @@
+"""``sweep bench``: candidates evaluated per core-second on fixed workloads.
+
+Each workload is one whole case, searched exactly as a rank searches it (enumeration, cost
+evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
+search is single-threaded), best of ``repeat`` runs, so a loaded machine reads slower, not
+faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
+NVLink domain of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
+the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
+included), is timed and reported on its own;
+``full`` adds Llama 3 405B on 2048 H100 (calibrated) and the whole NERSC reproduction (3
+systems x 3 NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import __version__
+from ..engine.catalog import load_hardware, load_job
+from ..model.candidates import enumerate_space
+from ..model.search import search_range
+
+__all__ = ["Workload", "STANDARD", "MOE", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench",
+           "estimate_search_seconds", "pps_sample"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A set of cases timed together."""
+
+    name: str
+    profile: str
+    cases: tuple[tuple[str, str, int, str, int], ...]  # (job, hardware, nvlink, strategy, gpus)
+
+
+STANDARD = tuple(
+    Workload(f"gpt3_1T {s} B200 nvs8 4096", "nersc2024",
+             (("gpt3_1T", "nersc-B200", 8, s, 4096),))
+    for s in ("1d", "2d", "2d-seqp")) + (
+    Workload("llama3_8b calibrated H100 nvs8 64", "calibrated",
+             (("llama3_8b", "H100-SXM", 8, "1d", 64),)),)
+#: mixture of experts: expert parallelism, expert TP, the all-to-all overlap and their
+#: placement multiply the space (reported on its own line)
+MOE = Workload("deepseek_v3 calibrated GB200 nvs72 64", "calibrated",
+               (("deepseek_v3", "GB200-NVL72", 72, "1d", 64),))
+#: the calibrated profile at production scale (with --full)
+CALIBRATED_LARGE = Workload("llama3_405b calibrated H100 nvs8 2048", "calibrated",
+                            (("llama3_405b", "H100-SXM", 8, "1d", 2048),))
+
+
+def nersc_reproduction() -> Workload:
+    """Every space of the NERSC study (what its outputs/*.npy were computed from)."""
+    cases = tuple((m, f"nersc-{g}", nvs, s, 2**k)
+                  for g in ("A100", "H200", "B200") for nvs in (4, 8, 64)
+                  for m in ("gpt3_1T", "vit_era5") for s in ("1d", "2d", "2d-seqp")
+                  for k in range(2, 15))
+    return Workload("NERSC study, all 702 cases", "nersc2024", cases)
+
+
+def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
+    loaded = []
+    for job_name, hw_name, nvs, strategy, n in w.cases:
+        hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs)
+        loaded.append((load_job(job_name), hw, strategy, n))
+    best = float("inf")
+    count = 0
+    for _ in range(repeat):
+        start = time.process_time()
+        count = 0
+        for job, hw, strategy, n in loaded:
+            space = enumerate_space(w.profile, job, n, strategy, hw.nvlink_domain)
+            search_range(w.profile, job, hw, strategy, n, space, 0, space.size, 10)
+            count += space.size
+        best = min(best, time.process_time() - start)
+    return count, best
+
+
+def run_bench(repeat: int = 5, full: bool = False) -> dict:
+    """Time the workloads; returns a JSON-ready report."""
+    workloads = list(STANDARD) + [MOE] + ([CALIBRATED_LARGE, nersc_reproduction()]
+                                          if full else [])
+    rows = []
+    for w in workloads:
+        count, seconds = _time_workload(w, 1 if w in (CALIBRATED_LARGE,) or len(w.cases) > 10
+                                        else repeat)
+        rows.append({"workload": w.name, "profile": w.profile, "cases": len(w.cases),
+                     "candidates": count, "cpu_seconds": seconds,
+                     "candidates_per_core_second": count / seconds if seconds > 0 else 0.0})
+    std = [r for r in rows if r["workload"] in {w.name for w in STANDARD}]
+    total = sum(r["candidates"] for r in std) / sum(r["cpu_seconds"] for r in std)
+    return {"sweep_version": __version__, "python": platform.python_version(),
+            "numpy": np.__version__, "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(), "repeat": repeat,
+            "workloads": rows, "standard_candidates_per_core_second": total,
+            "moe_candidates_per_core_second": next(
+                r["candidates_per_core_second"] for r in rows if r["workload"] == MOE.name)}
+
+
+def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
+    """Indices of ``samples`` draws, probability proportional to size: the items holding the
+    points ``(j + 1/2) / samples`` of the cumulative size (systematic sampling, so an item of
+    size c is drawn floor or ceil of ``samples * c / total`` times), in a fixed shuffled
+    order. Pure."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    points = (np.arange(samples) + 0.5) / samples * sizes.sum()
+    picked = np.searchsorted(np.cumsum(sizes), points, side="right")
+    return picked[np.random.default_rng(0).permutation(samples)]
+
+
+def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:
+    """Core-seconds of search the plan needs on this machine (``sweep plan``'s estimate).
+
+    Whole work units are drawn with probability proportional to their candidate count (a
+    systematic sample at evenly spaced points of the plan's cumulative candidates, taken in a
+    fixed shuffled order so that stopping at ``budget_s`` of CPU time keeps it spread over
+    the plan) and searched exactly as a rank searches them, their spaces already enumerated
+    as ``make_plan`` leaves them in ``cache``. The total is the Hansen-Hurwitz estimator
+    ``C / m * sum(t_i / c_i)`` (C candidates in the plan, m units timed, t_i CPU seconds of a
+    unit of c_i candidates): unbiased for sampling with replacement proportional to size, so
+    cheap and costly parts of a plan (profiles, strategies, layer-key reuse) count as often
+    as they occur.
+    """
+    units = plan.units
+    sizes = (units["stop"] - units["start"]).astype(np.float64)
+    total = float(sizes.sum())
+    if total == 0:
+        return {"core_seconds": 0.0, "units_timed": 0, "cpu_seconds": 0.0}
+    picked = pps_sample(sizes, samples)
+
+    def search(unit, stop=None) -> None:
+        case = plan.cases[int(unit["case_id"])]
+        search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                     case.n_gpus, cache.of(case), int(unit["start"]),
+                     int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
+
+    search(units[picked[0]], int(units["start"][picked[0]]) + 1)  # warm up (first-call costs)
+    seconds: dict[int, float] = {}
+    ratios = []
+    spent = 0.0
+    for u in picked:
+        if u not in seconds:
+            start = time.process_time()
+            search(units[u])
+            seconds[u] = time.process_time() - start
+            spent += seconds[u]
+        ratios.append(seconds[u] / sizes[u])
+        if spent >= budget_s:
+            break
+    return {"core_seconds": total * float(np.mean(ratios)), "units_timed": len(seconds),
+            "cpu_seconds": spent}

@@ -1,0 +1,230 @@
+"""``sweep predict``: one configuration -> iteration time, throughput, memory, per-op table.
+
+The configuration is matched against the case's candidate space, so a prediction is always
+of a configuration the search would evaluate. Fields left out (dp, the NVLink placement, the
+SUMMA panels nb, ...) are filled with the best choice among the matching candidates, and the
+report says how many there were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SweepError
+from ..model.candidates import enumerate_space, last_stage_layers
+from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
+from ..model.cost.calibrated import unsupported_precision
+from ..model.hardware import Hardware
+from ..model.job import Job
+from ..model.schema import CANDIDATE_DTYPE, Reason
+from ..model.search import DEFAULT_BLOCK
+from ..model.topn import best_positions
+
+__all__ = ["Prediction", "parse_config", "predict", "CONFIG_KEYS"]
+
+#: configuration keys a user may give (every candidate column but the index)
+CONFIG_KEYS = tuple(n for n in CANDIDATE_DTYPE.names if n != "index")
+
+
+@dataclass
+class Prediction:
+    """A predicted configuration: its RESULT row and its per-op rows."""
+
+    profile: str
+    job: Job
+    hardware: Hardware
+    strategy: str
+    n_gpus: int
+    row: np.ndarray  # () RESULT_DTYPE record
+    ops: list[dict[str, float]]  # per-op rows; their time_s adds up to the step time
+    matches: int  # candidates that matched the given fields
+
+    def as_dict(self) -> dict:
+        """JSON-ready summary."""
+        row = {k: (self.row[k].item()) for k in self.row.dtype.names}
+        row["reason"] = Reason(int(row["reason"])).name.lower()
+        return {"profile": self.profile, "job": self.job.name, "hardware": self.hardware.name,
+                "nvlink_domain": self.hardware.nvlink_domain, "strategy": self.strategy,
+                "n_gpus": self.n_gpus, "matching_candidates": self.matches,
+                "hbm_capacity_bytes": self.hardware.hbm_capacity_bytes,
+                "result": row, "ops": self.ops}
+
+
+def parse_config(text: str) -> dict[str, int]:
+    """``"tp=8,pp=4"`` -> ``{"tp": 8, "pp": 4}``.
+
+    Raises:
+        SweepError: malformed item, unknown key or non-positive value.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise SweepError(f"--config: {item!r} is not key=value")
+        if key not in CONFIG_KEYS:
+            raise SweepError(f"--config: unknown key {key!r}; valid: {', '.join(CONFIG_KEYS)}")
+        try:
+            v = int(value)
+        except ValueError:
+            raise SweepError(f"--config: {key}: expected an integer, "
+                             f"got {value.strip()!r}") from None
+        lower = 0 if key in ("recompute", "recompute_layers", "zero", "shard_group", "sp",
+                             "tp_overlap", "offload", "cp_comm", "a2a_overlap") else 1
+        if v < lower:
+            raise SweepError(f"--config: {key}: expected an integer >= {lower}, got {v}")
+        out[key] = v
+    return out
+
+
+def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> str:
+    """First NERSC search rule (nersc2024_model.md section 8) the configuration breaks."""
+    tp, pp, mbs = cfg.get("tp", 1), cfg.get("pp", 1), cfg.get("mbs", 1)
+    name2 = {"1d": "", "2d": "tp2", "2d-seqp": "cp"}[strategy]
+    second = cfg.get(name2, 1) if name2 else 1
+    model = tp * second * pp
+    degrees = " x ".join(k for k in ("tp", name2, "pp") if k)
+    if "dp" not in cfg and n % model:
+        return f"{degrees} = {model} does not divide {n} GPUs"
+    dp = cfg.get("dp", n // model)
+    e, h, L, l, gbs = job.hidden, job.n_heads, job.n_layers, job.seq_len, job.global_batch
+    checks = [
+        (dp * model == n, f"dp x {degrees} = {dp * model}, not {n} GPUs"),
+        (h % tp == 0 and e % tp == 0, f"tp = {tp} must divide heads ({h}) and hidden ({e})"),
+        (strategy != "1d" or (3 * e) // tp >= 128, "1d needs 3 hidden / tp >= 128"),
+        (strategy == "1d" or (e // tp >= 128 and l // second >= 128),
+         "needs hidden / tp >= 128 and seq / tp2 >= 128"),
+        (strategy != "2d" or e % second == 0, f"tp2 = {second} must divide hidden ({e})"),
+        (L % pp == 0, f"pp = {pp} must divide the {L} layers"),
+        (gbs % dp == 0, f"dp = {dp} must divide the global batch ({gbs})"),
+        (gbs % dp == 0 and (gbs // dp) % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
+        ((mbs * l) % {"1d": tp, "2d": second, "2d-seqp": tp * second}[strategy] == 0,
+         "micro-batch x seq must divide over the sequence-sharding degree"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            return msg
+    return ("no NVLink placement / panel count among the candidates matches the nv_* / nb "
+            "given (placements must fill the domain exactly)")
+
+
+def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int]) -> str:
+    """First calibrated search rule (candidates.enumerate_calibrated) the configuration breaks."""
+    tp, tp2, cp, pp, mbs = (cfg.get(k, 1) for k in ("tp", "tp2", "cp", "pp", "mbs"))
+    model = tp * tp2 * cp * pp
+    if "dp" not in cfg and n % model:
+        return f"tp x tp2 x cp x pp = {model} does not divide {n} GPUs"
+    dp = cfg.get("dp", n // model)
+    H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
+                         job.n_layers, job.global_batch)
+    local = B // dp if dp and B % dp == 0 else 0
+    vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
+    ep, etp = cfg.get("ep", 1), cfg.get("etp", 1)
+    group = cfg.get("shard_group", 0)
+    checks = [
+        (dp * model == n, f"dp x tp x tp2 x cp x pp = {dp * model}, not {n} GPUs"),
+        (tp2 == 1 or cp == 1, "2d (tp2 > 1) has no separate context parallelism"),
+        (H % tp == 0 and f % tp == 0, f"tp = {tp} must divide heads ({H}) and ffn ({f})"),
+        (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
+                                       f"{Kv} KV heads"),
+        (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
+        (last_stage_layers(job, pp) >= 1,
+         f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
+         f" / {pp}) layers leave the last without one"),
+        (B % dp == 0, f"dp = {dp} must divide the global batch ({B})"),
+        (local and local % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
+        (vpp == 1 or (pp > 1 and -(-L // pp) % vpp == 0),
+         f"vpp = {vpp} needs pp > 1 and to divide the layers per full stage "
+         f"(ceil({L} / {pp}))"),
+        (vpp == 1 or (local and (local // mbs) % pp == 0),
+         "interleaving needs the micro-batch count to be a multiple of pp"),
+        (rec <= 4, f"recompute = {rec}: 0 none, 1 selective, 2 full, 3 first-k, 4 per-op"),
+        (rec != 3 or 0 < cfg.get("recompute_layers", 0) < -(-L // pp),
+         "recompute = 3 needs 0 < recompute_layers < layers per stage"),
+        (zero <= 3, f"zero = {zero}: stages are 0-3"),
+        (job.is_moe or (ep == 1 and etp == 1), "ep and etp need a mixture-of-experts job"),
+        (not job.is_moe or job.n_experts % ep == 0,
+         f"ep = {ep} must divide the {job.n_experts} experts"),
+        (not job.is_moe or job.moe_ffn_hidden % etp == 0,
+         f"etp = {etp} must divide the expert width ({job.moe_ffn_hidden})"),
+        (not job.is_moe or (tp * cp * dp) % (ep * etp) == 0,
+         f"ep x etp = {ep * etp} must divide tp x cp x dp = {tp * cp * dp} (parallel folding)"),
+        (not job.is_moe or tp == 1 or cfg.get("sp", 1) == 1,
+         "an MoE job with tp > 1 needs sequence parallelism (sp=1)"),
+        (cfg.get("a2a_overlap", 0) == 0 or (ep > 1 and (pp == 1 or vpp > 1) and rec not in (2, 3)),
+         "a2a_overlap needs ep > 1, one stage or interleaved stages, no full / first-k "
+         "recompute"),
+        (group == 0 or (zero == 3 and dp % group == 0 and group < dp
+                        and group & (group - 1) == 0),
+         "shard_group needs zero = 3 and a power of two dividing dp, below it"),
+        (tp > 1 or not (cfg.get("sp") or cfg.get("tp_overlap")), "sp / tp_overlap need tp > 1"),
+        (not cfg.get("tp_overlap") or cfg.get("sp"), "tp_overlap needs sp = 1"),
+        (not cfg.get("offload") or hw.host_memory_bytes > 0,
+         f"offload needs a host memory tier; {hw.name} has none"),
+        (cfg.get("offload", 0) <= 7, "offload is a bit mask 0-7"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            return msg
+    if not job.training and (rec or zero or vpp > 1):
+        return "forward-only jobs have no recompute, ZeRO or virtual stages"
+    return ("no NVLink placement among the candidates matches the nv_* given (placements "
+            "must fill the domain exactly)")
+
+
+def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
+            config: Mapping[str, int]) -> Prediction:
+    """Predict one configuration.
+
+    Raises:
+        SweepError: the configuration is not a candidate of this case (with the rule broken).
+    """
+    if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
+        raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
+                         f"uses {job.dtype}")
+    why = unmodelled(job, profile) or (unsupported_precision(job.dtype, hw)
+                              if profile == "calibrated" else None)
+    if why:
+        raise SweepError(f"job {job.name}: {why}")
+    # offload is opt-in: searched only when the configuration names it
+    offload = config.get("offload", 0) > 0
+    space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,
+                            offload and hw.host_memory_bytes > 0)
+    best = None
+    matches = 0
+    for start in range(0, space.size, DEFAULT_BLOCK):
+        cols = space.columns(start, start + DEFAULT_BLOCK)
+        mask = np.ones(len(cols["index"]), dtype=bool)
+        for k, v in config.items():
+            mask &= cols[k] == v
+        if not mask.any():
+            continue
+        sub = {k: v[mask] for k, v in cols.items()}
+        metrics = evaluate_columns(profile, job, hw, strategy, n_gpus, sub)
+        matches += int(mask.sum())
+        # prefer feasible rows; among equals the fastest (ties: lowest index)
+        pos = best_positions(metrics["samples_per_s"], metrics["feasible"], sub["index"], 1)
+        if len(pos) == 0:
+            pos = best_positions(metrics["samples_per_s"], np.ones_like(metrics["feasible"]),
+                                 sub["index"], 1)
+        cand = pack_results(sub, metrics, pos)[0]
+        if best is None or (cand["feasible"], cand["samples_per_s"]) > (best["feasible"],
+                                                                        best["samples_per_s"]):
+            best = cand
+    if best is None:
+        reason = _diagnose_nersc(job, n_gpus, strategy, config) if profile == "nersc2024" \
+            else _diagnose_calibrated(job, hw, n_gpus, config)
+        raise SweepError(f"{_describe(config)} is not a {profile}/{strategy} candidate for "
+                         f"{job.name} on {n_gpus} GPUs: {reason}")
+    single = {k: np.array([best[k]]) for k in CANDIDATE_DTYPE.names}
+    rows = op_table(profile, job, hw, strategy, single)
+    ops = [{k: (v if k == "name" else float(np.asarray(v).ravel()[0])) for k, v in r.items()}
+           for r in rows]
+    return Prediction(profile, job, hw, strategy, n_gpus, best, ops, matches)
+
+
+def _describe(config: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items()) or "the default configuration"

@@ -1,0 +1,49 @@
+"""The ``sweep`` command line: argument parsing and printing only, no math.
+
+Every :class:`~sweep.errors.SweepError` (bad spec, unknown name, bad value, bad results
+folder) becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..engine._alloc import keep_heap
+from ..errors import SweepError
+from . import bench, figures, predict, run, slurm, validate
+from ._common import os_error_text, print_error
+
+__all__ = ["main", "build_parser"]
+
+#: command groups in the order ``sweep --help`` lists them
+GROUPS = (run, slurm, predict, figures, validate, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweep", description="MPI-parallel design-space sweeps for distributed "
+                                  "transformer training.")
+    parser.add_argument("--version", action="version", version=f"sweep {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    keep_heap()  # no page-fault churn between blocks (sweep/engine/_alloc.py)
+    try:
+        return int(args.func(args) or 0)
+    except SweepError as exc:
+        return print_error(args, exc)
+    except BrokenPipeError:  # e.g. `sweep show ... | head`
+        return 0
+    except OSError as exc:  # permissions, disk full, a vanished file: one line, exit 2
+        print(f"sweep {args.command}: error: {os_error_text(exc)}", file=sys.stderr,
+              flush=True)
+        return 2

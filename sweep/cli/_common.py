@@ -1,0 +1,89 @@
+"""Argument types and helpers shared by the command groups."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import SweepError
+
+DEFAULT_PROFILE = "calibrated"
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def gpu_count(text: str) -> int:
+    from ..engine.spec import MAX_GPUS
+
+    v = positive_int(text)
+    if v > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPUS:,} GPUs, got {text!r}")
+    return v
+
+
+def shard(text: str) -> tuple[int, int]:
+    """``I/K``: shard I (from 0) of K."""
+    index, sep, count = text.partition("/")
+    try:
+        i, k = int(index), int(count)
+    except ValueError:
+        i = k = -1
+    if not sep or k < 1 or not 0 <= i < k:
+        raise argparse.ArgumentTypeError(f"expected I/K with 0 <= I < K (shard I of K), "
+                                         f"got {text!r}")
+    return i, k
+
+
+def max_variants_flag(parser: argparse.ArgumentParser) -> None:
+    from ..engine.spec import DEFAULT_MAX_VARIANTS
+
+    parser.add_argument("--max-variants", type=positive_int, default=DEFAULT_MAX_VARIANTS,
+                        metavar="N", help="refuse a spec whose hardware grid expands to more "
+                        f"than N variants (default {DEFAULT_MAX_VARIANTS:,}), before expanding it")
+
+
+def set_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="overrides",
+                        help="replace a key of the spec, VALUE in YAML, a dotted KEY for a "
+                             "nested one: --set gpus=256 --set hardware.grid.nvlink_domain=[8]"
+                             " (repeatable; the run records the spec as resolved)")
+
+
+def plan_and_estimate(spec, budget_s: float):
+    """(plan, estimate of its search, CPU seconds of planning) on this machine."""
+    import time
+
+    from ..analysis.bench import estimate_search_seconds
+    from ..engine.plan import SpaceCache, make_plan
+
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    start = time.process_time()
+    plan = make_plan(spec, cache)  # SpecError for a spec that cannot run
+    plan_s = time.process_time() - start  # every rank of a run builds the plan first
+    return plan, estimate_search_seconds(plan, cache, budget_s=budget_s), plan_s
+
+
+def os_error_text(exc: OSError) -> str:
+    """One line for an OSError: the file and what the system said."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
+def print_error(args: argparse.Namespace, exc: SweepError) -> int:
+    """One line on stderr (from rank 0 only: every rank has the same error); the exit code."""
+    from ..engine.runner import Interrupted
+
+    stopped = isinstance(exc, Interrupted)
+    if getattr(args, "_rank", 0) == 0:
+        print(f"sweep {args.command}: {'stopped' if stopped else 'error'}: "
+              f"{' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+    return 143 if stopped else 2

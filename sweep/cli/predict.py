@@ -1,0 +1,114 @@
+"""``sweep predict``: one configuration's time, memory and per-op table."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from ..analysis import fmt
+from ..engine.catalog import load_hardware, load_job
+from ..errors import SweepError
+from ..model.cost import PROFILES
+from ._common import DEFAULT_PROFILE, gpu_count, positive_int
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from ..analysis.predict import parse_config, predict
+
+    if args.profile not in PROFILES:
+        raise SweepError(f"--profile: unknown profile {args.profile!r}; "
+                         f"valid: {', '.join(PROFILES)}")
+    if args.strategy not in PROFILES[args.profile]:
+        raise SweepError(f"--strategy: {args.strategy!r} is not a strategy of {args.profile}; "
+                         f"valid: {', '.join(PROFILES[args.profile])}")
+    job = load_job(args.job, key="--job")
+    hw = load_hardware(args.hardware, key="--hardware")
+    if args.nvlink_domain:
+        hw = dataclasses.replace(hw, nvlink_domain=args.nvlink_domain)
+    config = parse_config(args.config)
+    pred = predict(args.profile, job, hw, args.strategy, args.gpus, config)
+    if args.json:
+        print(json.dumps(pred.as_dict(), indent=2))
+        return 0
+    print(_format_prediction(pred))
+    return 0
+
+
+def _format_prediction(p) -> str:
+    r = p.row
+    calibrated = p.profile == "calibrated"
+    degrees = ["dp", "tp"] + (["tp2", "nb"] if p.strategy == "2d" else []) + (
+        ["cp"] if p.strategy == "2d-seqp" or calibrated else []) + ["pp"] + (
+        ["vpp"] if calibrated else []) + ["mbs"]
+    placement = ["nv_tp"] + (["nv_tp2"] if p.strategy == "2d" else []) + (
+        ["nv_cp"] if p.strategy == "2d-seqp" or calibrated else []) + ["nv_dp", "nv_pp"]
+    moe = calibrated and p.job.is_moe
+    if moe:  # expert parallelism folded over the same GPUs
+        degrees += ["ep", "etp"]
+        placement += ["nv_ep"]
+    knobs = ""
+    if calibrated:
+        from ..analysis.show import RECOMPUTE_NAMES
+
+        rec = int(r["recompute"])
+        knobs = (f"   sp={int(r['sp'])} tp_overlap={int(r['tp_overlap'])} recompute="
+                 f"{RECOMPUTE_NAMES[rec]}" + (f" ({int(r['recompute_layers'])} layers)"
+                                              if rec == 3 else "")
+                 + f" zero={int(r['zero'])}" + (f" shard_group={int(r['shard_group'])}"
+                                                 if r["shard_group"] else "")
+                 + (f" offload={int(r['offload'])}" if r["offload"] else "")
+                 + (f" a2a_overlap={int(r['a2a_overlap'])}" if moe else ""))
+    step = float(r["step_time_s"])
+    lines = [
+        f"{p.job.name} on {p.n_gpus} x {p.hardware.name} (NVLink domain "
+        f"{p.hardware.nvlink_domain}), profile {p.profile}, strategy {p.strategy}",
+        "config:    " + " ".join(f"{k}={int(r[k])}" for k in degrees) + knobs,
+        "NVLink:    " + " ".join(f"{k[3:]} {int(r[k])}" for k in placement)
+        + f"   (GPUs of each group inside one domain; best of {p.matches} matching candidates)",
+        f"step time: {fmt.seconds(step)}   throughput {float(r['samples_per_s']):.6g} samples/s, "
+        f"{fmt.si(float(r['tokens_per_s']), 'tokens/s')}   MFU {fmt.percent(float(r['mfu']))}"
+        f"   HFU {fmt.percent(float(r['hfu']))}",
+        f"memory:    {fmt.gigabytes(float(r['mem_bytes']))} of "
+        f"{fmt.gigabytes(p.hardware.hbm_capacity_bytes)} per GPU "
+        f"(weights {fmt.gigabytes(float(r['mem_weights_bytes']))}, grads "
+        f"{fmt.gigabytes(float(r['mem_grads_bytes']))}, optimizer "
+        f"{fmt.gigabytes(float(r['mem_optimizer_bytes']))}, activations "
+        f"{fmt.gigabytes(float(r['mem_activations_bytes']))}, other "
+        f"{fmt.gigabytes(float(r['mem_other_bytes']))})   "
+        + ("feasible" if r["feasible"] else "INFEASIBLE: out of memory"),
+        "",
+        "time per iteration by op (each op summed over its micro-batches and the stage's layers)",
+    ]
+    cols = ("compute_s", "memory_s", "tp_comm_s", "cp_comm_s") + (
+        ("ep_comm_s",) if moe else ()) + ("other_s",)
+    rows, total = [], {k: 0.0 for k in ("time_s",) + cols}
+    for op in p.ops:
+        if op["time_s"] == 0 and calibrated:
+            continue  # a knob this configuration does not use
+        rows.append([op["name"], f"{op['time_s']:.6g}", fmt.percent(op["time_s"] / step)]
+                    + [f"{op[c]:.4g}" if op[c] else "-" for c in cols])
+        for k in total:
+            total[k] += op[k]
+    rows.append(["total", f"{total['time_s']:.6g}", fmt.percent(total["time_s"] / step)]
+                + [f"{total[c]:.4g}" for c in cols])
+    lines.append(fmt.table(["op", "time [s]", "share", "compute", "exposed HBM", "TP comm",
+                            "CP comm"] + (["EP comm"] if moe else []) + ["pipeline/DP"], rows))
+    return "\n".join(lines)
+
+
+def add_parsers(sub) -> None:
+    """Add this group's commands to the ``sweep`` subparsers ``sub``."""
+    p = sub.add_parser("predict", help="one configuration: time, throughput, memory, per-op table")
+    p.add_argument("--job", required=True, help="job name (jobs/<name>.yaml) or YAML path")
+    p.add_argument("--hardware", required=True, help="hardware name or YAML path")
+    p.add_argument("--gpus", required=True, type=gpu_count, help="GPU count")
+    p.add_argument("--config", default="", help="comma-separated key=value, e.g. "
+                   "tp=8,pp=4,mbs=1 (dp defaults to what is left; unspecified NVLink "
+                   "placement and panels take the best matching candidate)")
+    p.add_argument("--strategy", default="1d", help="1d | 2d | 2d-seqp (default 1d)")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help="cost profile "
+                   f"(default {DEFAULT_PROFILE})")
+    p.add_argument("--nvlink-domain", type=positive_int, help="override the NVLink domain size")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=_cmd_predict)

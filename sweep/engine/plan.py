@@ -1,0 +1,131 @@
+"""Cases and work units of a spec: what ``sweep plan`` prints and ``sweep run`` executes.
+
+A *case* is job x hardware variant x strategy x GPU count, numbered in that nesting order
+(the GPU count varies fastest). Each case's candidate space is cut into *work units* of at
+most ``unit_size`` candidates; units are what ranks are given and what part files record as
+done. Both numberings depend only on the spec, so a run can be resumed with any rank count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecError
+from ..model.candidates import CandidateSpace, enumerate_space
+from ..model.cost import unmodelled
+from ..model.cost.calibrated import unsupported_precision
+from ..model.job import Job
+from .spec import SweepSpec
+from .variants import Variant, expand_variants
+
+__all__ = ["Case", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache"]
+
+#: one row per work unit
+UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case: a job on a hardware variant with a strategy and a GPU count."""
+
+    case_id: int
+    job: Job
+    variant: Variant
+    strategy: str
+    n_gpus: int
+    candidates: int
+
+    @property
+    def space_key(self) -> tuple:
+        """What the candidate space depends on (not bandwidths, capacities or FLOP rates)."""
+        hw = self.variant.hardware
+        return (self.job, self.n_gpus, self.strategy, hw.nvlink_domain, hw.host_memory_bytes > 0)
+
+
+class SpaceCache:
+    """Candidate spaces by space key (many variants share one space)."""
+
+    def __init__(self, profile: str, max_entries: int = 256, offload: bool = False) -> None:
+        self.profile = profile
+        self.offload = offload  # offload options where the hardware has a host tier
+        self.max_entries = max_entries
+        self._spaces: dict[tuple, CandidateSpace] = {}
+
+    def get(self, job: Job, n_gpus: int, strategy: str, nvlink_domain: int,
+            host_memory: bool = False) -> CandidateSpace:
+        key = (job, n_gpus, strategy, nvlink_domain, host_memory)
+        space = self._spaces.get(key)
+        if space is None:
+            if len(self._spaces) >= self.max_entries:
+                self._spaces.pop(next(iter(self._spaces)))
+            space = enumerate_space(self.profile, job, n_gpus, strategy, nvlink_domain,
+                                    host_memory and self.offload)
+            self._spaces[key] = space
+        return space
+
+    def of(self, case: Case) -> CandidateSpace:
+        return self.get(*case.space_key)
+
+
+@dataclass
+class Plan:
+    """Everything a run will do."""
+
+    spec: SweepSpec
+    variants: list[Variant]
+    cases: list[Case]
+    units: np.ndarray  # (U,) UNIT_DTYPE
+
+    @property
+    def total_candidates(self) -> int:
+        return int(sum(c.candidates for c in self.cases))
+
+
+def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
+    """Expand a spec into variants, cases (with candidate counts) and work units.
+
+    Raises:
+        SpecError: a GPU count of the spec has no candidate for any job and strategy.
+    """
+    for job in spec.jobs:  # refused by name, never costed as a dense model
+        why = unmodelled(job, spec.cost_model)
+        if why:
+            raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
+    cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)
+    variants = expand_variants(spec)
+    cases: list[Case] = []
+    sizes: dict[tuple, int] = {}
+    for job in spec.jobs:
+        for variant in variants:
+            for strategy in spec.strategies:
+                for n in spec.gpus:
+                    hw = variant.hardware
+                    key = (job, n, strategy, hw.nvlink_domain, hw.host_memory_bytes > 0)
+                    if key not in sizes:
+                        sizes[key] = cache.get(*key).size
+                    cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))
+    if spec.cost_model == "calibrated":  # low-precision GEMMs need tensor cores for them
+        for job in spec.jobs:
+            for v in variants:
+                why = unsupported_precision(job.dtype, v.hardware)
+                if why:
+                    raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
+    useful = {c.n_gpus for c in cases if c.candidates > 0}
+    for n in spec.gpus:
+        if n not in useful:
+            raise SpecError(spec.source, "gpus", f"{n} GPUs has no valid configuration for any "
+                            f"job and strategy of this spec (degrees must divide the GPU "
+                            f"count, heads, hidden size, layers and global batch)")
+    counts = np.array([c.candidates for c in cases], dtype=np.int64)
+    per_case = -(-counts // spec.unit_size)  # ceil
+    case_of = np.repeat(np.arange(len(cases), dtype=np.int64), per_case)
+    first_unit = np.concatenate([[0], np.cumsum(per_case)[:-1]]).astype(np.int64)
+    k = np.arange(len(case_of), dtype=np.int64) - first_unit[case_of]
+    units = np.zeros(len(case_of), UNIT_DTYPE)
+    units["unit_id"] = np.arange(len(case_of))
+    units["case_id"] = case_of
+    units["start"] = k * spec.unit_size
+    units["stop"] = np.minimum((k + 1) * spec.unit_size, counts[case_of])
+    return Plan(spec, variants, cases, units)

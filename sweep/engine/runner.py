@@ -1,0 +1,487 @@
+"""``sweep run``: spec -> plan -> this rank's work units -> search -> part file -> reduce.
+
+The same code runs serially (``SerialComm``) and on any number of MPI ranks:
+
+1. rank 0 validates the spec, prepares the run folder (refusing to mix runs) and reads what
+   earlier attempts finished; the outcome, or the error, is broadcast so all ranks agree;
+2. every rank builds the same plan and takes its share of the pending work units
+   (``partition.assign_units``), continuing from its own earlier part file on ``--resume``;
+3. each rank searches its units, keeps a top-N per case and rewrites ``part-<rank>.h5``
+   atomically every ``checkpoint_s`` seconds and at the end;
+4. SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) makes every rank finish its current unit,
+   write its part file and stop: the run can be resumed, with any number of ranks;
+5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
+
+A run can also be cut into ``K`` shards that start independently, at any time, e.g. the tasks
+of a Slurm job array (``RunOptions.shard = (i, K)``). With ``n`` ranks per shard there are
+``K * n`` workers; worker ``i * n + rank`` owns a fixed share of *all* work units (the same
+partition whichever shards have run), skips the units its own ``part-<worker>.h5`` already
+holds (an earlier attempt of the same shard) and writes that file. Shards never reduce:
+``sweep reduce`` merges them once all have finished. The result is the same as that of one
+run on any number of ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from .. import __version__
+from ..errors import StoreError, SweepError, WorldError
+from ..model.schema import RESULT_DTYPE, Reason
+from ..model.search import DEFAULT_BLOCK, search_range
+from ..model.topn import merge_top_n
+from .lock import RunLock
+from .partition import assign_units, imbalance, shard_workers, unit_progress
+from .plan import Plan, SpaceCache, make_plan
+from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, reduce_run
+from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
+from .store import (
+    DONE_DTYPE,
+    TOP_DTYPE,
+    CorruptFileError,
+    list_parts,
+    part_path,
+    read_part,
+    write_part,
+    write_text_atomic,
+)
+
+__all__ = ["RunOptions", "RunSummary", "run_sweep", "Interrupted"]
+
+
+class Interrupted(SweepError):
+    """The run stopped on a signal after saving its progress (exit code 143)."""
+
+    collective = True  # every rank raises it (they agreed on the stop)
+
+
+def _collective(exc: SweepError) -> SweepError:
+    """Mark an error that every rank raises alike (no rank is left waiting)."""
+    exc.collective = True  # type: ignore[attr-defined]
+    return exc
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path | None = None  # default results/<spec name>
+    resume: bool = False  # continue an earlier run in out_dir
+    force: bool = False  # discard an earlier run in out_dir
+    checkpoint_s: float = 60.0  # rewrite the part file at least this often
+    reduce: bool = True  # rank 0 writes sweep.h5 when the run is complete
+    block_size: int = DEFAULT_BLOCK
+    progress: Callable[[dict], None] | None = None  # rank 0: called with progress records
+    shard: tuple[int, int] | None = None  # (index, count): run only this shard; implies resume
+    max_variants: int = DEFAULT_MAX_VARIANTS  # refuse specs with more hardware variants
+    overrides: tuple[str, ...] = ()  # KEY=VALUE items applied to the spec (sweep run --set)
+    warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
+
+
+@dataclass
+class RunSummary:
+    out_dir: Path
+    plan: Plan
+    ranks: int
+    units_mine: int
+    evaluated: int  # this run, all ranks (rank 0 only; others: their own)
+    wall_s: float
+    busy_s: list[float] = field(default_factory=list)  # per rank
+    candidates_per_rank: list[int] = field(default_factory=list)
+    reduced: ReduceSummary | None = None
+    resumed_units: int = 0
+    shard: tuple[int, int] | None = None
+
+    @property
+    def imbalance_time(self) -> float:
+        return imbalance(np.array(self.busy_s))
+
+    @property
+    def imbalance_candidates(self) -> float:
+        return imbalance(np.array(self.candidates_per_rank))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _prepare(spec_path: str, options: RunOptions, size: int
+             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str]]]:
+    """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
+    out dir, the finished segments of earlier attempts, warnings). A corrupt part file is
+    moved aside (``<name>.corrupt-<time>``) and its work redone. A shard (of ``size``
+    ranks) reads only its own part files: no other worker can have done its units (but a
+    run with another layout, whose units it then redoes; the reduction drops the
+    duplicates), and a thousand-task array does not make every task open every part."""
+    spec = load_spec(spec_path, max_variants=options.max_variants,
+                     overrides=options.overrides)
+    text = resolved_yaml(spec)
+    plan = make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
+    out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
+    out = out.resolve()
+    resume = options.resume or options.shard is not None  # shards start in any order
+    if options.force and options.shard is not None:
+        raise StoreError("--force cannot be used with --shard: the other shards share the "
+                         "folder; remove it first, or use another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{out}: cannot create the run folder ({exc.strerror})") from None
+    lock = RunLock(out, None if options.shard is None else options.shard[0]).acquire()
+    try:
+        return lock, _prepare_locked(options, size, text, plan, out, resume)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
+                    resume: bool) -> tuple[str, str, np.ndarray, list[str]]:
+    """The part of :func:`_prepare` done holding the folder lock."""
+    stored = out / SPEC_NAME
+    parts = list_parts(out)
+    if options.force:
+        for p in parts + [out / RESULTS_NAME, stored]:
+            p.unlink(missing_ok=True)
+        parts = []
+    if stored.exists() or parts:
+        if not resume:
+            raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
+                             f"start over with --force")
+        if stored.exists() and stored.read_text() != text:
+            raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
+                             f"this run started; use another --out, or --force to start over")
+    if not stored.exists():
+        write_text_atomic(stored, text)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    if options.shard is not None:
+        index = options.shard[0]
+        parts = [p for p in (part_path(out, index * size + r) for r in range(size))
+                 if p.exists()]
+    done, warnings = [], []
+    for p in parts:
+        try:
+            attrs, units, _ = read_part(p)  # every table, so every checksum is verified
+            if attrs.get("spec_sha256") == sha:
+                check_segments(plan.units, units, p)
+        except CorruptFileError as exc:  # keep it for inspection, redo its work
+            aside = p.with_name(f"{p.name}.corrupt-{datetime.now():%Y%m%dT%H%M%S}")
+            os.replace(p, aside)
+            warnings.append(f"{exc}; moved it to {aside.name}: its work units will be redone")
+            continue
+        if attrs.get("spec_sha256") != sha:
+            raise StoreError(f"{p}: written for another spec; remove it or use another --out")
+        done.append(units)
+    segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
+    return text, str(out), segments, warnings
+
+
+class _State:
+    """One rank's finished units and per-case top-N."""
+
+    def __init__(self, top_n: int) -> None:
+        self.top_n = top_n
+        self.done: list[tuple] = []
+        self.tops: dict[int, np.ndarray] = {}
+
+    def load(self, done: np.ndarray, top: np.ndarray) -> None:
+        self.done = [tuple(r) for r in done]
+        top = top[np.argsort(top["case_id"], kind="stable")]
+        res = np.zeros(len(top), RESULT_DTYPE)
+        for name in RESULT_DTYPE.names:
+            res[name] = top[name]
+        ids, first = np.unique(top["case_id"], return_index=True)
+        for cid, rows in zip(ids, np.split(res, first[1:])):
+            self.tops[int(cid)] = rows
+
+    def add(self, unit: np.void, start: int, result, seconds: float, rank: int) -> None:
+        """Record the segment ``[start, result.stop)`` of ``unit`` as searched."""
+        oom = result.reasons.get(int(Reason.OUT_OF_MEMORY), 0)
+        other = sum(v for k, v in result.reasons.items() if k != Reason.OUT_OF_MEMORY)
+        self.done.append((int(unit["unit_id"]), int(unit["case_id"]), start,
+                          int(result.stop), result.evaluated, result.feasible, oom, other,
+                          seconds, rank))
+        cid = int(unit["case_id"])
+        prev = self.tops.get(cid)
+        self.tops[cid] = merge_top_n([prev, result.top] if prev is not None else [result.top],
+                                     self.top_n)
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
+        ids = sorted(self.tops)
+        if not ids:
+            return done, np.zeros(0, TOP_DTYPE)
+        rows = np.concatenate([self.tops[cid] for cid in ids])
+        counts = np.array([len(self.tops[cid]) for cid in ids])
+        top = np.zeros(len(rows), TOP_DTYPE)
+        for name in RESULT_DTYPE.names:
+            top[name] = rows[name]
+        top["case_id"] = np.repeat(ids, counts)
+        top["place"] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        return done, top
+
+
+class _StopFlag:
+    """Set by SIGTERM / SIGINT; handlers restored on exit."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> _StopFlag:
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: no signal handling
+            pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class _Tracker:
+    """Progress of the whole run on rank 0: the other ranks post their evaluated counts
+    (non-blocking, at most every ``every_s``, and once more when done); rank 0 adds them to
+    its own and calls ``options.progress`` with the total. Rank 0 keeps reporting while it
+    waits for the last rank, until every rank's final post has arrived. The interval grows
+    with the rank count so that rank 0, which computes too, receives at most
+    MAX_POSTS_PER_S posts a second (4,096 ranks: one post per rank every 4 s)."""
+
+    POST_EVERY_S = 0.5
+    MAX_POSTS_PER_S = 1000.0
+
+    def __init__(self, comm, callback, total: int, start: float) -> None:
+        self.comm, self.callback, self.total, self.start = comm, callback, total, start
+        self.done = {r: 0 for r in range(comm.size)}
+        self.finished: set[int] = set()
+        self.last_post = -math.inf  # the first post is never held back
+        self.every_s = max(self.POST_EVERY_S, comm.size / self.MAX_POSTS_PER_S)
+
+    def _report(self) -> None:
+        if self.callback is not None:
+            self.callback({"candidates_done": sum(self.done.values()),
+                           "candidates": self.total, "ranks": self.comm.size,
+                           "ranks_done": len(self.finished),
+                           "elapsed_s": time.monotonic() - self.start})
+
+    def _receive(self) -> None:
+        for rec in self.comm.collect():
+            self.done[rec["rank"]] = rec["done"]
+            if rec["final"]:
+                self.finished.add(rec["rank"])
+
+    def update(self, evaluated: int, final: bool) -> None:
+        if self.comm.rank == 0:
+            self.done[0] = evaluated
+            if final:
+                self.finished.add(0)
+            self._receive()
+            self._report()
+        elif final or time.monotonic() - self.last_post >= self.every_s:
+            self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final})
+            self.last_post = time.monotonic()
+
+    def poll(self) -> None:
+        """Rank 0, while it waits: take in the other ranks' posts, report if they moved."""
+        if self.comm.rank == 0:
+            before = len(self.finished), sum(self.done.values())
+            self._receive()
+            if (len(self.finished), sum(self.done.values())) != before:
+                self._report()
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Rank 0: wait (reporting) for every rank's final post; others: for delivery."""
+        if self.comm.rank != 0:
+            self.comm.settle(timeout_s)
+            return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delay = 1e-3
+        while len(self.finished) < self.comm.size:
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
+            before = len(self.finished), sum(self.done.values())
+            self._receive()
+            if (len(self.finished), sum(self.done.values())) != before:
+                self._report()
+
+
+def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSummary:
+    """Run (or resume) a sweep on ``comm``; see the module docstring.
+
+    Raises:
+        SweepError: on every rank alike for bad input (``collective`` set) or after a
+            signal (Interrupted); a rank's own failure (a part file it cannot write) is
+            raised on that rank only, and the caller must abort the job.
+    """
+    options = options or RunOptions()
+    if options.shard is not None and not 0 <= options.shard[0] < options.shard[1]:
+        raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting "
+                                     f"I/K with 0 <= I < K"))
+    start_wall = time.monotonic()
+    setup, lock = None, None
+    if comm.rank == 0:
+        try:
+            lock, payload = _prepare(spec_path, options, comm.size)
+            setup = ("ok", payload)
+        except SweepError as exc:
+            setup = ("error", (type(exc).__name__, str(exc)))
+        except OSError as exc:  # read-only folder, disk full, ...: one line, nothing half-done
+            where = exc.filename or "the run folder"
+            setup = ("error", ("StoreError", f"{where}: {exc.strerror or exc}"))
+    setup = comm.bcast(setup, root=0)
+    if setup[0] == "error":  # every rank raises the same error: no rank is left waiting
+        kind, message = setup[1]
+        raise _collective({"StoreError": StoreError, "WorldError": WorldError}.get(
+            kind, SweepError)(message))
+    try:
+        return _run(spec_path, comm, options, setup[1], start_wall)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _open_units(plan: Plan, segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(units with ``start`` moved past what earlier attempts searched, mask of those with
+    work left)."""
+    progress, _ = unit_progress(plan.units, segments)
+    units = plan.units.copy()
+    units["start"] += progress
+    return units, units["start"] < units["stop"]
+
+
+def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
+         ) -> RunSummary:
+    text, out_str, segments, warnings = setup
+    out = Path(out_str)
+    if comm.rank == 0 and options.warn is not None:
+        for w in warnings:
+            options.warn(w)
+    spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME),
+                      max_variants=options.max_variants)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    plan = make_plan(spec, cache)
+    units, open_ = _open_units(plan, segments)
+    if options.shard is None:
+        # the work left, shared afresh among this run's ranks
+        worker, workers = comm.rank, comm.size
+        pending = units[open_]
+        owner = assign_units(pending["stop"] - pending["start"], workers)
+        mine = pending[owner == worker]
+        resumed = int(np.count_nonzero(~open_))
+    else:
+        # a fixed share of all units, so that shards starting at different times never overlap
+        index, count = options.shard
+        worker, workers = index * comm.size + comm.rank, count * comm.size
+        owner = shard_workers(plan.units["stop"] - plan.units["start"], count, comm.size)
+        ours = owner // comm.size == index
+        pending = units[open_ & ours]
+        mine = units[open_ & (owner == worker)]
+        resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
+    state = _State(spec.top_n)
+    my_part = part_path(out, worker)
+    if (options.resume or options.shard is not None) and my_part.exists():
+        _, old_done, old_top = read_part(my_part)
+        state.load(old_done, old_top)
+    attrs = {"name": spec.name, "spec_sha256": sha, "rank": worker, "size": workers,
+             "sweep_version": __version__}
+    if options.shard is not None:
+        attrs["shard"] = f"{options.shard[0]}/{options.shard[1]}"
+
+    def flush(complete: bool) -> None:
+        done, top = state.tables()
+        write_part(my_part, {**attrs, "written_utc": _now(), "complete": complete}, done, top)
+
+    evaluated = 0
+    busy = 0.0
+    last_flush = time.monotonic()
+    total_mine = int((mine["stop"] - mine["start"]).sum())
+    tracker = _Tracker(comm, options.progress, int((pending["stop"] - pending["start"]).sum()),
+                       start_wall)
+    # fault injection for the test of the abort path: the named rank fails on its first unit
+    fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
+    with _StopFlag() as stop:
+        sent = False
+
+        def halted() -> int:
+            """The signal this rank stopped on, or another rank's stop request (0: none).
+            A signal of this rank's own is passed on to every other rank once."""
+            nonlocal sent
+            if stop.signal is not None and not sent:
+                comm.send_stop(stop.signal)
+                sent = True
+            return stop.signal or comm.poll_stop()
+
+        def yield_after(n: int) -> bool:  # between blocks: progress, stop, checkpoint
+            tracker.update(evaluated + n, final=False)
+            return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
+
+        for unit in mine:
+            if fail_rank == str(comm.rank):
+                if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # a part it cannot write
+                    raise StoreError(f"injected store failure on rank {comm.rank}")
+                raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
+            case = plan.cases[int(unit["case_id"])]
+            position = int(unit["start"])
+            while position < unit["stop"] and not halted():
+                t0 = time.perf_counter()
+                result = search_range(spec.cost_model, case.job, case.variant.hardware,
+                                      case.strategy, case.n_gpus, cache.of(case), position,
+                                      int(unit["stop"]), spec.top_n, options.block_size,
+                                      yield_after)
+                dt = time.perf_counter() - t0
+                busy += dt
+                evaluated += result.evaluated
+                state.add(unit, position, result, dt, worker)
+                position = result.stop
+                tracker.update(evaluated, final=False)
+                if time.monotonic() - last_flush >= options.checkpoint_s:
+                    flush(False)
+                    last_flush = time.monotonic()
+            if halted():
+                break
+        stopped = halted()
+        flush(not stopped)
+        tracker.update(evaluated, final=True)
+
+        def waiting() -> int:
+            tracker.poll()
+            return halted()
+
+        stopped = comm.agree_stop(stopped, waiting)
+    if stopped:
+        tracker.finish(timeout_s=5.0)
+        again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard
+                 else "--resume")
+        raise Interrupted(f"stopped by signal {stopped} after saving progress to {out} (one "
+                          f"part file per rank); continue with 'sweep run {spec_path} --out "
+                          f"{out} {again}' (any number of ranks)")
+    tracker.finish(timeout_s=30.0)  # every final post was sent before the agreement
+    stats = comm.gather((evaluated, busy, total_mine), root=0)
+    summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
+                         time.monotonic() - start_wall, resumed_units=resumed,
+                         shard=options.shard)
+    if comm.rank == 0:
+        summary.evaluated = sum(s[0] for s in stats)
+        summary.busy_s = [s[1] for s in stats]
+        summary.candidates_per_rank = [s[2] for s in stats]
+        if options.reduce and options.shard is None:
+            summary.reduced = reduce_run(out, lock=False)  # this run holds the folder lock
+        summary.wall_s = time.monotonic() - start_wall
+    return summary

@@ -1,0 +1,79 @@
+"""``sweep status``: how far a run folder has got, read from its part files.
+
+For a run that stopped (a time limit, a failed array task) or is still going: which work
+units and candidates are done, what each part file holds, which shards of a job array have
+not finished, whether ``sweep.h5`` is there, and what to do next. Reads the units tables and
+attributes only, never the top-N tables, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import StoreError
+from .partition import shard_workers, unit_progress
+from .reduce import RESULTS_NAME, load_run_plan
+from .store import DONE_DTYPE, list_parts, read_part_done, read_results_attrs
+
+__all__ = ["run_status"]
+
+
+def _array_layout(parts: list[dict]) -> tuple[int, int]:
+    """(shards K, ranks per shard) of the newest job-array layout among the parts; (0, 0)
+    if none was written by a shard."""
+    sharded = [p for p in parts if p["shard"]]
+    if not sharded:
+        return 0, 0
+    newest = max(sharded, key=lambda p: p["written_utc"])
+    count = int(newest["shard"].split("/")[1])
+    return count, max(newest["workers"] // count, 1)
+
+
+def run_status(run_dir: Path) -> dict:
+    """Progress of the run in ``run_dir`` (JSON-ready).
+
+    Raises:
+        StoreError: no run folder, no spec.yaml, or an unreadable part file.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise StoreError(f"{run_dir}: no such run folder")
+    plan, _, sha = load_run_plan(run_dir)
+    units = plan.units
+    parts, done = [], []
+    for path in list_parts(run_dir):
+        attrs, table = read_part_done(path)
+        ours = attrs.get("spec_sha256") == sha
+        parts.append({"file": path.name, "worker": int(attrs.get("rank", -1)),
+                      "workers": int(attrs.get("size", 0)), "shard": str(attrs.get("shard", "")),
+                      "complete": bool(attrs.get("complete")), "units": len(table),
+                      "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours})
+        if ours:
+            done.append(table)
+    sizes = units["stop"] - units["start"]
+    segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
+    segments = segments[(segments["unit_id"] >= 0) & (segments["unit_id"] < len(units))]
+    progress, _ = unit_progress(units, segments)
+    finished = progress == sizes
+    # shards of that layout that own a unit nobody has done (the partition is fixed)
+    shards, ranks = _array_layout([p for p in parts if p["this_spec"]])
+    unfinished: list[int] = []
+    if shards:
+        missing = ~finished
+        owner = shard_workers(sizes, shards, ranks) // ranks
+        unfinished = [int(i) for i in np.unique(owner[missing])]
+    results = run_dir / RESULTS_NAME
+    reduced = None
+    if results.exists():
+        attrs = read_results_attrs(results)
+        reduced = {"complete": bool(attrs.get("complete")),
+                   "units_done": int(attrs.get("n_units_done", 0)),
+                   "current": attrs.get("spec_sha256") == sha}
+    return {"dir": str(run_dir), "name": plan.spec.name, "cost_model": plan.spec.cost_model,
+            "cases": len(plan.cases), "units": len(units),
+            "units_done": int(np.count_nonzero(finished)), "candidates": int(sizes.sum()),
+            "candidates_done": int(progress.sum()),
+            "parts": parts, "shards": shards, "unfinished_shards": unfinished,
+            "results": reduced}

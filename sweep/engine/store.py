@@ -1,0 +1,355 @@
+"""HDF5 storage (the only h5py user): per-rank part files and the reduced ``sweep.h5``.
+
+Every file is built in memory (HDF5 never touches the disk, so a full disk cannot leave the
+library in a broken state), written to a fresh temporary file with a random name in the
+same folder (``tempfile.mkstemp``: created exclusively, never through a planted link),
+flushed to disk and renamed, so a reader sees either the previous complete file or the new
+one, never half of one. A failed write (disk full, read-only folder) raises
+:class:`StoreError` naming the file and leaves no temporary file.
+
+Tables are compound datasets (``pd.DataFrame(f["top"][:])`` works); each carries a
+``columns`` attribute (JSON: column -> {unit, description}).
+
+Integrity: every table is chunked with HDF5's Fletcher32 filter (checked by HDF5 on every
+read of a chunk) and carries a ``sha256`` attribute, the hex SHA-256 of its raw bytes as
+read back (packed, file byte order); every ``read_*`` verifies both and raises
+:class:`CorruptFileError` on a mismatch. The root attributes carry ``attrs_sha256`` (their
+canonical JSON; long strings such as the spec live in HDF5's global heap, which has no
+checksum of its own), verified too. Files written before checksums existed: part files are
+refused (their work is redone by ``--resume``); results files are still read, unverified,
+for backward compatibility.
+
+Part file ``part-<rank>.h5``: root attrs (schema_version, kind="part", spec_sha256, rank,
+size, sweep_version, written_utc, complete), ``/units`` (the work units this rank finished,
+with counts and seconds) and ``/top`` (its top-N rows per case, ``case_id`` + ``place`` +
+RESULT columns).
+
+Reduced file ``sweep.h5``: root attrs (see reduce.py), ``/cases``, ``/top``, ``/units``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import StoreError
+from ..model.schema import CANDIDATE_FIELDS, METRIC_FIELDS, RESULT_DTYPE
+
+__all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part",
+           "read_part_done", "write_results", "read_results",
+           "read_results_attrs", "Table", "part_path", "list_parts", "write_bytes_atomic",
+           "write_text_atomic", "CorruptFileError", "table_sha256"]
+
+
+class CorruptFileError(StoreError):
+    """A sweep file is damaged (checksum mismatch, unreadable HDF5) or cannot be verified
+    (a part file without checksums). The work a corrupt part file recorded can be redone."""
+
+
+SCHEMA_VERSION = 1
+
+#: a finished work unit, as recorded in part files and in sweep.h5 /units
+DONE_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8"),
+                       ("evaluated", "i8"), ("feasible", "i8"), ("out_of_memory", "i8"),
+                       ("other_infeasible", "i8"), ("seconds", "f8"), ("rank", "i4")])
+#: a top-N row: its case, its place (0 = best) and the RESULT columns
+TOP_DTYPE = np.dtype([("case_id", "i4"), ("place", "i4")] + RESULT_DTYPE.descr)
+
+_DONE_COLUMNS = {
+    "unit_id": ("", "work unit number in the plan"), "case_id": ("", "case of the unit"),
+    "start": ("", "first candidate index"), "stop": ("", "one past the last candidate index"),
+    "evaluated": ("", "candidates evaluated"), "feasible": ("", "feasible candidates"),
+    "out_of_memory": ("", "candidates over HBM capacity"),
+    "other_infeasible": ("", "candidates infeasible for other reasons"),
+    "seconds": ("s", "wall time spent on the unit"), "rank": ("", "rank that did the unit")}
+_TOP_COLUMNS = ({"case_id": ("", "case (row of /cases)"), "place": ("", "0 = best")}
+                | {n: ("", d) for n, _, d in CANDIDATE_FIELDS}
+                | {n: (u, d) for n, _, u, d in METRIC_FIELDS})
+
+
+@dataclass
+class Table:
+    """A compound dataset with its per-column units and descriptions."""
+
+    data: np.ndarray
+    columns: dict[str, tuple[str, str]]  # column -> (unit, description)
+
+
+def part_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"part-{rank:05d}.h5"
+
+
+def list_parts(run_dir: Path) -> list[Path]:
+    return sorted(Path(run_dir).glob("part-[0-9][0-9][0-9][0-9][0-9].h5"))
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return value
+
+
+def _attrs_sha256(attrs: dict[str, Any]) -> str:
+    """SHA-256 of root attributes (as written or as read back) in canonical JSON."""
+    def plain(v: Any) -> Any:
+        v = v.item() if isinstance(v, np.generic) else v
+        return v.decode() if isinstance(v, bytes) else v
+
+    text = json.dumps({k: plain(v) for k, v in attrs.items() if k != "attrs_sha256"},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: bytes per chunk of a table (HDF5 checks one Fletcher32 sum per chunk)
+CHUNK_BYTES = 256 * 1024
+
+
+def table_sha256(data: np.ndarray) -> str:
+    """Hex SHA-256 of a table's raw bytes (the value of each dataset's ``sha256`` attribute)."""
+    return hashlib.sha256(np.ascontiguousarray(data).view(np.uint8)).hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _cannot_write(path: Path, exc: OSError) -> StoreError:
+    why = exc.strerror or str(exc)
+    full = "; free some space and run again"
+    hint = {errno.ENOSPC: full, errno.EDQUOT: full,
+            errno.EACCES: "; is the folder writable?"}.get(exc.errno, "")
+    return StoreError(f"{path}: cannot write: {why}{hint}")
+
+
+def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically: a fresh temporary file with a random name
+    (O_EXCL, never through a symlink) in the same folder, fsync, rename, fsync the folder.
+
+    Raises:
+        StoreError: the file cannot be written (disk full, read-only, no permission); no
+            temporary file is left behind and ``path`` is unchanged.
+    """
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    try:
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; a normal file
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise _cannot_write(path, exc) from None
+        raise
+    try:  # make the rename durable; some file systems cannot fsync a folder
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`write_bytes_atomic`.
+
+    Raises:
+        StoreError: the file cannot be written.
+    """
+    write_bytes_atomic(path, text.encode())
+
+
+def _image(attrs: dict[str, Any], tables: dict[str, Table]) -> io.BytesIO:
+    """The HDF5 file, built in memory."""
+    buf = io.BytesIO()
+    with h5py.File(buf, "w", libver="latest") as f:
+        for k, v in attrs.items():
+            f.attrs[k] = _attr(v)
+        f.attrs["attrs_sha256"] = _attrs_sha256(dict(f.attrs))
+        for name, table in tables.items():
+            data = np.ascontiguousarray(table.data)
+            n = len(data)
+            rows = max(1, min(n, CHUNK_BYTES // max(data.dtype.itemsize, 1)))
+            kwargs: dict[str, Any] = {"chunks": (rows,), "fletcher32": True}
+            if n == 0:
+                kwargs["maxshape"] = (None,)  # a chunk of one row in an empty table
+            if n > 256:
+                kwargs |= {"compression": "gzip", "shuffle": True}
+            ds = f.create_dataset(name, data=data, **kwargs)
+            # hash what a reader gets back (it is the array unless HDF5 repacked the dtype)
+            ds.attrs["sha256"] = table_sha256(data if ds.dtype == data.dtype else ds[()])
+            ds.attrs["columns"] = json.dumps(
+                {c: {"unit": u, "description": d} for c, (u, d) in table.columns.items()})
+    return buf
+
+
+def _write_atomic(path: Path, attrs: dict[str, Any], tables: dict[str, Table]) -> None:
+    buf = _image(attrs, tables)
+    with buf.getbuffer() as view:
+        write_bytes_atomic(path, view)
+
+
+def _read_table(path: Path, f: h5py.File, name: str, kind: str) -> np.ndarray:
+    """One table, its checksums verified."""
+    ds = f[name]
+    stored = ds.attrs.get("sha256")
+    if stored is None and kind == "part":
+        raise CorruptFileError(f"{path}: /{name} has no checksum (written by an older sweep "
+                               f"version), so it cannot be verified; delete the file and its "
+                               f"work units are redone by --resume")
+    try:
+        data = ds[()]
+    except OSError as exc:
+        if ds.fletcher32:
+            raise CorruptFileError(f"{path}: corrupt: checksum of /{name} does not match "
+                                   f"(HDF5 Fletcher32 check failed: {exc})") from None
+        raise
+    if stored is not None:
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        actual = table_sha256(data)
+        if actual != stored:
+            raise CorruptFileError(f"{path}: corrupt: checksum of /{name} does not match its "
+                                   f"data (sha256 {actual[:12]}... vs {stored[:12]}... "
+                                   f"stored)")
+    return data
+
+
+def _read(path: Path, kind: str, tables: tuple[str, ...] | None = None
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(attrs, tables) of a sweep file: every table, or only those named in ``tables``;
+    checksums verified."""
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            if attrs.get("kind") != kind:
+                raise StoreError(f"{path}: not a sweep {kind} file (kind = {attrs.get('kind')!r})")
+            if attrs.get("schema_version") != SCHEMA_VERSION:
+                raise StoreError(f"{path}: schema version {attrs.get('schema_version')} is not "
+                                 f"{SCHEMA_VERSION}; it was written by another sweep version")
+            stored = attrs.pop("attrs_sha256", None)
+            if stored is not None and stored != _attrs_sha256(attrs):
+                raise CorruptFileError(f"{path}: corrupt: checksum of the root attributes "
+                                       f"does not match them")
+            data = {name: _read_table(path, f, name, kind)
+                    for name in (f.keys() if tables is None else tables)}
+    except StoreError:
+        raise
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such file") from None
+    except PermissionError as exc:
+        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
+        raise CorruptFileError(f"{path}: unreadable or corrupt HDF5 file ({exc})") from None
+    return attrs, data
+
+
+def write_part(path: Path, attrs: dict[str, Any], done: np.ndarray, top: np.ndarray) -> None:
+    """Write one rank's part file atomically.
+
+    Raises:
+        StoreError: the file cannot be written (disk full, read-only folder, ...).
+    """
+    _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "part", **attrs},
+                  {"units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS),
+                   "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS)})
+
+
+def read_part(path: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """(attrs, units done, top rows) of a part file.
+
+    Raises:
+        CorruptFileError: damaged (a checksum does not match) or written without checksums.
+        StoreError: missing, or not a part file of this schema.
+    """
+    attrs, data = _read(Path(path), "part")
+    try:
+        return (attrs, data["units"].astype(DONE_DTYPE, copy=False),
+                data["top"].astype(TOP_DTYPE, copy=False))
+    except (KeyError, ValueError) as exc:
+        raise CorruptFileError(f"{path}: part file lacks its tables ({exc})") from None
+
+
+def read_part_done(path: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """(attrs, the table of units done) of a part file, without its top-N table.
+
+    Raises:
+        CorruptFileError: damaged (a checksum does not match) or written without checksums.
+        StoreError: missing, or not a part file of this schema.
+    """
+    attrs, data = _read(Path(path), "part", ("units",))
+    return attrs, data["units"].astype(DONE_DTYPE, copy=False)
+
+
+def read_results_attrs(path: Path) -> dict[str, Any]:
+    """The root attributes of a results file (no tables read).
+
+    Raises:
+        CorruptFileError: damaged (a checksum does not match).
+        StoreError: missing, or not a results file of this schema.
+    """
+    return _read(Path(path), "results", ())[0]
+
+
+def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarray,
+                  done: np.ndarray) -> None:
+    """Write the reduced results file atomically.
+
+    Raises:
+        StoreError: the file cannot be written (disk full, read-only folder, ...).
+    """
+    _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "results", **attrs},
+                  {"cases": cases,
+                   "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS),
+                   "units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS)})
+
+
+def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(attrs, {"cases", "top", "units"}) of a reduced file.
+
+    Raises:
+        CorruptFileError: damaged (a checksum does not match).
+        StoreError: missing, or not a results file of this schema.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise StoreError(f"{p}: no such results file")
+    return _read(p, "results")
+
+
+def read_columns(path: Path) -> dict[str, dict[str, Any]]:
+    """Units and meanings of every column of a results file's tables: {column: {...}}."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            for name in ("cases", "top"):
+                raw = f[name].attrs.get("columns") if name in f else None
+                if raw is not None:
+                    out.update(json.loads(raw))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: unreadable or corrupt HDF5 file ({exc})") from None
+    return out

@@ -1,0 +1,135 @@
+"""The analytical cost core: a block of candidates in, a block of results out.
+
+``evaluate(profile, job, hw, strategy, n_gpus, candidates)`` returns a ``RESULT_DTYPE``
+array: the candidates with their iteration time and its breakdown, throughput, MFU/HFU,
+memory per GPU and its breakdown, and a feasibility flag with a reason code.
+``evaluate_columns`` returns the same as a dict of columns, which the search uses so that
+only the top-N rows are ever packed into records. Everything in this package is pure
+numpy, vectorised over candidates: no MPI, files, logging or printing.
+
+Profiles:
+
+* ``nersc2024`` - the published model of arXiv 2410.00273, defects included (nersc2024.py);
+* ``calibrated`` - our model of real training stacks, calibrated on measured runs
+  (calibrated.py, kernels.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..hardware import Hardware
+from ..job import Job
+from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
+from . import calibrated, nersc2024
+from .flops import model_flops_per_iteration
+
+__all__ = ["evaluate", "evaluate_columns", "pack_results", "op_table", "PROFILES",
+           "strategies", "model_flops_per_iteration", "unmodelled"]
+
+#: profile -> strategies it can evaluate
+PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES,
+                                        "calibrated": calibrated.STRATEGIES}
+
+
+def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
+    """Why ``profile`` cannot cost ``job`` (None: it can). The calibrated profile models
+    mixture-of-experts layers, MLA attention and multi-token prediction; the published
+    ``nersc2024`` model has dense multi-head blocks only, and refuses the others by name
+    rather than costing them as a dense model."""
+    if profile != "nersc2024":
+        return None
+    if job.is_moe:
+        return ("mixture-of-experts layers are not modelled by the nersc2024 profile "
+                f"({job.n_experts} experts, top-{job.top_k}); use the calibrated profile")
+    if job.attention == "mla":
+        return ("multi-head latent attention (MLA) is not modelled by the nersc2024 profile; "
+                "use the calibrated profile")
+    if job.mtp_layers:
+        return ("multi-token-prediction layers are not modelled by the nersc2024 profile; "
+                "use the calibrated profile")
+    return None
+
+
+def strategies(profile: str) -> tuple[str, ...]:
+    """Strategies a profile knows (raises KeyError for an unknown profile)."""
+    return PROFILES[profile]
+
+
+def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
+                     candidates: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Evaluate a block of candidates of one case; every METRIC column as an array.
+
+    Args:
+        profile: cost-model profile name (a key of :data:`PROFILES`).
+        job: the workload.
+        hw: the hardware variant.
+        strategy: a strategy of the profile.
+        n_gpus: GPU count of the case (= dp * tp * tp2 * cp * pp of every candidate).
+        candidates: a column block (CANDIDATE field -> (n,) array) or ``CANDIDATE_DTYPE``.
+    """
+    n = len(candidates["index"])
+    if profile == "nersc2024":
+        cols = nersc2024.evaluate(job, hw, strategy, candidates)
+        capacity = hw.hbm_capacity_bytes
+        peak = hw.matrix_peak("fp16")
+    elif profile == "calibrated":
+        x = calibrated.make_context(job, hw, hw.calibration, strategy)
+        cols = calibrated.evaluate(x, candidates)
+        capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
+        peak = x["peak16_flops_per_s"]
+    else:
+        raise KeyError(f"unknown cost profile {profile!r}")
+    for name, _, _, _ in METRIC_FIELDS:
+        if name not in cols:
+            cols[name] = np.zeros(n, dtype=RESULT_DTYPE[name])
+        else:
+            cols[name] = np.broadcast_to(cols[name], (n,))
+    step = cols["step_time_s"]
+    cols["samples_per_s"] = job.global_batch / step
+    cols["tokens_per_s"] = job.global_batch * job.seq_len / step
+    cols["model_flops"] = np.full(n, model_flops_per_iteration(job) / n_gpus)
+    cols["mfu"] = cols["model_flops"] / (step * peak)
+    cols["hfu"] = cols["hardware_flops"] / (step * peak)
+    oom = cols["mem_bytes"] > capacity
+    cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY),
+                              np.broadcast_to(cols["reason"], (n,))).astype(np.int8)
+    cols["feasible"] = cols["reason"] == Reason.OK
+    return cols
+
+
+def pack_results(candidates: Mapping[str, np.ndarray], metrics: Mapping[str, np.ndarray],
+                 positions: np.ndarray | None = None) -> np.ndarray:
+    """``RESULT_DTYPE`` rows from candidate and metric columns (optionally only ``positions``)."""
+    n = len(candidates["index"]) if positions is None else len(positions)
+    out = np.empty(n, RESULT_DTYPE)
+    for name in CANDIDATE_DTYPE.names:
+        col = np.asarray(candidates[name])
+        out[name] = col if positions is None else col[positions]
+    for name, _, _, _ in METRIC_FIELDS:
+        col = np.asarray(metrics[name])
+        out[name] = col if positions is None else col[positions]
+    return out
+
+
+def evaluate(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
+             candidates: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Evaluate a block of candidates of one case; ``(n,) RESULT_DTYPE``.
+
+    Infeasible rows have ``feasible = False`` and a :class:`~sweep.model.schema.Reason`.
+    """
+    return pack_results(candidates,
+                        evaluate_columns(profile, job, hw, strategy, n_gpus, candidates))
+
+
+def op_table(profile: str, job: Job, hw: Hardware, strategy: str,
+             candidates: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Per-op rows of the iteration time (rows sum to ``step_time_s``); see the profile."""
+    if profile == "nersc2024":
+        return nersc2024.op_table(job, hw, strategy, candidates)
+    if profile == "calibrated":
+        return calibrated.op_table(calibrated.make_context(job, hw, hw.calibration, strategy),
+                                   candidates)
+    raise KeyError(f"unknown cost profile {profile!r}")

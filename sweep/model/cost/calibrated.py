@@ -1,0 +1,1244 @@
+"""The ``calibrated`` profile: our model of real training stacks, calibrated on measured runs.
+
+It keeps the structure of the NERSC model (per-op costs per layer and micro-batch, composed
+into an iteration) but corrects its defects (nersc2024_model.md section 11) and models what
+production stacks do: GQA/MQA, GELU or SwiGLU MLPs, LayerNorm or RMSNorm, causal or full
+attention computed by FlashAttention or materialized, embedding + LM head + loss on the
+first/last pipeline stage, activation recompute (none, selective, per-op, full, first-k
+layers), Megatron sequence parallelism, TP communication overlap, context parallelism (ring
+or all-gather of K and V), 2D SUMMA tensor parallelism, pipeline 1F1B and interleaved
+schedules, ZeRO-1/2/3 and FSDP (full and hybrid shard), bf16 and fp8 GEMMs, the Adam step,
+offload to a second memory tier, and forward-only inference.
+
+Hardware efficiency is physical: GEMM time from tile and wave quantization (kernels.py),
+memory-bound ops at an achievable HBM fraction, hierarchical ring collectives over the NVLink
+domain and the NICs, fixed per-kernel overhead. A few parameters per GPU generation are
+calibrated on public measured runs (``hardware/calibration.yaml``; sweep.analysis.calibration).
+
+Everything here is vectorised over candidates, and the evaluation context ``x`` (job,
+hardware, calibration numbers; SI units: FLOP/s, B/s, s, bytes, named in the keys) may itself
+hold arrays, one entry per candidate: that is how ``sweep validate`` evaluates every measured
+run in one call. Pure numpy.
+
+Sources cited below: Korthikanti et al. 2022 (arXiv 2205.05198) "K22"; Narayanan et al. 2021
+(arXiv 2104.04473) "N21"; Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054); Zhao et al. 2023,
+PyTorch FSDP (arXiv 2304.11277); Dao 2023, FlashAttention-2 (arXiv 2307.08691); Liu et al.
+2023, Ring Attention (arXiv 2310.01889); NVIDIA NCCL performance notes (ring bus bandwidth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..hardware import Hardware
+from ..job import Job
+from ..schema import Reason, Recompute
+from . import moe
+from .dedup import unique_rows
+from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
+
+__all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES",
+           "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
+
+#: 1d: Megatron tensor parallelism (with context parallelism as a degree of its own);
+#: 2d: SUMMA over a tp x tp2 grid
+STRATEGIES = ("1d", "2d")
+
+#: best-shape bf16 GEMM throughput / datasheet dense peak of a typical GPU per generation, for
+#: hardware files that do not measure their own (Hardware.matrix_sustained_fraction): A100
+#: SXM 271.2 of 312 TFLOP/s, H100 SXM 794.5 of 989, B200 1745 of 2250 (ml-engineering,
+#: compute/accelerator "Maximum Achievable Matmul FLOPS" table); Volta as Ampere [inferred]
+SUSTAINED_FRACTION = {"volta": 0.869, "ampere": 0.869, "hopper": 0.803, "blackwell": 0.776}
+
+
+def sustained_fraction(hw: Hardware) -> float:
+    """The fraction of its datasheet tensor peak ``hw`` sustains on its best GEMM shape
+    (power and clock limits): its own measurement, else its generation's, else 1."""
+    return hw.matrix_sustained_fraction or SUSTAINED_FRACTION.get(hw.generation, 1.0)
+
+
+#: calibrated parameters (per GPU generation) and their meaning
+PARAMETERS = {
+    "gemm_eff": "fraction of the GPU's sustained best-shape GEMM rate a training GEMM reaches",
+    "attn_eff": "fraction of the 16-bit tensor peak FlashAttention-2-class kernels sustain",
+    "fused_attn_eff": "fraction of the 16-bit tensor peak fused attention (cuDNN via "
+                      "Transformer Engine, FlashAttention-3) sustains",
+    "hbm_eff": "fraction of HBM bandwidth memory-bound kernels sustain",
+    "kernel_us": "fixed cost per kernel (launch, tail, framework), microseconds",
+    "nvl_eff": "fraction of NVLink bandwidth a ring collective sustains",
+    "net_eff": "fraction of scale-out NIC bandwidth a ring collective sustains",
+    "fp8_eff": "fp8 / MXFP8 GEMM throughput relative to the fp8 peak x gemm_eff (scaling, "
+               "casts)",
+    "fp4_eff": "NVFP4 GEMM throughput relative to the fp4 peak x gemm_eff",
+    "grouped_gemm_eff": "fraction of the sustained GEMM rate the grouped expert GEMMs of an "
+                        "MoE layer reach (many small GEMMs in one launch)",
+    "expert_us": "host time to prepare one expert's GEMM in a grouped linear (split or "
+                 "quantize its input, its weight and gradient buffers), microseconds",
+    "a2a_eff": "fraction of the link bandwidth (NVLink, or the NICs) the MoE token "
+               "all-to-all sustains per GPU",
+}
+#: memory parameters (all generations): reserved bytes and allocator overhead
+MEMORY_PARAMETERS = {
+    "reserve_GiB": "CUDA context, NCCL and library workspaces, GiB",
+    "allocator_cache": "freed blocks the caching allocator keeps, as a fraction of activation "
+                       "memory: in reported (nvidia-smi / max reserved) memory, not in what a "
+                       "run needs",
+}
+#: the parameters' physical centres: the values before any fit and the centres of the weak
+#: prior the fit keeps (calibration.py PRIOR_WEIGHT). Round figures of what the hardware
+#: sustains in isolation: training GEMMs about 3/4 of the best shape's rate;
+#: FlashAttention-2 50 - 73 % of the A100 peak (Dao 2023, abstract); streaming kernels about
+#: 80 % of the HBM datasheet bandwidth; a few microseconds per kernel launch; NCCL ring bus
+#: bandwidth (nccl-tests' busbw) about 3/4 of NVLink's and 85 % of a NIC's line rate; fp8
+#: GEMMs 70 % of peak x gemm_eff (scaling, casts); a 2 GiB reserve and a 10 % allocator cache
+DEFAULT_PARAMETERS = {"gemm_eff": 0.75, "attn_eff": 0.5, "fused_attn_eff": 0.5, "hbm_eff": 0.8,
+                      "kernel_us": 5.0, "nvl_eff": 0.75, "net_eff": 0.85, "fp8_eff": 0.7,
+                      "fp4_eff": 0.7, "grouped_gemm_eff": 0.75, "expert_us": 20.0,
+                      "a2a_eff": 0.7,
+                      "reserve_GiB": 2.0, "allocator_cache": 0.1}
+
+#: GEMM precisions below 16 bits: per-tensor scaled fp8 (Transformer Engine delayed or
+#: current scaling) and the block-scaled formats of Blackwell's tensor cores
+LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+#: bytes of scale per element of a block-scaled tensor: MXFP8, one E8M0 scale per 32 elements
+#: (OCP Microscaling Formats spec v1.0, section 5.1); NVFP4, one E4M3 scale per 16 elements
+#: (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149, section 2; the per-tensor fp32
+#: scale is negligible)
+SCALE_BYTES = {"fp8": 0.0, "mxfp8": 1.0 / 32.0, "nvfp4": 1.0 / 16.0}
+#: bytes per element of the low-precision values
+VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+#: copies a cast writes: per-tensor fp8 casts once (its transpose is a cheap fp8 transpose,
+#: counted in the 3 B per element the model has charged since its first calibration);
+#: block-scaled formats quantize along the reduction dimension, so the transposed operand of
+#: the backward GEMMs is quantized again from the 16-bit source, a row-wise and a
+#: column-wise copy (Transformer Engine docs, "Using FP8 with Transformer Engine": MXFP8
+#: and NVFP4 recipes; arXiv 2509.25149 section 4.1)
+COPIES = {"fp8": 1.0, "mxfp8": 2.0, "nvfp4": 2.0}
+#: GPU generations whose fp8 tensor cores take only the TN layout, so per-tensor fp8 keeps a
+#: transposed copy next to the row-wise one for the backward GEMMs (Hopper; Blackwell's
+#: take any layout: Transformer Engine quantizer.cpp, with_transpose = columnwise_usage &&
+#: !is_non_tn_fp8_gemm_supported; docs fp8_current_scaling.rst, "Blackwell hardware supports
+#: multiple GEMM layouts natively, eliminating the need for explicit transposes")
+TN_ONLY_FP8 = ("hopper",)
+#: low-precision copies of a linear layer's input kept for its backward (the weight-gradient
+#: GEMM): one, in the layout that GEMM reads (Transformer Engine's Linear / LayerNormLinear /
+#: LayerNormMLP save the quantized input rather than the 16-bit one when fp8 is on)
+SAVED_COPIES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
+
+
+def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
+    """Why ``hw`` cannot run GEMMs in ``dtype`` (None: it can). fp8 needs fp8 tensor cores
+    (Hopper, Ada, Blackwell: an ``fp8`` peak in the hardware file); MXFP8 and NVFP4 need
+    block-scaled ones (Blackwell: an ``fp4`` peak). Never a silent fallback to another
+    format's peak."""
+    if dtype == "fp8" and "fp8" not in hw.matrix_flops_per_s:
+        return f"fp8 needs fp8 tensor cores; hardware {hw.name!r} has no fp8 peak"
+    if dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
+        return (f"{dtype} needs block-scaled tensor cores (Blackwell); hardware {hw.name!r} "
+                f"has none (no fp4 peak)")
+    return None
+
+
+def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
+    """(bytes per element of the low-precision copy of a GEMM operand, scales included;
+    tensor peak FLOP/s of the format) for a job's dtype; (0, 0) for 16/32-bit jobs.
+
+    MXFP8 runs at the fp8 tensor rate and NVFP4 at the fp4 rate (B200 / GB200 / GB300
+    datasheets); both need block-scaled tensor cores, which a hardware file declares with an
+    ``fp4`` peak.
+
+    Raises:
+        ValueError: the hardware has no tensor cores for the format (unsupported_precision).
+    """
+    if dtype not in LOW_PRECISION:
+        return 0.0, 0.0
+    why = unsupported_precision(dtype, hw)
+    if why:
+        raise ValueError(why)
+    peak = hw.matrix_flops_per_s["fp4" if dtype == "nvfp4" else "fp8"]
+    copies = 2.0 if dtype == "fp8" and hw.generation in TN_ONLY_FP8 else COPIES[dtype]
+    return copies * (VALUE_BYTES[dtype] + SCALE_BYTES[dtype]), peak
+
+
+def saved_input_bytes(job: Job) -> float:
+    """Bytes per element of the linear-layer inputs a job keeps for its backward pass: the
+    low-precision copy with its scales (SAVED_COPIES) when the job computes its GEMMs below
+    16 bits and its stack saves them so (Job.lp_saved_inputs), else the 16/32-bit value."""
+    if job.dtype in LOW_PRECISION and job.lp_saved_inputs:
+        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + SCALE_BYTES[job.dtype])
+    return 4.0 if job.dtype == "fp32" else 2.0
+
+
+#: share of a TP collective left exposed when it is overlapped with GEMMs (the first chunk
+#: of a pipelined ring; Wang et al. 2023, "Overlap communication with dependent computation")
+TP_OVERLAP_RESIDUAL = 0.15
+#: Adam with fp32 master weights: read grad, m, v, w (4 x 4 B), write m, v, w (3 x 4 B),
+#: write the 16-bit copy (2 B) (ZeRO paper section 3.1 state sizes)
+ADAM_BYTES_PER_PARAM = 30.0
+#: fp32 master weights + Adam m and v (ZeRO, section 3.1: K = 12)
+OPTIMIZER_STATE_BYTES = 12.0
+
+
+# ------------------------------------------------------------------------------ context
+
+def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
+                 strategy: str = "1d") -> dict[str, float]:
+    """Numbers the model needs, in SI, from a job, a hardware variant, parameters and the
+    strategy (1d or 2d)."""
+    p = {**DEFAULT_PARAMETERS, **params}
+    fp8 = job.dtype in LOW_PRECISION
+    lp_copy, peak_lp = low_precision(job.dtype, hw)
+    # GEMM peak of the job's 16-bit (or fp32 -> TF32) datatype; fp8 GEMMs use peak8
+    if job.dtype == "fp32":
+        peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
+    else:
+        peak16 = hw.matrix_peak("fp16" if job.dtype == "fp16" else "bf16")
+    H = job.n_heads
+    mla = job.attention == "mla"
+    if mla:
+        # multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core
+        # multi_latent_attention.py): every head has its own key and value after the
+        # up-projections, keys dn + dr wide and values dv; the attention kernels see the
+        # mean of the two widths (4 b h q kv d FLOPs = 2 b h q kv (d_qk + d_v))
+        d_qk, dv = job.qk_nope_head_dim + job.qk_rope_head_dim, job.v_head_dim
+        kv_heads, d_attn = H, (d_qk + dv) / 2.0
+        w_qkv, w_o = H * (2 * d_qk + dv), H * dv
+        # down-projections (queries, and keys/values with the shared RoPE key) replicated
+        # over TP; the up-projections and the output projection sharded
+        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim)
+    else:
+        kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
+        w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
+        p_attn_rep = 0
+    return {
+        # job
+        "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": H,
+        "Kv": kv_heads, "d": d_attn, "V": job.vocab, "s": job.seq_len,
+        # widths of the query/key/value projections' output and of the output projection's
+        # input; weights of the attention block sharded over TP and replicated
+        "w_qkv": float(w_qkv), "w_o": float(w_o),
+        "p_attn_tp": float(job.attention_params() - p_attn_rep), "p_attn_rep": float(p_attn_rep),
+        "mla": float(mla), "q_lora": float(job.q_lora_rank), "kv_lora": float(job.kv_lora_rank),
+        "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
+        "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
+        # mixture of experts (n_experts = 0: dense)
+        "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
+        "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
+        "p_experts": float(job.routed_expert_params()),  # one block's, all experts
+        "first_dense": float(job.first_k_dense), "moe_step": float(job.moe_layer_step),
+        "capacity": job.capacity_factor, "imbalance": max(job.moe_imbalance, 1.0),
+        "flex": float(job.moe_dispatcher == "flex"), "mtp": float(job.mtp_layers),
+        "last_moe": float(job.last_layer_is_moe),
+        # cheap modules recomputed on top of the candidate's policy
+        "rc_norm": float(job.recompute_norms), "rc_moe_act": float(job.recompute_moe_act),
+        "rc_mla_up": float(job.recompute_mla_up and mla),
+        "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
+        "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
+        "flash": float(job.attention_kernel in ("flash", "fused")),
+        "fused_attn": float(job.attention_kernel == "fused"), "fused": float(job.fused_kernels),
+        "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
+        "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
+        "saved_in_bytes": saved_input_bytes(job),
+        "lp_norm_cast": float(job.lp_norm_cast),
+        "block_scaled": float(job.dtype in ("mxfp8", "nvfp4")),
+        "current_scaling": float(job.dtype == "fp8" and job.fp8_scaling == "current"),
+        # weights held only as their low-precision copies (fp8 / MXFP8 parameters; NVFP4
+        # weights stay 16-bit with a quantized copy: Megatron-Bridge sets fp8_param for
+        # FP8 and MXFP8 recipes only)
+        "lp_params": float(job.lp_params and job.dtype in ("fp8", "mxfp8")),
+        "offload_act_layers": float(job.offload_act_layers),
+        # bytes of gradient per parameter held, and sent by data-parallel collectives
+        "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
+        "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
+        "grad_accum_bytes": job.grad_accum_bytes,
+        "embedding_slots": float(job.embedding_slots),
+        "pp_overlap": float(job.pp_overlap),
+        "dp_overlap": float(job.dp_overlap), "training": float(job.training),
+        "fused_loss": float(job.fused_loss), "summa": float(strategy == "2d"),
+        "buffers_bytes": job.buffers_GiB * 2.0**30,
+        "zero3_live_params": job.zero3_live_params or np.inf,
+        "grad_bucket_params": job.grad_bucket_params or np.inf,
+        # hardware
+        "peak16_flops_per_s": peak16,
+        "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
+        # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
+        # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
+        # cublasGemmStridedBatchedEx with compute type CUDA_R_32F)
+        "vpeak_flops_per_s": hw.vector_peak("fp32"),
+        "hbm_Bps": hw.hbm_bytes_per_s, "hbm_bytes": hw.hbm_capacity_bytes,
+        "nvl_Bps": hw.nvlink_bytes_per_s, "nvl_lat_s": hw.nvlink_latency_s,
+        "net_Bps": hw.scaleout_bytes_per_s, "net_lat_s": hw.scaleout_latency_s,
+        "nvl_half_bytes": hw.nvlink_half_bandwidth_per_rank_bytes,
+        "net_half_bytes": hw.scaleout_half_bandwidth_per_rank_bytes,
+        "nics": hw.nics_per_gpu, "sm_count": float(hw.sm_count),
+        "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
+        "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
+        # calibration
+        "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
+        "gemm_sustained": sustained_fraction(hw),
+        # a generation fitted without fused-attention runs (Volta, Ampere: no FA3; cuDNN's
+        # fused attention there is FlashAttention-2-class) uses attn_eff for both
+        "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
+        "kernel_s": p["kernel_us"] * 1e-6, "nvl_eff": p["nvl_eff"], "net_eff": p["net_eff"],
+        # MoE: grouped expert GEMMs and the token all-to-all (a generation fitted without
+        # MoE runs uses its dense GEMM efficiency and the default all-to-all efficiency)
+        "grouped_eff": params.get("grouped_gemm_eff", p["gemm_eff"]),
+        "expert_s": p["expert_us"] * 1e-6, "a2a_eff": p["a2a_eff"],
+        "fp8_eff": p["fp8_eff"], "nvfp4": float(job.dtype == "nvfp4"),
+        # a generation fitted without NVFP4 runs uses fp8_eff for it too
+        "fp4_eff": params.get("fp4_eff", p["fp8_eff"]),
+        "reserve_bytes": p["reserve_GiB"] * 2.0**30,
+        "allocator_cache": p["allocator_cache"],
+    }
+
+
+def stack_contexts(contexts: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """One context whose entries are arrays (one value per context), for batch evaluation."""
+    return {k: np.array([c[k] for c in contexts], dtype=np.float64) for k in contexts[0]}
+
+
+#: the embedding table is padded to a multiple of this times the TP degree, so that every
+#: vocabulary shard is tensor-core aligned (Megatron-LM --make-vocab-size-divisible-by, 128)
+VOCAB_PAD = 128
+
+
+def padded_vocab(vocab, t):
+    """Vocabulary rows after Megatron's padding to a multiple of VOCAB_PAD x TP."""
+    unit = VOCAB_PAD * np.asarray(t, dtype=np.float64)
+    return np.ceil(np.asarray(vocab, dtype=np.float64) / unit) * unit
+
+
+# ------------------------------------------------------------------------------ one layer
+
+def _summa_gemm(M, N, K, x, c, peak, eff, nb, t, t2):
+    """One GEMM (M x K)(K x N) as 2D SUMMA on a t x t2 grid with nb panels (van de Geijn and
+    Watts 1997): local output (M/t2 x N/t); per panel a local GEMM, a broadcast of the A
+    panel along the grid row (t) and of the B panel along the column (t2). Pipelined: only
+    the first panel's broadcasts are exposed unless communication outlasts the GEMMs
+    (nersc2024_model.md section 4). Backward: dgrad and wgrad panels, twice the broadcasts
+    (broadcast and reduce of each operand). Returns (fwd compute, bwd compute, fwd exposed
+    comm, bwd exposed comm) with M the local tokens."""
+    ab = x["act_bytes"]
+    comp_f = nb * gemm_s(M, N / t, K / nb, x, peak, eff)
+    comp_b = nb * (gemm_s(M, K / t, N / nb, x, peak, eff)
+                   + gemm_s(K / t2, N / t, M * t2 / nb, x, peak, eff))
+    tau = (collective_s("broadcast", M * K / nb * ab, t, c["nv_tp"], x)
+           + collective_s("broadcast", K / nb * N / t * ab, t2, c["nv_tp2"], x))
+    exp_f = tau + np.maximum(nb * tau - comp_f, 0.0)
+    exp_b = 2 * tau + np.maximum(2 * nb * tau - comp_b, 0.0)
+    return comp_f, comp_b, exp_f, exp_b
+
+
+def _gemm_rate(x):
+    """(peak FLOP/s of the job's GEMM format, efficiency of a training GEMM on it)."""
+    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
+    peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
+                        x["peak16_flops_per_s"])
+    # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
+    return peak_lin, x["gemm_eff"] * x["gemm_sustained"]
+
+
+def _mla_projections(x, T, Ta, t, peak, eff):
+    """(forward time, backward time, forward FLOPs) of MLA's projections into queries, keys
+    and values (Megatron-Core multi_latent_attention.py, MLASelfAttention): the
+    down-projections h -> q_lora and h -> kv_lora + dr are replicated over TP and run on the
+    sequence-parallel shard (Ta tokens); the up-projections q_lora -> H (dn + dr) (or h ->
+    H (dn + dr) without query compression) and kv_lora -> H (dn + dv) are column-parallel on
+    T tokens (DeepSeek-V2, arXiv 2405.04434, eqs. 9-13)."""
+    e, H, qr, kvr = x["e"], x["H"], x["q_lora"], x["kv_lora"]
+    d_qk, d_v, dr = x["d_qk"], x["d_v"], x["d_rope"]
+    q_compressed = qr > 0
+    shapes = [(Ta, np.maximum(qr, 1.0), e), (T, H * d_qk / t, np.maximum(qr, 1.0)),
+              (T, H * d_qk / t, e), (Ta, kvr + dr, e), (T, H * (d_qk - dr + d_v) / t, kvr)]
+    use = [q_compressed, q_compressed, ~q_compressed, True, True]
+    fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff), 0.0)
+              for u, (M, N, K) in zip(use, shapes))
+    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff) + gemm_s(K, N, M, x, peak, eff), 0.0)
+              for u, (M, N, K) in zip(use, shapes))
+    flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
+    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff), gemm_s(*shapes[2], x, peak,
+                                                                           eff)) \
+        + gemm_s(*shapes[4], x, peak, eff)
+    return fwd, bwd, flops, up
+
+
+def _layer(x, c, lay):
+    """Per-layer, per-micro-batch times of one pipeline stage's layer (forward, backward,
+    recompute) and their breakdown, for the layout in ``lay`` (_layout): T tokens in the
+    tensor-parallel region, Ta in the norm / residual region (T / t with sequence
+    parallelism, K22 section 4.2.2), queries split q_split ways with K/V exchanged in a ring
+    or all-gathered."""
+    b, T, Ta, t, t2, sp = lay["b"], lay["T"], lay["Ta"], lay["t"], lay["t2"], lay["sp"]
+    summa = lay["summa"]
+    e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
+    ab = x["act_bytes"]
+    f_up = f * (1.0 + x["swiglu"])  # SwiGLU: gate and up projections
+    # NVFP4 GEMMs reach a smaller share of their (4x bf16) peak than fp8 ones at training
+    # shapes: Transformer Engine's B300 GEMM benchmark (hidden 4096, 15,872 tokens) runs
+    # NVFP4 kernels at 34 % of the fp4 peak, MXFP8 at 58 %, bf16 at 66 % of theirs
+    # (TE docs, "GEMM Speedups Across Precisions"); hence a parameter of its own
+    peak_lin, eff = _gemm_rate(x)
+    w_qkv, w_o = x["w_qkv"], x["w_o"]
+    # the four GEMMs of a block as (output width, input width)
+    full = [(w_qkv, e), (e, w_o), (f_up, e), (e, f)]
+    if summa:
+        nb = np.asarray(c["nb"], dtype=np.float64)
+        parts = [_summa_gemm(T, N, K, x, c, peak_lin, eff, nb, t, t2) for N, K in full]
+        gemm_each = [p[0] for p in parts]
+        gemm_b_each = [p[1] for p in parts]
+        flops_each = [2.0 * T * N / t * K for N, K in full]
+        summa_f, summa_b = sum(p[2] for p in parts), sum(p[3] for p in parts)
+    else:
+        # Megatron TP sharding (N21 section 2.3): column-parallel QKV and up, row-parallel
+        # output and down projections
+        shapes = [(T, w_qkv / t, e), (T, e, w_o / t), (T, f_up / t, e), (T, e, f / t)]
+        gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
+        # backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N)
+        gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
+                       for M, N, K in shapes]
+        flops_each = [2.0 * M * N * K for M, N, K in shapes]
+        mla_up_f = 0.0
+        if np.any(x["mla"] > 0):
+            mla = _mla_projections(x, T, Ta, t, peak_lin, eff)
+            gemm_each[0], gemm_b_each[0], flops_each[0] = (
+                np.where(x["mla"] > 0, new, old) for new, old in
+                zip(mla[:3], (gemm_each[0], gemm_b_each[0], flops_each[0])))
+            mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
+        # an MoE block whose only FFN is routed has no shared expert: no MLP GEMMs here
+        has_mlp = f > 0
+        for i in (2, 3):
+            gemm_each[i] = np.where(has_mlp, gemm_each[i], 0.0)
+            gemm_b_each[i] = np.where(has_mlp, gemm_b_each[i], 0.0)
+    gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
+    gemm_flops = sum(flops_each)
+    # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
+    # second one, in call order q, k, v, o, [gate, up | up], down): k, o and the up (SwiGLU)
+    # or down (GELU) projection are recomputed (torchtitan, _apply_ac_to_transformer_block)
+    Kv_share = x["Kv"] / (x["H"] + 2.0 * x["Kv"])
+    swiglu = x["swiglu"] > 0
+    op_sac_gemm = gemm_each[0] * Kv_share + gemm_each[1] + np.where(
+        swiglu, gemm_each[2] / 2.0, gemm_each[3])
+    op_sac_flops = flops_each[0] * Kv_share + flops_each[1] + np.where(
+        swiglu, flops_each[2] / 2.0, flops_each[3])
+    # attention core on the local heads and query rows, all keys
+    Hl, Kvl = H / t, np.maximum(Kv / t, 1.0)
+    q_len, kv_len = s / lay["q_split"], s
+    causal_fraction = np.where(x["causal"] > 0, 0.5, 1.0)
+    flash = x["flash"] > 0
+    fa_f = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, False)
+    fa_b = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, True)
+    # materialized (Megatron core attention): two batched GEMMs, softmax and dropout over
+    # the full score matrix; 5 bytes per score element stored (K22 table 2: 5 a s / h)
+    batch = b * Hl
+    scores = batch * q_len * kv_len
+    drop = x["dropout"]
+    mat_core_f = gemm_s(q_len, kv_len, d, x, x["peak16_flops_per_s"], eff, batch) + memory_s(
+        scores * (2 * ab + drop * (2 * ab + 1)), x, 1 + drop)
+    mat_f = mat_core_f + gemm_s(q_len, d, kv_len, x, x["peak16_flops_per_s"], eff, batch)
+    mat_b = (gemm_s(q_len, d, kv_len, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(q_len, kv_len, d, x, x["peak16_flops_per_s"], eff, batch)
+             + gemm_s(kv_len, d, q_len, x, x["peak16_flops_per_s"], eff, batch)
+             + memory_s(scores * (3 * ab + drop * (2 * ab + 1)), x, 1 + drop))
+    attn_f = np.where(flash, fa_f, mat_f)
+    attn_b = np.where(flash, fa_b, mat_b)
+    attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
+    # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
+    # (rotary embedding: on the query and key heads; MLA: on the dr-wide RoPE part of every
+    # query head and the one shared RoPE key)
+    rope_width = np.where(x["mla"] > 0, H * x["d_rope"] + x["d_rope"] * t, (H + Kv) * d)
+    A, Q, F = Ta * e, T * rope_width / t, T * f / t
+    fused = x["fused"] > 0
+    norm_passes = np.where(fused | (x["rmsnorm"] == 0), 4.0, 14.0)  # eager RMSNorm: 5 kernels
+    resid_passes = np.where(fused, 6.0, 6.0 + 4.0 * x["bias"] + 4.0 * drop)
+    act_passes = np.where(x["swiglu"] > 0, np.where(fused, 3.0, 5.0),
+                          np.where(fused, 2.0, 2.0 + 2.0 * x["bias"]))
+    rope_passes = x["rope"] * np.where(fused, 2.0, 6.0)
+    elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
+        + drop * 2 * A  # 1-byte dropout masks
+    # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
+    # copies with their scales), again for their gradients. Transformer Engine's
+    # LayerNormLinear writes the norm output (the QKV and fc1 inputs) straight in the
+    # low-precision format instead of 16-bit (``with_quantized_norm``) - but not a
+    # block-scaled one that must first be all-gathered for sequence parallelism
+    # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward)
+    # Current scaling reads a tensor twice, for its amax and for the cast (TE docs
+    # fp8_current_scaling.rst; quantizer.cpp: nvte_compute_amax, then nvte_quantize_v2); a
+    # norm cannot write a tensor scaled by its own amax, so it writes 16 bits and records the
+    # amax, and the cast reads it once more (as an unfused cast)
+    lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
+    norm_fused = (x["lp_norm_cast"] > 0) & ~((x["block_scaled"] > 0) & (sp > 0) & (t > 1)) \
+        & ~current
+    norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
+    cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
+    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (w_o / t + f / t))
+    kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
+    elem_f = memory_s(elem_bytes_f, x, kernels_f)
+    elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
+    if summa:
+        # SUMMA broadcasts, plus the norms' row statistics (mean, variance in fp32) reduced
+        # across the t GPUs holding a row's columns, twice per pass
+        stats = 2.0 * collective_s("allreduce", 2.0 * T * 4.0, t, c["nv_tp"], x)
+        tp_f_exp, tp_b_exp = summa_f + stats, summa_b + stats
+    else:
+        # 2 all-reduces (or AG + RS with SP) of the (b s, e) activation per pass (N21
+        # section 2.3; K22 section 4.2.2), one more in backward with SP (re-gather)
+        ar = collective_s("allreduce", T * e * ab, t, c["nv_tp"], x)
+        tp_f = 2.0 * ar
+        tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
+        overlap = c["tp_overlap"] > 0
+        tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0)
+                            + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
+        tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
+                            + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
+    # K and V of the whole sequence for the local queries: a ring passes each shard around,
+    # overlapped with the attention blocks (Liu et al. 2023; backward also returns dK, dV),
+    # or one all-gather before attention and a reduce-scatter of dK, dV after it, exposed
+    # (Llama 3, arXiv 2407.21783 section 3.3.2)
+    group, domain = lay["kv_group"], lay["kv_domain"]
+    kv_full = 2.0 * b * Kvl * d * s * ab
+    step = p2p_s(kv_full / group, domain >= group, x)
+    ring_f = (group - 1) * step
+    ring_f_exp = np.maximum(ring_f - attn_f, 0) + step
+    ring_b_exp = np.maximum(2 * ring_f - attn_b, 0) + step
+    ag = collective_s("allgather", kv_full, group, domain, x)
+    rs = collective_s("reducescatter", kv_full, group, domain, x)
+    split = group > 1
+    cp_f_exp = np.where(split, np.where(lay["kv_allgather"], ag, ring_f_exp), 0.0)
+    cp_b_exp = np.where(split, np.where(lay["kv_allgather"], ag + rs, ring_b_exp), 0.0)
+    fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp
+    bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
+    # activation recompute adds forward work to the backward pass (K22 section 5)
+    r = c["recompute"]
+    core_recompute = np.where(flash, fa_f, mat_core_f)
+    extra = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL, r == Recompute.OP_SAC],
+                      [core_recompute, fwd, elem_f + op_sac_gemm], 0.0)
+    # recompute_modules on top of the policy: the two norms, MLA's up-projections
+    # (Megatron-Core transformer_config.py recompute_modules layernorm, mla_up_proj)
+    if np.any(x["rc_norm"] > 0) or np.any(x["rc_mla_up"] > 0):
+        modules = x["rc_norm"] * memory_s(2.0 * 2.0 * Ta * e * ab, x, 2.0) \
+            + x["rc_mla_up"] * (mla_up_f if not summa else 0.0)
+        extra = extra + np.where(r == Recompute.FULL, 0.0, modules)
+    extra_flops = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL,
+                             r == Recompute.OP_SAC],
+                            [attn_flops / 2.0, gemm_flops + attn_flops, op_sac_flops], 0.0)
+    return {"fwd": fwd, "bwd": bwd, "recompute_full": fwd, "recompute_other": extra,
+            "gemm_f_each": gemm_each, "gemm_b_each": gemm_b_each, "attn_f": attn_f,
+            "attn_b": attn_b,
+            "compute_f": gemm_f + attn_f, "compute_b": gemm_b + attn_b,
+            "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
+            "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
+            "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
+            "recompute_flops": extra_flops,
+            "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
+
+
+# ------------------------------------------------------------------------------ the step
+
+#: candidate columns the per-layer model depends on; a block of candidates has few distinct
+#: combinations, so the layer model runs once per combination (sweep.model.cost.dedup)
+LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv_tp",
+              "nv_tp2", "nv_cp", "recompute")
+#: and the columns an MoE block depends on besides
+MOE_LAYER_KEYS = ("ep", "etp", "nv_ep", "a2a_overlap", "nv_dp")
+
+
+def _layout(x, c):
+    """How one layer's work is split: 1D Megatron TP (tokens T per TP rank, Ta in the norm
+    region, queries split over cp) or 2D SUMMA (tokens over tp2, widths over tp; queries
+    over tp2 with K/V all-gathered, as the NERSC 2D strategy's attention)."""
+    t, t2, cp, b = (np.asarray(c[k], dtype=np.float64) for k in ("tp", "tp2", "cp", "mbs"))
+    s = x["s"]
+    summa = bool(np.any(np.asarray(x.get("summa", 0.0)) > 0))
+    if summa:
+        T = b * s / t2
+        return {"b": b, "t": t, "t2": t2, "summa": True, "T": T, "Ta": T / t,
+                "sp": np.ones(np.shape(T), dtype=bool), "q_split": t2, "kv_group": t2,
+                "kv_domain": np.asarray(c["nv_tp2"], dtype=np.float64),
+                "kv_allgather": np.ones(np.shape(T), dtype=bool)}
+    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
+    T = b * s / cp
+    return {"b": b, "t": t, "t2": np.ones_like(t), "summa": False, "T": T,
+            "Ta": np.where(sp, T / t, T), "sp": sp, "q_split": cp, "kv_group": cp,
+            "kv_domain": np.asarray(c["nv_cp"], dtype=np.float64),
+            "kv_allgather": np.asarray(c["cp_comm"]) > 0}
+
+
+def _layer_terms(x, c):
+    """Per-micro-batch times of one layer (_layer), the embedding and the LM head, and the
+    activation bytes a layer keeps."""
+    lo = _layout(x, c)
+    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    e, ab = x["e"], x["act_bytes"]
+    V = padded_vocab(x["V"], t)
+    training = x["training"] > 0
+    lay = _layer(x, c, lo)
+    # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
+    # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
+    has_vocab = V > 0
+    emb_f = np.where(has_vocab, memory_s(2.0 * T * e * ab, x, 1.0)
+                     + collective_s("allreduce", T * e * ab, t, c["nv_tp"], x), 0.0)
+    emb_b = np.where(has_vocab & training, memory_s(3.0 * T * e * ab, x, 2.0), 0.0)
+    peak, eff = x["peak16_flops_per_s"], x["gemm_eff"] * x["gemm_sustained"]
+    head_f = np.where(has_vocab, gemm_s(T, V / t, e, x, peak, eff)
+                      + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
+    head_b = np.where(has_vocab & training, gemm_s(T, e, V / t, x, peak, eff)
+                      + gemm_s(e, V / t, T, x, peak, eff)
+                      + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
+    lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b, T=T, Ta=Ta)
+    if np.any(x["mtp"] > 0):
+        # multi-token prediction's projection of [h; emb] (2e -> e, column-parallel)
+        lay.update(eh_f=gemm_s(T, e / t, 2.0 * e, x, peak, eff), eh_b=np.where(
+            training, gemm_s(T, 2.0 * e, e / t, x, peak, eff)
+            + gemm_s(2.0 * e, e / t, T, x, peak, eff), 0.0))
+    # activations one layer keeps: under the candidate's policy, none, full recompute
+    lay.update(
+        act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
+        act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
+        act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
+    if _has_moe(x):
+        lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
+    return lay
+
+
+#: keys of an MoE block's terms in the per-layer dict (the plain keys are a dense block's)
+MOE_PREFIX = "moe:"
+
+
+def _has_moe(x) -> bool:
+    return bool(np.any(np.asarray(x["moe"]) > 0))
+
+
+#: keys of an MoE block's attention and shared-expert terms (before the routed experts)
+SHARED_PREFIX = "shared:"
+
+
+def _shared_block(x, c, lo):
+    """Per-micro-batch terms of an MoE block without its routed experts, with the keys of
+    _layer: the attention block and the shared expert as a dense block whose MLP is the
+    shared expert (no MLP when there is none); and the router, which sees every token."""
+    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    xs = dict(x, f=x["fs"])
+    lay = _layer(xs, c, lo)
+    router_f, router_b = moe.router_s(x, Ta)
+    policy = np.asarray(c["recompute"])
+    lay.update(
+        router_f=router_f, router_b=router_b,
+        act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
+        act_none=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE),
+        act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL))
+    return lay
+
+
+def _moe_block(x, c, lay, r):
+    """Per-micro-batch terms of one MoE block (the keys of _layer, prefixed MOE_PREFIX in
+    the per-layer dict) from its shared part (_shared_block, ``lay``) and its routed experts
+    (sweep.model.cost.moe.routed_experts, ``r``). The token all-to-all is exposed, or with
+    a2a_overlap hidden behind the other micro-batch's backward (forward) compute of the
+    same block, as Megatron-Core's combined 1F1B schedule pairs them (combined_1f1b.py;
+    notes 4.5)."""
+    comp_f = lay["compute_f"] + lay["router_f"] + r["compute_f"]
+    comp_b = lay["compute_b"] + lay["router_b"] + r["compute_b"]
+    overlap = np.asarray(c["a2a_overlap"]) > 0
+    ep_f = np.where(overlap, np.maximum(r["ep_f"] - comp_b, 0.0), r["ep_f"])
+    ep_b = np.where(overlap, np.maximum(r["ep_b"] - comp_f, 0.0), r["ep_b"])
+    fwd = lay["fwd"] + lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
+    bwd = lay["bwd"] + lay["router_b"] + r["compute_b"] + r["memory_b"] + ep_b
+    policy = np.asarray(c["recompute"])
+    out = dict(lay)
+    out.update(
+        fwd=fwd, bwd=bwd, recompute_full=fwd, compute_f=comp_f, compute_b=comp_b,
+        memory_f=lay["memory_f"] + r["memory_f"], memory_b=lay["memory_b"] + r["memory_b"],
+        ep_f=ep_f, ep_b=ep_b, flops_f=lay["flops_f"] + r["flops_f"],
+        flops_b=lay["flops_b"] + r["flops_b"], routed_gemm_f=r["gemm_f"],
+        routed_gemm_b=r["gemm_b"], permute_f=r["permute_f"], permute_b=r["permute_b"],
+        expert_act_f=r["act_f"], expert_act_b=r["act_b"],
+        act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0, r["acts"]),
+        act_none=lay["act_none"] + r["acts"],
+        # full recompute of the block re-runs its dispatch and combine too; recompute_moe_act
+        # re-runs the experts' activation function (Megatron-Core recompute_modules moe_act)
+        recompute_other=lay["recompute_other"] + np.where(
+            policy == Recompute.FULL, 0.0, x["rc_moe_act"] * r["act_f"]))
+    return out
+
+
+def _with_moe(x, c, lay, routed):
+    """``lay`` (per-layer terms, with the shared parts) plus the MoE block's terms."""
+    shared = {k[len(SHARED_PREFIX):]: v for k, v in lay.items() if k.startswith(SHARED_PREFIX)}
+    out = {k: v for k, v in lay.items() if not k.startswith(SHARED_PREFIX)}
+    out.update({MOE_PREFIX + k: v for k, v in _moe_block(x, c, shared, routed).items()})
+    return out
+
+
+def _routed_terms(x, c):
+    """The routed experts of an MoE block for the candidates ``c`` (sweep.model.cost.moe)."""
+    return moe.routed_experts(x, c, _layout(x, c), _gemm_rate(x)[0])
+
+
+def _layer_terms_dedup(x, c):
+    """_layer_terms evaluated once per distinct LAYER_KEYS row and gathered back (when the
+    context is scalar, i.e. one job on one hardware variant)."""
+    lay = _deduplicated(_layer_terms, x, c, LAYER_KEYS)
+    if not _has_moe(x):
+        return lay
+    # the routed experts also depend on the expert layout; nv_dp matters to them only
+    # through the ETP group's placement (etp > 1)
+    c_moe = dict(c, nv_dp=np.where(np.asarray(c["etp"]) > 1, c["nv_dp"], 0))
+    routed = _deduplicated(_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS)
+    return _with_moe(x, c, lay, routed)
+
+
+def _deduplicated(terms, x, c, keys):
+    """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
+    back (when the context is scalar, i.e. one job on one hardware variant)."""
+    n = len(np.asarray(c["tp"]))
+    if any(np.ndim(v) for v in x.values()) or n < 64:
+        return terms(x, c)
+    uniq, inverse = unique_rows(c, keys)
+    u = len(uniq["tp"])
+    if 2 * u > n:
+        return terms(x, c)
+    sub = terms(x, uniq)
+
+    def gather(v):
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (u,))[inverse]
+
+    return {k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
+            for k, v in sub.items()}
+
+
+def _params_per_layer(x, t):
+    """(TP-sharded GEMM weights, replicated weights: norms, MLA's down-projections) of one
+    block (an MoE block: its shared expert as the MLP; sweep.model.cost.moe adds the rest)."""
+    e, f = x["e"], x["f"]
+    f_up = f * (1.0 + x["swiglu"])
+    gemm = x["p_attn_tp"] + e * f_up + f * e
+    biases = x["bias"] * (x["w_qkv"] + np.where(f > 0, f_up, 0.0))
+    norms = 2.0 * e * (2.0 - x["rmsnorm"]) + x["bias"] * 2 * e
+    return (gemm + biases) / t, norms + x["p_attn_rep"]
+
+
+def _tensors_per_layer(x):
+    """Parameter tensors of one block: four (SwiGLU: five) weight matrices, their biases,
+    two norms (weight, and bias for LayerNorm)."""
+    mats = 4.0 + x["swiglu"]
+    return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
+
+
+def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
+    """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
+    ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones."""
+    return _step(x, c)[0]
+
+
+def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
+    """(RESULT columns, the parts op_table itemises)."""
+    dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64)
+                        for k in ("dp", "tp", "cp", "pp", "mbs"))
+    t2 = np.asarray(c["tp2"], dtype=np.float64)
+    v = np.asarray(c["vpp"], dtype=np.float64)
+    L, e, B = x["L"], x["e"], x["B"]
+    V = padded_vocab(x["V"], t)
+    ab = x["act_bytes"]
+    training = x["training"] > 0
+    has_vocab = V > 0
+    multi = pp > 1
+    # layers per pipeline stage: a uniform split gives every stage ceil(items / p) and the
+    # last stage the remainder (Megatron-DeepSpeed; BLOOM chronicle: 78 layers over 12 stages,
+    # "the last stage has 1 block, while the rest have 7"); with embedding slots the
+    # embedding and the LM head count as one item each (Megatron-DeepSpeed
+    # --pp-partition-method type:transformer|embedding; Megatron-Core
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split)
+    slot = np.where(multi & has_vocab & (x["embedding_slots"] > 0), 1.0, 0.0)
+    items = L + 2.0 * slot
+    layers = np.ceil(items / pp)  # a middle stage: the most layers
+    layers_first = layers - slot
+    # (candidates.last_stage_layers is the same rule for one candidate)
+    layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
+    m = B / (dp * b)  # micro-batches per iteration
+    lay = _layer_terms_dedup(x, c)
+    T = lay["T"]  # tokens per GPU in the tensor-parallel region
+    r = np.asarray(c["recompute"])
+    moe_on = _has_moe(x)
+    # MoE blocks on each stage (the first stage's leading blocks, the last stage's final
+    # ones, and the middle stage holding the most; sweep.model.cost.moe.moe_layers_before)
+    if moe_on:
+        def moe_in(start, n):
+            return (moe.moe_layers_before(x, np.clip(start + n, 0.0, L))
+                    - moe.moe_layers_before(x, np.clip(start, 0.0, L)))
+        nm_first = moe_in(0.0, layers_first)
+        nm_last = moe_in(L - layers_last, layers_last)
+        last_mid = layers_first + np.maximum(pp - 3.0, 0.0) * layers
+        nm_mid = np.maximum(np.maximum(moe_in(layers_first, layers), moe_in(last_mid, layers)),
+                            moe_in(np.maximum(last_mid - layers, layers_first), layers))
+        # with MoE on every third layer or sparser, where a stage starts decides its count:
+        # the busiest middle stage holds ceil(layers / step) of the middle stages' MoE blocks
+        middle = moe_in(layers_first, np.maximum(L - layers_last - layers_first, 0.0))
+        sparse = x["moe_step"] >= 3
+        nm_mid = np.where(sparse & (pp > 2), np.maximum(nm_mid, np.minimum(
+            np.ceil(layers / np.maximum(x["moe_step"], 1.0)), middle)), nm_mid)
+        nm_mid = np.minimum(np.where(multi, nm_mid, nm_first), layers)
+    else:
+        nm_first = nm_last = nm_mid = 0.0
+
+    def mix(dense, moe_block, n, nm):
+        """A per-block term summed over n blocks of which nm are MoE blocks."""
+        if not moe_on:
+            return dense * n
+        return dense * (n - nm) + moe_block * nm
+
+    def per(key, n, nm):
+        """Per-block term ``key`` of _layer_terms summed over n blocks, nm of them MoE."""
+        return mix(lay[key], lay.get(MOE_PREFIX + key, 0.0), n, nm)
+
+    def recompute_s(n, nm):
+        """Recompute time of n layers (first-k: the first k of them in full)."""
+        k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
+        nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
+        return per("recompute_other", n, nm) + per("recompute_full", k_full, nm_k)
+
+    def body_s(n, nm):
+        """Forward and backward (with recompute) of n layers, per micro-batch."""
+        return per("fwd", n, nm) + np.where(training, per("bwd", n, nm) + recompute_s(n, nm),
+                                            0.0)
+
+    rec = recompute_s(layers, nm_mid)
+    fwd_mid = per("fwd", layers, nm_mid)
+    bwd_mid = np.where(training, per("bwd", layers, nm_mid) + rec, 0.0)
+    emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
+    # weights are replicated over the context-parallel ranks too, so gradients are reduced
+    # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
+    # data-parallel-with-context-parallel group; torchtitan's dp_shard_cp mesh)
+    zero = np.asarray(c["zero"])
+    dpc = dp * cp
+    dpc_domain = np.asarray(c["nv_dp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64)
+    shard = np.where(np.asarray(c["shard_group"]) > 0, c["shard_group"] * cp, dpc)
+    per_domain_shard = np.minimum(dpc_domain, shard)
+    # ZeRO-3 / FSDP: per layer, gather the weights before forward and backward and
+    # reduce-scatter the gradients, prefetched one layer ahead (Zhao et al. 2023 section 4).
+    # Under pipeline parallelism the stage's weights stay gathered across micro-batches
+    # (reshard_after_forward=False) and gradients are reduced once, like ZeRO-2.
+    w_layer, norms_layer = _params_per_layer(x, t * t2)  # 2D SUMMA shards over both
+    p_layer = w_layer + norms_layer
+    # an MoE block: attention, shared expert and the router (replicated, notes 6.1) on the
+    # attention mesh; its routed experts sharded over ep x etp, their gradients reduced and
+    # their optimizer state sharded over the expert data-parallel group edp = tp cp dp /
+    # (etp ep) (Megatron-Core distributed_data_parallel.py: expert buffers on the
+    # expert-data-parallel group)
+    if moe_on:
+        ep = np.asarray(c["ep"], dtype=np.float64)
+        etp = np.asarray(c["etp"], dtype=np.float64)
+        w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
+        p_layer_moe = w_moe + norms_moe + x["E"] * e
+        p_exp_layer = x["p_experts"] / (ep * etp)
+        edp = dp * cp * t / (ep * etp)
+        d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
+            * np.asarray(c["nv_dp"], dtype=np.float64)
+        edp_domain = np.clip(d_in / (ep * etp), 1.0, edp)
+    else:
+        p_layer_moe = p_exp_layer = 0.0
+        edp = edp_domain = 1.0
+    ag_layer = collective_s("allgather", p_layer * ab, shard, per_domain_shard, x)
+    rs_layer = collective_s("reducescatter", p_layer * x["grad_comm_bytes"], shard,
+                            per_domain_shard, x)
+    fsdp = (zero == 3) & (shard > 1) & (pp == 1)
+    # (without overlap every gather and reduce-scatter is exposed)
+    over = x["dp_overlap"] > 0
+    fwd_avg = fwd_mid / layers if moe_on else lay["fwd"]
+    bwd_avg = per("bwd", layers, nm_mid) / layers if moe_on else lay["bwd"]
+    fsdp_f = np.where(fsdp, np.where(over, layers * np.maximum(ag_layer - fwd_avg, 0)
+                                     + ag_layer, layers * ag_layer), 0.0)
+    fsdp_b = np.where(fsdp & training, np.where(
+        over, layers * np.maximum(ag_layer + rs_layer - bwd_avg, 0) + rs_layer,
+        layers * (ag_layer + rs_layer)), 0.0)
+    # gradient accumulation outside the weight-gradient GEMMs (job key grad_accum_bytes):
+    # after every micro-batch, a memory-bound pass over the stage's parameters, one kernel
+    # per parameter tensor (autograd's in-place add; DeepSpeed BF16Optimizer's cast + add)
+    accum_on = training & (x["grad_accum_bytes"] > 0)
+    accum_layer = np.where(accum_on, memory_s(x["grad_accum_bytes"] * p_layer, x,
+                                              _tensors_per_layer(x)), 0.0)
+    accum_vocab = np.where(accum_on & has_vocab,
+                           memory_s(x["grad_accum_bytes"] * V * e / t, x, 1.0), 0.0)
+    accum_moe = np.where(accum_on, memory_s(x["grad_accum_bytes"] * (p_layer_moe + p_exp_layer),
+                                            x, _tensors_per_layer(x) + 3.0), 0.0) \
+        if moe_on else 0.0
+    fsdp_fb = fsdp_f + fsdp_b  # (FSDP only without pipeline stages)
+    first = body_s(layers_first, nm_first) + mix(accum_layer, accum_moe, layers_first, nm_first) \
+        + emb_f + emb_b + fsdp_fb + accum_vocab
+    # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
+    # multi_token_prediction.py): on the last stage, per depth one more block of the last
+    # block's kind, the projection of [h; emb] (2e -> e, column-parallel) and one more LM
+    # head and loss
+    if np.any(x["mtp"] > 0):
+        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"]) + x["mtp"] * (
+            head_f + head_b + lay["eh_f"] + lay["eh_b"])
+    else:
+        mtp_s = 0.0
+    last = body_s(layers_last, nm_last) + mix(accum_layer, accum_moe, layers_last, nm_last) \
+        + head_f + head_b + fsdp_fb + accum_vocab + mtp_s
+    mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
+    single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
+    # (an MoE job with two stages has no middle one: its blocks differ from stage to stage)
+    mid_bound = np.where(pp == 2, 0.0, mid) if moe_on else mid
+    t_max = np.where(multi, np.maximum(np.maximum(first, last), mid_bound), single)
+    t_avg = np.where(multi, (first + last + np.maximum(pp - 2, 0) * mid) / pp, single)
+    # the stage that bounds the steady state (ties: first, then last), and its layers
+    first_slowest = ~multi | (first >= np.maximum(last, mid_bound))
+    last_slowest = ~multi | (~first_slowest & (last >= mid_bound))
+    n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
+    nm_slow = np.where(first_slowest, nm_first, np.where(last_slowest, nm_last, nm_mid)) \
+        if moe_on else 0.0
+    # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
+    # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
+    steady = m * t_max
+    bubble = np.where(multi, (pp - 1) / v * t_avg, 0.0)
+    # pipeline p2p: the stage-boundary activation (scatter-gather over TP ranks, N21 4.1),
+    # forward and backward, at every virtual stage boundary of every micro-batch
+    p2p_bytes = T * e * ab / t
+    p2p_one = p2p_s(p2p_bytes, c["nv_pp"] > 1, x)
+    # interleaved schedules can overlap it with the next chunk's compute (Megatron-Core
+    # overlap_p2p_comm, on by default for interleaving): then only the pipeline fill and drain
+    # and any excess over a chunk's forward stay exposed
+    p2p_overlapped = (x["pp_overlap"] > 0) & (v > 1)
+    p2p_exposed_s = np.where(p2p_overlapped, (pp - 1.0) * p2p_one
+                             + v * m * np.maximum(p2p_one - fwd_mid / v, 0.0), v * m * p2p_one)
+    p2p = np.where(multi, (1.0 + training) * p2p_exposed_s, 0.0)
+    # data parallelism: ZeRO-0 all-reduces the gradients; ZeRO-1/2 (and FSDP under PP)
+    # reduce-scatter them and all-gather the updated weights (ZeRO section 7); FSDP's hybrid
+    # shard all-reduces the gradient shards across replicas (Zhao et al. 2023 section 3.2.2)
+    vocab_params = np.where(has_vocab, V * e / t, 0.0) * np.where(multi, 1.0, 2.0 - x["tied"])
+    # the first stage (the last holds as much)
+    p_edge = mix(p_layer, p_layer_moe, layers_first, nm_first) + vocab_params
+    p_mid = mix(p_layer, p_layer_moe, layers, nm_mid)
+    p_stage = np.maximum(p_edge, p_mid)
+    grad_vol = p_stage * x["grad_comm_bytes"]
+    replicas = dpc / shard
+    replica_domain = np.maximum(dpc_domain / shard, 1.0)
+    stagewise = (zero == 1) | (zero == 2) | ((zero == 3) & (pp > 1))
+    t_grad = np.select(
+        [zero == 0, fsdp],
+        [collective_s("allreduce", grad_vol, dpc, dpc_domain, x),
+         collective_s("allreduce", grad_vol / shard, replicas, replica_domain, x)],
+        collective_s("reducescatter", grad_vol, shard, per_domain_shard, x))
+    t_param = np.where(stagewise,
+                       collective_s("allgather", p_stage * ab, shard, per_domain_shard, x), 0.0)
+    if moe_on:
+        # the routed experts' gradients over the expert data-parallel group: all-reduced, or
+        # reduce-scattered and the updated weights all-gathered (distributed optimizer)
+        p_exp_stage = np.maximum(np.maximum(nm_first, nm_mid), nm_last) * p_exp_layer
+        exp_vol = p_exp_stage * x["grad_comm_bytes"]
+        t_grad = t_grad + np.where(
+            zero == 0, collective_s("allreduce", exp_vol, edp, edp_domain, x),
+            collective_s("reducescatter", exp_vol, edp, edp_domain, x))
+        t_param = t_param + np.where(
+            zero >= 1, collective_s("allgather", p_exp_stage * ab, edp, edp_domain, x), 0.0)
+        exp_shard = np.where(zero >= 1, edp, 1.0)
+    else:
+        p_exp_stage, exp_shard = 0.0, 1.0
+    # overlapped with the backward (forward) of the last (first) micro-batch, bucket by bucket;
+    # the last bucket, one layer's share, is always exposed
+    bwd_window = bwd_mid + fsdp_b
+    dp_exp = np.where(over, np.maximum(t_grad - bwd_window, 0) + t_grad / layers, t_grad) + \
+        np.where(over, np.maximum(t_param - fwd_mid, 0) + t_param / layers, t_param)
+    dp_exp = np.where(training, dp_exp, 0.0)
+    # optimizer step on this GPU's share of the states (ZeRO >= 1 shards them)
+    p_opt = np.where(zero >= 1, p_stage / shard, p_stage)
+    t_opt = np.where(training, memory_s(ADAM_BYTES_PER_PARAM * (p_opt + p_exp_stage / exp_shard),
+                                        x, 10.0), 0.0)
+    # offload to the second memory tier (Calculon-style): optimizer states streamed in and
+    # out every step; activations and weights per layer, hidden behind that layer's compute
+    off = np.asarray(c["offload"])
+    host_Bps = np.maximum(x["host_Bps"], 1.0)
+    opt_state = OPTIMIZER_STATE_BYTES * (p_opt + p_exp_stage / exp_shard)
+    t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
+    act_layer = lay["act_layer"]
+    t_off = t_off + np.where(off & 2, layers * m * np.maximum(
+        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    t_off = t_off + np.where(off & 1, layers * m * np.maximum(
+        2.0 * p_layer * ab / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    # the job's own activation offloading (offload_act_layers), on a side stream likewise
+    n_offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0))
+    t_off = t_off + np.where(training, n_offloaded * m * np.maximum(
+        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+    step = steady + bubble + p2p + dp_exp + t_opt + t_off
+    # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
+    per_layer_b = np.where(training, 1.0, 0.0)
+    def slow(kind):
+        return m * (per(kind + "_f", n_slow, nm_slow) + per_layer_b * per(kind + "_b", n_slow,
+                                                                          nm_slow))
+
+    compute, memory_t, tp_t, cp_t = slow("compute"), slow("memory"), slow("tp"), slow("cp")
+    ep_t = m * nm_slow * (lay[MOE_PREFIX + "ep_f"] + per_layer_b * lay[MOE_PREFIX + "ep_b"]) \
+        if moe_on else 0.0
+    fsdp_t = m * (fsdp_f + fsdp_b)
+    # recompute, vocabulary, stage imbalance
+    other = steady - compute - memory_t - tp_t - cp_t - ep_t - fsdp_t
+    # executed FLOPs per GPU: the stage's layers, plus the LM head GEMMs (forward and two
+    # backward) averaged over the pipeline stages
+    head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
+    flops = m * (per("flops_f", layers, nm_mid) + np.where(
+        training, per("flops_b", layers, nm_mid) + per("recompute_flops", layers, nm_mid),
+        0.0)) + m * head_flops / pp
+    # memory: the first stage (embedding, and the logits of the last); with embedding slots a
+    # middle stage holds one layer more and no vocabulary, and may be the larger
+    mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
+                  nm_first, nm_first * p_exp_layer, exp_shard)
+    if np.any(slot > 0) or moe_on:
+        # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
+        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
+                          nm_mid, nm_mid * p_exp_layer, exp_shard)
+        larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
+        if moe_on:  # (no middle stage with two stages)
+            larger = larger & (pp != 2)
+        mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
+    if moe_on:
+        # MoE: the last stage holds the last blocks (all MoE, where the first may be dense)
+        # and the LM head
+        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
+        mem_last = _memory(x, c, T, t, layers_last, m, p_layer, p_last, shard, lay, True,
+                           nm_last, nm_last * p_exp_layer, exp_shard, last_stage=True)
+        larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
+        mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
+    out = {
+        "step_time_s": step, "t_compute_s": compute + np.maximum(other, 0.0),
+        "t_memory_s": memory_t + np.minimum(other, 0.0), "t_tp_comm_s": tp_t,
+        "t_cp_comm_s": cp_t, "t_ep_comm_s": ep_t, "t_dp_comm_s": dp_exp + fsdp_t,
+        "t_pp_comm_s": p2p,
+        "t_bubble_s": bubble, "t_optimizer_s": t_opt, "t_offload_s": t_off,
+        "hardware_flops": flops,
+    }
+    reported_kinds = ("mem_reported_bytes", "mem_allocated_bytes")
+    out.update({k: v for k, v in mem.items() if k not in ("host_bytes", *reported_kinds)})
+    over_hbm = mem["mem_bytes"] > x["hbm_bytes"]
+    over_host = mem.pop("host_bytes") > x["host_cap_bytes"]
+    for k in reported_kinds:
+        out[k] = mem.pop(k)
+    out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
+                             np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
+    parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
+             "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
+             "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
+             "rec_slow": recompute_s(n_slow, nm_slow), "first_slowest": first_slowest,
+             "nm_slow": nm_slow, "mtp": mtp_s, "accum_moe": accum_moe,
+             "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
+             "multi": multi}
+    return out, parts
+
+
+def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
+    """Per-iteration seconds of every op on the slowest pipeline stage (its micro-batches x
+    layers), then the bubble, p2p, data-parallel, optimizer and offload rows: they add up to
+    ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
+    ep_comm_s, other_s, flops, weight_bytes, act_bytes (the last three 0 where not
+    itemised)."""
+    out, p = _step(x, c)
+    lay, m = p["lay"], p["m"]
+    bwd = np.where(p["training"], 1.0, 0.0)
+    first_slowest, last_slowest = p["first_slowest"], p["last_slowest"]
+    reps = m * p["n_slow"]
+    zero = np.zeros(np.shape(out["step_time_s"]))
+    rows = []
+
+    def add(name, time_s, kind="compute_s"):
+        row = {"name": name, "time_s": time_s, "compute_s": zero, "memory_s": zero,
+               "tp_comm_s": zero, "cp_comm_s": zero, "ep_comm_s": zero, "other_s": zero,
+               "flops": zero, "weight_bytes": zero, "act_bytes": zero}
+        row[kind] = time_s
+        rows.append(row)
+
+    # per-block terms over the slowest stage's blocks, nm of them MoE blocks (whose MLP is
+    # the shared expert, and whose routed part has rows of its own)
+    nm = p["nm_slow"]
+    dense_reps = m * (p["n_slow"] - nm)
+    moe_reps = m * nm
+    moe_lay = {k[len(MOE_PREFIX):]: v for k, v in lay.items() if k.startswith(MOE_PREFIX)}
+    moe_on = bool(moe_lay)
+
+    def both(key, i=None):
+        dense = lay[key] if i is None else lay[key][i]
+        if not moe_on:
+            return reps * dense
+        other = moe_lay[key] if i is None else moe_lay[key][i]
+        return dense_reps * dense + moe_reps * other
+
+    names = ("QKV projection", "attention output projection", "MLP up (and gate)", "MLP down")
+    for i, name in enumerate(names):
+        add(name, both("gemm_f_each", i) + bwd * both("gemm_b_each", i))
+    if moe_on:
+        for name, key, kind in (("MoE router", "router", "compute_s"),
+                                ("MoE token permute / unpermute", "permute", "memory_s"),
+                                ("MoE expert GEMMs (grouped)", "routed_gemm", "compute_s"),
+                                ("MoE expert activation and casts", "expert_act", "memory_s")):
+            add(name, moe_reps * (moe_lay[key + "_f"] + bwd * moe_lay[key + "_b"]), kind)
+        add("EP all-to-all and ETP collectives (exposed)",
+            moe_reps * (moe_lay["ep_f"] + bwd * moe_lay["ep_b"]), "ep_comm_s")
+    add("attention core", both("attn_f") + bwd * both("attn_b"))
+    add("norms, activations, residuals", both("memory_f") + bwd * both("memory_b")
+        - (moe_reps * (moe_lay["permute_f"] + moe_lay["expert_act_f"] + bwd * (
+            moe_lay["permute_b"] + moe_lay["expert_act_b"])) if moe_on else 0.0),
+        "memory_s")
+    add("TP communication (exposed)", both("tp_f") + bwd * both("tp_b"), "tp_comm_s")
+    add("CP communication (exposed)", both("cp_f") + bwd * both("cp_b"), "cp_comm_s")
+    add("activation recompute", m * bwd * p["rec_slow"])
+    add("embedding", m * np.where(first_slowest, p["emb"], 0.0), "memory_s")
+    add("LM head and loss", m * np.where(last_slowest, p["head"], 0.0))
+    add("multi-token prediction", m * np.where(last_slowest, p["mtp"], 0.0))
+    add("FSDP weight gathers (exposed)", m * p["fsdp"], "other_s")
+    vocab_stages = np.where(p["multi"], np.where(first_slowest | last_slowest, 1.0, 0.0),
+                            2.0 - x["tied"])
+    accum = p["accum_layer"] * p["n_slow"] if not moe_on else (
+        p["accum_layer"] * (p["n_slow"] - nm) + p["accum_moe"] * nm)
+    add("gradient accumulation", m * (accum + vocab_stages * p["accum_vocab"]),
+        "memory_s")
+    for name, key in (("pipeline bubble", "t_bubble_s"), ("pipeline p2p", "t_pp_comm_s"),
+                      ("data-parallel comm", None), ("optimizer step", "t_optimizer_s"),
+                      ("offload traffic", "t_offload_s")):
+        value = out[key] if key else out["t_dp_comm_s"] - m * p["fsdp"]
+        add(name, value, "memory_s" if key == "t_optimizer_s" else "other_s")
+    return rows
+
+
+# ------------------------------------------------------------------------------ memory
+
+def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
+    """Activations one layer keeps for its backward, per micro-batch, by recompute policy
+    (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways."""
+    e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
+    ab, drop = x["act_bytes"], x["dropout"]
+    # inputs of linear layers are kept in the GEMMs' low-precision format when the stack
+    # saves them so (saved_input_bytes); GEMM outputs and norm inputs stay 16-bit
+    sb = x["saved_in_bytes"]
+    f_up = f * (1.0 + x["swiglu"])
+    # norm outputs feeding qkv / up (sharded with SP), unless recomputed (recompute_norms)
+    gemm_in = np.where(sp, Ta, T) * e * sb * (1.0 - x["rc_norm"])
+    norm_in = 2.0 * Ta * e * ab
+    masks = drop * 2.0 * Ta * e
+    # (MLA: also the latent vectors, inputs of the up-projections, on every TP rank)
+    # (recompute_mla_up: the up-projected queries, keys and values are recomputed from them)
+    qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
+        + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
+    attn_out = T * x["w_o"] / t * sb  # the output projection's input
+    batch = T / (s / cp) * H / t
+    scores = batch * (s / cp) * s
+    flash = x["flash"] > 0
+    core = np.where(flash, batch * (s / cp) * 4.0, scores * (ab + drop * (1 + ab)))
+    mlp = T * f_up / t * ab + T * f / t * sb + drop * T * f / t  # fc1 out; fc2 in
+    full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
+    r = np.asarray(recompute)
+    selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
+    checkpoint = Ta * e * ab  # full recompute keeps each layer's input
+    # per-op SAC keeps the block input, the attention output (and its softmax statistics)
+    # and every other GEMM output: q, v and the gate (SwiGLU: then down) or up projection
+    q_v = T * (H + Kv) * d / t * ab
+    mlp_saved = T * f / t * ab + np.where(x["swiglu"] > 0, Ta * e * ab, 0.0)
+    op_sac = checkpoint + q_v + T * x["w_o"] / t * ab \
+        + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
+        + mlp_saved
+    return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
+                      r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
+
+
+def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
+            p_exp=0.0, exp_shard=1.0, last_stage=False):
+    """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
+    gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
+    (as many as the first stage holds), logits if ``vocab_stage``, reserve. Of the layers,
+    ``nm`` are MoE blocks, whose routed experts add ``p_exp`` weights with gradients and
+    optimizer state sharded ``exp_shard`` ways (the expert data-parallel group)."""
+    ab, g_b = x["act_bytes"], x["grad_bytes"]
+    training = x["training"] > 0
+    zero = np.asarray(c["zero"])
+    pp = np.asarray(c["pp"], dtype=np.float64)
+    v = np.asarray(c["vpp"], dtype=np.float64)
+    # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
+    w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_copy_bytes"]
+    # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
+    # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
+    # it holds two layers gathered (prefetch) - or the whole stage under PP
+    # (DeepSpeed caps what is gathered at stage3_max_live_parameters and the unsharded
+    # gradients at reduce_bucket_size elements: DeepSpeed configuration docs, ZeRO section)
+    fsdp_pp = (zero == 3) & (pp > 1)
+    gathered = np.where(fsdp_pp, p_stage * ab,
+                        np.minimum(2 * p_layer, x["zero3_live_params"]) * ab)
+    weights = np.where(zero == 3, p_stage * 4.0 / shard + gathered, p_stage * w_b)
+    grads = np.select([fsdp_pp, zero >= 2],
+                      [p_stage * g_b, p_stage * g_b / shard
+                       + np.minimum(p_layer, x["grad_bucket_params"]) * g_b],
+                      p_stage * g_b)
+    opt_shard = np.where(zero >= 1, shard, 1.0)
+    optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
+    if np.any(np.asarray(p_exp) > 0):
+        # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
+        # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
+        # pipeline parallelism, else two blocks' as for the other weights)
+        exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm, 1.0)) * ab
+        weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
+                                     p_exp * w_b)
+        grads = grads + np.where(zero >= 2, p_exp * g_b / exp_shard, p_exp * g_b)
+        optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
+            / exp_shard
+    grads = np.where(training, grads, 0.0)
+    optimizer = np.where(training, optimizer, 0.0)
+    # first stage keeps min(p, m) micro-batches in 1F1B, x (1 + (p-1)/(p v)) interleaved
+    # (K22 section 4.2.3); recomputing layers also need one layer's full working set
+    # (Megatron-LM theoretical_memory_usage.py: interleaved_schedule_memory_penalty)
+    in_flight = np.where(pp > 1, np.minimum(pp, m), 1.0) * np.where(
+        v > 1, 1.0 + (pp - 1) / (pp * v), 1.0)
+    if last_stage:
+        # the last stage of a 1F1B pipeline runs each micro-batch's backward right after its
+        # forward: one in flight (interleaved: its chunks' share as the first stage's)
+        in_flight = np.where(v > 1, in_flight, 1.0)
+    r = np.asarray(c["recompute"])
+    k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
+    act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
+    moe_on = np.any(np.asarray(nm) > 0)
+    if moe_on:
+        # per block, the mean over the stage's dense and MoE blocks; the backward's working
+        # set is the larger kind's
+        share = nm / np.maximum(layers, 1.0)
+        none_moe = lay[MOE_PREFIX + "act_none"]
+        act_layer = act_layer * (1.0 - share) + lay[MOE_PREFIX + "act_layer"] * share
+        ckpt_layer = ckpt_layer * (1.0 - share) + lay[MOE_PREFIX + "act_ckpt"] * share
+        none_mean = none_layer * (1.0 - share) + none_moe * share
+        none_layer = np.where(nm >= layers, none_moe, np.where(
+            nm > 0, np.maximum(none_layer, none_moe), none_layer))
+    else:
+        none_mean = none_layer
+    stored = np.where(r == Recompute.FIRST_K, k_full * ckpt_layer + (layers - k_full) * none_mean,
+                      layers * act_layer)
+    # activations of the first offload_act_layers layers copied to host memory after their
+    # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the
+    # last layer's stay, its backward starts at once
+    offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0)) * act_layer
+    stored = stored - offloaded
+    # backward: the gradients of one layer's activations, and for recomputed layers the
+    # recomputed activations themselves, which replace their checkpoint while they are live
+    working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
+                                    none_layer - ckpt_layer, 0.0) + lay["kv_gathered"]
+    acts = np.where(training, stored * in_flight + working, none_layer)
+    # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
+    # fused cross-entropy the 16-bit logits and their in-place gradient
+    logit_bytes = np.where(x["fused_loss"] > 0, ab * (1.0 + training), 4.0 * (1.0 + training))
+    logits = np.where(vocab_stage & (x["V"] > 0),
+                      T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
+    off = np.asarray(c["offload"])
+    host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
+        + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
+    optimizer = np.where(off & 4, 0.0, optimizer)
+    acts = np.where(off & 2, 2 * act_layer, acts)
+    weights = np.where(off & 1, 2 * p_layer * ab, weights)
+    activations = acts + logits
+    other = np.broadcast_to(np.asarray(x["reserve_bytes"] + x["buffers_bytes"], dtype=np.float64),
+                            np.shape(activations))
+    total = weights + grads + optimizer + activations + other
+    return {"mem_bytes": total, "mem_weights_bytes": weights, "mem_grads_bytes": grads,
+            "mem_optimizer_bytes": optimizer, "mem_activations_bytes": activations,
+            "mem_other_bytes": other, "host_bytes": host,
+            # what nvidia-smi / torch.cuda.max_memory_reserved report: plus allocator cache
+            "mem_reported_bytes": total + x["allocator_cache"] * activations,
+            # what torch.cuda.max_memory_allocated reports: the tensors alone, without the
+            # CUDA context, NCCL's own buffers and workspaces (the reserve) or the cached
+            # free blocks (PyTorch docs, "CUDA semantics: memory management")
+            "mem_allocated_bytes": total - x["reserve_bytes"]}

@@ -1,0 +1,479 @@
+"""Training workloads: ``jobs/*.yaml`` -> :class:`Job`.
+
+A job is a dense transformer and how it is trained: its dimensions, the sequence length,
+the global batch (in sequences) and the precision. Example::
+
+    name: llama3_8b
+    source: Meta Llama 3 model card / config.json
+    n_layers: 32
+    hidden: 4096
+    ffn_hidden: 14336
+    n_heads: 32
+    n_kv_heads: 8
+    vocab: 128256
+    seq_len: 8192
+    global_batch: 512
+    mlp: swiglu
+    norm: rmsnorm
+    dtype: bf16
+
+Limits: every integer field has an upper bound (:data:`INT_MAX`), generously above any real
+model, and ``global_batch x seq_len`` is at most :data:`MAX_TOKENS_PER_BATCH`, so that the
+integer products of the cost model (micro-batch x sequence x width, in int64) cannot
+overflow; float fields are finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError
+from .units import brief, finite_float
+
+__all__ = ["Job", "parse_job", "override_job", "INT_MAX", "MAX_TOKENS_PER_BATCH"]
+
+_INT_FIELDS = {
+    "n_layers": "transformer blocks",
+    "hidden": "model (embedding) width e",
+    "ffn_hidden": "MLP inner width f",
+    "n_heads": "attention (query) heads",
+    "n_kv_heads": "key/value heads (GQA/MQA); default n_heads",
+    "head_dim": "width of one head; default hidden / n_heads",
+    "vocab": "vocabulary size; 0 = no embedding / LM head modelled",
+    "seq_len": "tokens per sequence",
+    "global_batch": "sequences per iteration",
+    # mixture of experts (0 = a dense model)
+    "n_experts": "routed experts per MoE layer; 0 = dense",
+    "top_k": "routed experts per token",
+    "moe_ffn_hidden": "FFN inner width of one routed expert",
+    "shared_ffn_hidden": "total FFN inner width of the shared expert(s); 0 = none",
+    "first_k_dense": "leading dense (non-MoE) layers",
+    "moe_layer_step": "after the dense layers, every moe_layer_step-th layer is MoE (1 = all)",
+    "router_groups": "expert groups of group-limited routing; 0 = none",
+    "router_group_topk": "groups one token may route to",
+    # multi-head latent attention (DeepSeek-V2/V3); 0 = not MLA
+    "q_lora_rank": "MLA query compression rank; 0 = queries not compressed",
+    "kv_lora_rank": "MLA key/value compression rank",
+    "qk_nope_head_dim": "MLA per-head query/key width without position encoding",
+    "qk_rope_head_dim": "MLA per-head query/key width carrying RoPE",
+    "v_head_dim": "MLA per-head value width",
+    "mtp_layers": "multi-token-prediction layers (DeepSeek-V3); not counted in n_layers",
+}
+#: integer fields that may be 0
+_ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
+            "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
+            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+#: the fields of an MoE model, and of MLA attention (validated together)
+MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
+              "moe_layer_step", "router_groups", "router_group_topk", "router",
+              "capacity_factor", "moe_imbalance", "moe_dispatcher")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+              "v_head_dim")
+#: upper bound of each integer field (real models: <= ~200 layers, widths <= ~100k,
+#: vocabularies <= ~256k, contexts <= ~10M tokens)
+INT_MAX = {
+    "n_layers": 2**16, "hidden": 2**20, "ffn_hidden": 2**22, "n_heads": 2**16,
+    "n_kv_heads": 2**16, "head_dim": 2**16, "vocab": 2**24, "seq_len": 2**24,
+    "global_batch": 2**24, "n_experts": 2**16, "top_k": 2**16, "moe_ffn_hidden": 2**22,
+    "shared_ffn_hidden": 2**22, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
+    "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
+    "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
+    "v_head_dim": 2**16, "mtp_layers": 2**8,
+}
+#: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
+#: <= 2**22 this keeps micro-batch x sequence x width below 2**58, inside int64.
+MAX_TOKENS_PER_BATCH = 2**36
+_CHOICES = {
+    "mlp": ("gelu", "swiglu"),
+    "norm": ("layernorm", "rmsnorm"),
+    "dtype": ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"),
+    "position": ("learned", "rope", "none"),
+    # how the training stack runs it (calibrated profile)
+    "attention_kernel": ("flash", "fused", "materialized"),
+    # fp32: fp32 main gradients; bf16: 16-bit gradients; mixed: 16-bit gradients plus an fp32
+    # accumulation buffer (DeepSpeed BF16Optimizer)
+    "grad_dtype": ("fp32", "bf16", "mixed"),
+    # MoE router score function; attention: multi-head (MHA / GQA / MQA) or latent (MLA)
+    "router": ("softmax", "sigmoid"),
+    # per-tensor fp8 scaling: delayed (scale from the amax history, amax recorded in the
+    # cast) or current (the tensor's own amax: one more read before the cast)
+    "fp8_scaling": ("delayed", "current"),
+    "attention": ("mha", "mla"),
+    # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
+    # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
+    # destination NVLink domain over the NICs; Megatron-Core moe_token_dispatcher_type=flex)
+    "moe_dispatcher": ("alltoall", "flex"),
+}
+_BOOL_FIELDS = {
+    "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
+    "dropout": "dropout layers present",
+    "bias": "linear layers carry biases",
+    "tied_embeddings": "LM head shares the embedding matrix",
+    "fused_kernels": "norms / activations / residuals fused (TE, apex, torch.compile)",
+    "dp_overlap": "data-parallel communication overlapped with compute",
+    "pp_overlap": "interleaved pipelines overlap their p2p sends with compute (Megatron-Core "
+                  "overlap_p2p_comm)",
+    "fused_loss": "fused cross-entropy: 16-bit logits and gradient, no fp32 copy",
+    "embedding_slots": "the pipeline split counts the embedding and the LM head as a layer "
+                       "each (Megatron-DeepSpeed type:transformer|embedding, Megatron-Core "
+                       "account_for_embedding/loss_in_pipeline_split)",
+    "training": "false = forward only (inference)",
+    "lp_saved_inputs": "fp8 / MXFP8 / NVFP4 jobs keep the inputs of their linear layers for "
+                       "the backward pass in the low-precision format, with its scales "
+                       "(Transformer Engine); false: in 16 bits (torchao float8 in eager mode)",
+    "lp_norm_cast": "fp8 / MXFP8 / NVFP4 jobs: the norm before the QKV and first MLP "
+                    "projections writes its output straight in the low-precision format "
+                    "(Transformer Engine LayerNormLinear); false: a separate cast kernel",
+    "recompute_norms": "the norm outputs are recomputed in the backward instead of kept "
+                       "(Megatron-Core recompute_modules layernorm), on top of the "
+                       "configuration's recompute policy",
+    "recompute_moe_act": "MoE: the experts' activation function output is recomputed "
+                         "(Megatron-Core recompute_modules moe_act)",
+    "recompute_mla_up": "MLA: the query/key/value up-projections are recomputed "
+                        "(Megatron-Core recompute_modules mla_up_proj)",
+    "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
+                 "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
+                 "fp32 master copy stays in the optimizer",
+}
+_TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
+                "notes": "free text"}
+_FLOAT_FIELDS = {
+    "buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB",
+    "zero3_live_params": "ZeRO-3: most gathered parameters held at once (DeepSpeed "
+                         "stage3_max_live_parameters); 0 = two whole layers (FSDP prefetch)",
+    "grad_bucket_params": "ZeRO-2/3: unsharded gradients held before their reduce-scatter "
+                          "(DeepSpeed reduce_bucket_size); 0 = one whole layer",
+    "grad_accum_bytes": "memory traffic per parameter and micro-batch to accumulate gradients "
+                        "outside the weight-gradient GEMMs, bytes: 0 = fused into the GEMM "
+                        "(Megatron gradient_accumulation_fusion), 6 = autograd adds into "
+                        "16-bit gradients, 18 = DeepSpeed BF16Optimizer's fp32 cast and add",
+    "offload_act_layers": "activations of this many layers per pipeline stage are kept in "
+                          "host memory, copied out and back behind compute (Megatron-Core "
+                          "cpu_offloading_num_layers); 0 = none",
+    "capacity_factor": "MoE expert capacity as a multiple of the even share of tokens "
+                       "(tokens beyond it are dropped, experts padded to it); 0 = dropless",
+    "moe_imbalance": "MoE: tokens of the most loaded expert-parallel rank over the even "
+                     "share, beyond the statistical spread of random routing; 1 = balanced "
+                     "(force-balanced benchmarks), 0 = 1",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training workload (integer sizes are counts, not bytes)."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    ffn_hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab: int
+    seq_len: int
+    global_batch: int
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    dtype: str = "bf16"
+    position: str = "learned"
+    causal: bool = True
+    dropout: bool = False
+    bias: bool = False
+    tied_embeddings: bool = False
+    # flash (FlashAttention-2 class), fused (cuDNN / FA3) or materialized score matrix
+    attention_kernel: str = "flash"
+    fused_kernels: bool = True  # elementwise ops fused (TE / apex / torch.compile)
+    dp_overlap: bool = True  # gradient / parameter collectives overlapped with compute
+    pp_overlap: bool = True  # interleaved pipelines overlap p2p with compute
+    fused_loss: bool = False  # fused cross-entropy (no fp32 logits copy)
+    grad_dtype: str = "fp32"  # gradients: fp32, bf16, or mixed (bf16 + fp32 accumulation)
+    training: bool = True  # false: forward-only inference
+    buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
+    zero3_live_params: float = 0.0  # ZeRO-3 gathered-parameter cap; 0: two whole layers
+    grad_bucket_params: float = 0.0  # ZeRO-2/3 unsharded-gradient cap; 0: one whole layer
+    grad_accum_bytes: float = 0.0  # per parameter and micro-batch, outside the GEMMs
+    embedding_slots: bool = False  # pipeline split counts embedding and LM head as layers
+    lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
+    lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
+    lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
+    fp8_scaling: str = "delayed"  # per-tensor fp8: delayed or current scaling
+    offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
+    # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
+    recompute_norms: bool = False
+    recompute_moe_act: bool = False
+    recompute_mla_up: bool = False
+    # mixture of experts (n_experts = 0: dense)
+    n_experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int = 0  # one routed expert
+    shared_ffn_hidden: int = 0  # all shared experts together
+    first_k_dense: int = 0
+    moe_layer_step: int = 1
+    router: str = "softmax"
+    router_groups: int = 0
+    router_group_topk: int = 0
+    capacity_factor: float = 0.0  # 0 = dropless
+    moe_imbalance: float = 1.0  # load of the busiest EP rank over the even share
+    moe_dispatcher: str = "alltoall"  # alltoall (NCCL) or flex (DeepEP / HybridEP)
+    # attention: mha (MHA / GQA / MQA through n_kv_heads) or mla (multi-head latent)
+    attention: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
+    source: str = ""
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the concatenated query heads (n_heads * head_dim)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the concatenated key (or value) heads."""
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether some layers are mixture-of-experts layers."""
+        return self.n_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """MoE layers: after the first_k_dense dense ones, the last of every moe_layer_step
+        layers (layers k + step - 1, k + 2 step - 1, ...: Llama 4 Maverick's odd layers,
+        HF Llama4TextConfig ``moe_layers``)."""
+        if not self.is_moe:
+            return 0
+        return (self.n_layers - self.first_k_dense) // self.moe_layer_step
+
+    @property
+    def last_layer_is_moe(self) -> bool:
+        """Whether the last block is an MoE block (an MTP layer copies its kind)."""
+        return self.is_moe and (self.n_layers - self.first_k_dense) % self.moe_layer_step == 0
+
+    def attention_params(self) -> int:
+        """Weights of one attention block (projections; MLA: with its two LoRA norms).
+
+        MLA (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core
+        multi_latent_attention.py): queries h -> q_lora (norm) -> H (dn + dr), or h -> H (dn +
+        dr) without compression; keys/values h -> kv_lora + dr (the shared RoPE key), kv_lora
+        (norm) -> H (dn + dv); output H dv -> h.
+        """
+        e = self.hidden
+        if self.attention == "mla":
+            H, dn, dr, dv = (self.n_heads, self.qk_nope_head_dim, self.qk_rope_head_dim,
+                             self.v_head_dim)
+            q_lora, kv_lora = self.q_lora_rank, self.kv_lora_rank
+            q = (e * q_lora + q_lora + q_lora * H * (dn + dr)) if q_lora else e * H * (dn + dr)
+            kv = e * (kv_lora + dr) + kv_lora + kv_lora * H * (dn + dv)
+            return q + kv + H * dv * e
+        return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
+
+    def ffn_params(self, width: int) -> int:
+        """Weights of an FFN of inner width ``width``: 3 matrices with SwiGLU, else 2."""
+        return (3 if self.mlp == "swiglu" else 2) * self.hidden * width
+
+    def _attention_biases(self) -> int:
+        return (self.attention_width + 2 * self.kv_width + self.hidden) if self.bias else 0
+
+    def _ffn_biases(self, width: int) -> int:
+        return ((2 if self.mlp == "swiglu" else 1) * width + self.hidden) if self.bias else 0
+
+    def params_per_layer(self) -> int:
+        """Weights of one dense block: attention projections + MLP + norms (+ biases)."""
+        norms = (4 if self.norm == "layernorm" else 2) * self.hidden
+        return (self.attention_params() + self._attention_biases() + norms
+                + self.ffn_params(self.ffn_hidden) + self._ffn_biases(self.ffn_hidden))
+
+    def routed_expert_params(self, experts: int | None = None) -> int:
+        """Weights of ``experts`` routed experts of one block (default all of them): their
+        FFN matrices and, with biases (GPT-OSS), their biases."""
+        n = self.n_experts if experts is None else experts
+        return n * (self.ffn_params(self.moe_ffn_hidden) + self._ffn_biases(self.moe_ffn_hidden))
+
+    def params_per_moe_layer(self, active: bool = False) -> int:
+        """Weights of one MoE block: attention, the router (n_experts x hidden), the routed
+        experts (all of them, or the top_k a token uses when ``active``), the shared
+        expert(s) and the norms (expert biases, GPT-OSS, counted per expert)."""
+        e = self.hidden
+        norms = (4 if self.norm == "layernorm" else 2) * e
+        return (self.attention_params() + self._attention_biases() + norms
+                + self.n_experts * e  # the router
+                + self.routed_expert_params(self.top_k if active else None)
+                + self.ffn_params(self.shared_ffn_hidden))
+
+    def params_total(self) -> int:
+        """All weights: blocks, embedding (and LM head unless tied) and the final norm
+        (multi-token-prediction layers not included, as model cards count them)."""
+        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        pos = self.seq_len * self.hidden if self.position == "learned" and self.vocab else 0
+        dense = self.n_layers - self.moe_layers
+        return (dense * self.params_per_layer() + self.moe_layers * self.params_per_moe_layer()
+                + emb + pos + 2 * self.hidden)
+
+    def params_active(self) -> int:
+        """Weights one token uses: as params_total, with top_k routed experts per MoE layer."""
+        return self.params_total() - self.moe_layers * (
+            self.params_per_moe_layer() - self.params_per_moe_layer(active=True))
+
+    def record(self) -> dict[str, Any]:
+        """Flat record of every field, for the ``/cases`` table."""
+        return {f"job_{k}" if k != "name" else "job": v
+                for k, v in dataclasses.asdict(self).items() if k != "source"}
+
+
+def _fail(source: str, key: str, msg: str) -> SpecError:
+    return SpecError(source, key, msg)
+
+
+def _valid() -> str:
+    return ", ".join(list(_TEXT_FIELDS) + list(_INT_FIELDS) + list(_CHOICES) + list(_BOOL_FIELDS)
+                     + list(_FLOAT_FIELDS))
+
+
+def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Job:
+    """Validate a job mapping (one YAML file).
+
+    Raises:
+        SpecError: unknown or missing key, bad value, or inconsistent dimensions.
+    """
+    if not isinstance(raw, Mapping):
+        raise _fail(source, "", f"expected a mapping of job parameters, got {type(raw).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        key = str(key)
+        if key in _INT_FIELDS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if not ok or value < (0 if key in _ZERO_OK else 1):
+                want = "a non-negative integer" if key in _ZERO_OK else "a positive integer"
+                raise _fail(source, key, f"expected {want}, got {brief(value)}")
+            if value > INT_MAX[key]:
+                raise _fail(source, key, f"expected at most {INT_MAX[key]}, got {brief(value)}")
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise _fail(source, key, f"expected one of {', '.join(_CHOICES[key])}, "
+                                         f"got {brief(value)}")
+        elif key in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise _fail(source, key, f"expected true or false, got {brief(value)}")
+        elif key in _TEXT_FIELDS:
+            value = str(value)
+        elif key in _FLOAT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise _fail(source, key, f"expected a non-negative number, got {brief(value)}")
+            number = finite_float(value)
+            if number is None:
+                raise _fail(source, key, f"expected a finite number, got {brief(value)}")
+            value = number
+        else:
+            raise _fail(source, key, f"unknown key; valid keys: {_valid()}")
+        values[key] = value
+    for req in ("n_layers", "hidden", "ffn_hidden", "n_heads", "seq_len", "global_batch"):
+        if req not in values:
+            raise _fail(source, req, "missing")
+    values.setdefault("n_kv_heads", values["n_heads"])
+    if "head_dim" not in values:
+        # derived; an explicit head_dim may differ (Qwen3, Gemma: n_heads x head_dim != hidden)
+        if values["hidden"] % values["n_heads"]:
+            raise _fail(source, "hidden", f"hidden = {values['hidden']} is not a multiple of "
+                                          f"n_heads = {values['n_heads']} (or give head_dim)")
+        values["head_dim"] = values["hidden"] // values["n_heads"]
+    if values["global_batch"] * values["seq_len"] > MAX_TOKENS_PER_BATCH:
+        raise _fail(source, "global_batch", f"global_batch x seq_len = "
+                    f"{values['global_batch'] * values['seq_len']} tokens per iteration, more "
+                    f"than the limit of {MAX_TOKENS_PER_BATCH}")
+    if values["n_heads"] % values["n_kv_heads"]:
+        raise _fail(source, "n_kv_heads", f"{values['n_kv_heads']} does not divide "
+                                          f"n_heads = {values['n_heads']}")
+    _check_moe(values, source)
+    _check_mla(values, source)
+    values.setdefault("vocab", 0)
+    values["name"] = str(values.get("name", default_name) or default_name)
+    values.pop("notes", None)
+    return Job(**values)
+
+
+def _check_moe(values: dict[str, Any], source: str) -> None:
+    """An MoE job names its experts, top-k and expert width consistently; a dense job has
+    no MoE keys."""
+    experts = values.get("n_experts", 0)
+    if not experts:
+        defaults = {f.name: f.default for f in dataclasses.fields(Job)}
+        for key in MOE_FIELDS:
+            if key in values and values[key] != defaults[key]:
+                raise _fail(source, key, "is an MoE setting; give n_experts too")
+        return
+    for req in ("top_k", "moe_ffn_hidden"):
+        if not values.get(req):
+            raise _fail(source, req, "missing (an MoE job needs it: n_experts is given)")
+    if values["top_k"] > experts:
+        raise _fail(source, "top_k", f"{values['top_k']} routed experts per token, more than "
+                                     f"n_experts = {experts}")
+    if values.get("first_k_dense", 0) >= values["n_layers"]:
+        raise _fail(source, "first_k_dense", f"{values['first_k_dense']} dense layers leave no "
+                                             f"MoE layer of n_layers = {values['n_layers']}")
+    step = values.get("moe_layer_step", 1)
+    if step > values["n_layers"] - values.get("first_k_dense", 0):
+        raise _fail(source, "moe_layer_step", f"every {step}th layer after the dense ones "
+                                              f"leaves no MoE layer of n_layers = "
+                                              f"{values['n_layers']}")
+    groups, group_topk = values.get("router_groups", 0), values.get("router_group_topk", 0)
+    if groups and experts % groups:
+        raise _fail(source, "router_groups", f"{groups} groups do not divide n_experts = "
+                                             f"{experts}")
+    if group_topk and not groups:
+        raise _fail(source, "router_group_topk", "needs router_groups")
+    if group_topk > groups:
+        raise _fail(source, "router_group_topk", f"{group_topk} is more than router_groups = "
+                                                 f"{groups}")
+    if groups and values["top_k"] > group_topk * (experts // groups):
+        raise _fail(source, "top_k", f"{values['top_k']} is more than the "
+                                     f"{group_topk * (experts // groups)} experts of "
+                                     f"{group_topk} groups")
+
+
+def _check_mla(values: dict[str, Any], source: str) -> None:
+    """MLA names its ranks and head widths; multi-head attention has none of them."""
+    if values.get("attention", "mha") == "mha":
+        for key in MLA_FIELDS:
+            if values.get(key):
+                raise _fail(source, key, "is an MLA setting; give attention: mla")
+        return
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if not values.get(key):
+            raise _fail(source, key, "missing (attention: mla needs it)")
+
+
+def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str = "") -> Job:
+    """Return ``job`` with spec overrides (e.g. ``global_batch``, ``seq_len``) applied.
+
+    Derived dimensions follow what they derive from: a ``head_dim`` equal to hidden /
+    n_heads is recomputed when ``hidden`` or ``n_heads`` is overridden (and refused if hidden
+    is then not a multiple of n_heads), and ``n_kv_heads`` equal to ``n_heads`` (multi-head
+    attention) follows an override of ``n_heads``. A head_dim or n_kv_heads that differs
+    (Qwen3, Gemma; GQA) is kept unless overridden itself.
+    """
+    raw = {k: v for k, v in dataclasses.asdict(job).items()}
+    for key in overrides:
+        if key in ("name", "source"):
+            raise _fail(source, f"{where}.{key}" if where else key, "cannot be overridden")
+    if ("head_dim" not in overrides and ("hidden" in overrides or "n_heads" in overrides)
+            and job.n_heads * job.head_dim == job.hidden):
+        del raw["head_dim"]
+    if "n_kv_heads" not in overrides and "n_heads" in overrides and job.n_kv_heads == job.n_heads:
+        del raw["n_kv_heads"]
+    raw.update(overrides)
+    try:
+        return parse_job(raw, source, job.name)
+    except SpecError as exc:
+        bad = exc.key
+        if bad == "hidden" and "hidden" not in overrides and "n_heads" in overrides:
+            bad = "n_heads"  # the override that broke the divisibility
+        key = f"{where}.{bad}" if where else bad
+        raise _fail(source, key, str(exc).split(": ", 2)[-1]) from None

@@ -1,0 +1,257 @@
+"""The measured-data contract (sweep.analysis.measured): labels as other teams write them, both
+shipped layouts, and the rows it refuses with their reasons."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+
+import pytest
+
+from sweep.analysis.measured import (
+    DEFAULT_DATA,
+    MOE,
+    PRECISIONS,
+    SHIPPED,
+    Refusal,
+    Run,
+    data_paths,
+    flops_of,
+    framework_of,
+    match_gpu,
+    parse_run,
+    precision_of,
+    read_data,
+    read_runs,
+    sharding_of,
+)
+from sweep.analysis.validate import express, express_all
+from sweep.cli import main
+from sweep.engine.catalog import load_job
+from sweep.errors import SweepError
+
+
+@pytest.fixture(scope="module")
+def dense():
+    return {r["id"]: r for r in read_runs(DEFAULT_DATA)}
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return {r["id"]: r for r in read_runs(SHIPPED[1])}
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return read_runs(path)
+
+
+def test_product_names_and_free_text_labels_are_accepted(tmp_path, dense):
+    base = dense["nemo2407_LLAMA3-70B_64"]  # NeMo, H100, fp8, tokens/s
+    rows = [
+        dict(base, id="eos", gpu="H100-SXM5-80GB (DGX H100, Eos)",
+             framework="NeMo 25.11 / Megatron-Bridge"),
+        dict(base, id="b200", gpu="B200-180GB", precision="BF16"),
+        dict(base, id="nvl72", gpu="GB200 NVL72", precision="FP8-CS", tokens_per_s_per_gpu="",
+             tflops_per_gpu="1500", tflops_definition="model FLOPs (MFU)"),
+        dict(base, id="gb300", gpu="DGX-GB300", framework="Megatron-Bridge (Megatron-Core)",
+             precision="fp16 mixed"),
+        dict(base, id="b300", gpu="B300", precision="FP8-CS (inferred)"),
+    ]
+    cases, refused = express_all(_write(tmp_path / "theirs.csv", rows))
+    assert not refused
+    got = {c.row["id"]: (c.hw.name, c.job.dtype) for c in cases}
+    assert got == {"eos": ("H100-SXM", "fp8"), "b200": ("B200", "bf16"),
+                   "nvl72": ("GB200-NVL72", "fp8"), "gb300": ("GB300-NVL72", "fp16"),
+                   "b300": ("B300", "fp8")}
+    nvl72 = next(c for c in cases if c.row["id"] == "nvl72")
+    assert nvl72.metric == "tflops_per_gpu" and nvl72.flops > 0  # model FLOPs, its formula
+
+
+def test_labels_map_to_enumerated_values():
+    assert match_gpu("H100-SXM5-80GB (DGX H100, Eos)") == "H100-SXM"
+    assert match_gpu("H100-SXM 96GB HBM2e (500W)") == "H100-96GB-500W"
+    assert match_gpu("A100-SXM4-40GB") == "A100-40GB" and match_gpu("H200-SXM-141GB") == "H200"
+    assert match_gpu("GB200") == "GB200-NVL72" and match_gpu("DGX-GB300") == "GB300-NVL72"
+    assert match_gpu("nersc-B200") == "nersc-B200"  # a catalog name is itself
+    assert "ambiguous: A100-40GB or A100-80GB" in str(match_gpu("A100"))
+    assert "no V100 with 16 GB" in str(match_gpu("V100-SXM2-16GB"))
+    assert isinstance(match_gpu("B200", "1 node, 8x B200 (power limited)"), Refusal)
+    assert [precision_of(p) for p in ("FP8-CS", "FP8-MX", "fp16 mixed", "BF16", "NVFP4",
+                                      "float8 tensorwise", "fp8 (TE delayed scaling) + bf16",
+                                      "FP8 blockwise 128x128", "fp16/bf16 mixed")] == [
+        "fp8-current", "mxfp8", "fp16", "bf16", "nvfp4", "fp8-tensorwise", "fp8-delayed",
+        "fp8-blockwise", "fp16"]
+    assert flops_of("model FLOPs (MFU)") == "model" and flops_of("eq3") == "hardware-eq3"
+    assert flops_of("Megatron-Bridge model FLOPs: causal attention (seq/2)") == "model-causal"
+    assert framework_of("NeMo 25.11 / Megatron-Bridge") == "nemo"
+    assert framework_of("TorchTitan + TorchAO") == "torchtitan"
+    assert sharding_of("", "0", 8) == (1, 0, False)  # Megatron-Bridge FSDP 0: unstated
+    assert sharding_of("", "64", 8) == (3, 64, True)
+    assert sharding_of("", "FSDP2 (8)", 8) == (3, 8, True)
+
+
+def test_bad_labels_are_refused_with_the_nearest_accepted_values(tmp_path, dense):
+    base = dense["nemo2407_LLAMA3-70B_64"]
+    bad = {"gpu": ("H10O-SXM", "H100-SXM"), "framework": ("Megatron-Brige", "Megatron-Bridge"),
+           "precision": ("bf-16", "bf16"), "zero_fsdp": ("zero-three", "zero-3")}
+    rows = [dict(base, id=f"bad_{k}", **{k: v}) for k, (v, _) in bad.items()]
+    rows.append(dict(base, id="bad_flops", tokens_per_s_per_gpu="", tflops_per_gpu="700",
+                     tflops_definition="modle"))
+    rows.append(dict(base, id="bad_model", model="Lama3-70B", n_layers="", hidden="",
+                     ffn_hidden="", n_heads=""))
+    _, refused = express_all(_write(tmp_path / "typos.csv", rows))
+    why = {u["id"]: u["reason"] for u in refused}
+    assert set(why) == {r["id"] for r in rows}
+    for k, (value, near) in bad.items():
+        assert repr(value) in why[f"bad_{k}"] and f"nearest: {near}" in why[f"bad_{k}"], k
+    assert "'modle' is not recognised (nearest: model" in why["bad_flops"]
+    assert "'Lama3-70B' is not in jobs/ (nearest: llama3_70b" in why["bad_model"]
+
+
+def test_both_shipped_files_load_through_one_contract():
+    rows = read_data(SHIPPED)
+    runs = [parse_run(r) for r in rows]
+    assert len(rows) == 271 + 268
+    assert all(isinstance(r, (Run, Refusal)) for r in runs)
+    dense_runs = [r for r, row in zip(runs, rows) if row["data_file"] == DEFAULT_DATA.name]
+    # all but the two without a global batch (express_all borrows a sibling's)
+    assert [str(r) for r in dense_runs if isinstance(r, Refusal)] == \
+        ["global_batch_seqs unknown"] * 2
+    # the MoE/Blackwell layout reads into the same columns: step_time_s is iter_time_s
+    sm = next(r for r, row in zip(runs, rows) if row["id"] == "sm_001")
+    assert sm.values["iter_time_s"] == "0.843" and sm.model.name == "llama3_70b"
+    assert data_paths("all") == list(SHIPPED)
+    assert data_paths("measured_moe_blackwell") == [SHIPPED[1]]
+
+
+def test_every_moe_file_row_is_expressed_or_refused_for_what_is_not_modelled(moe):
+    cases, refused = express_all(list(moe.values()))
+    dense_ids = {i for i, r in moe.items() if r["is_moe"] == "0"}
+    assert set(moe) == {c.row["id"] for c in cases} | {u["id"] for u in refused}
+    assert len(cases) == 117 + 128
+    assert sum(c.row["id"] in dense_ids for c in cases) == 117
+    kinds = Counter(u["kind"] for u in refused if u["id"] in dense_ids)
+    assert kinds == {"hybrid Mamba-Transformer models are not modelled": 7,
+                     "power-limited GPU not in the hardware catalog": 4}
+    # MoE rows: refused only for what no model expresses (Mamba hybrids, fp8 blockwise), or
+    # for what the row leaves out or gets wrong
+    assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {
+        "hybrid Mamba-Transformer models are not modelled": 4, "seq_len unknown": 3,
+        "global_batch_seqs unknown": 2, "layout inconsistent": 2,
+        "precision fp8-blockwise is not modelled": 1}
+    assert all(c.job.is_moe for c in cases if c.row["id"] not in dense_ids)
+    # a precision is costed as its own dtype, never silently as bf16
+    for c in cases:
+        assert c.job.dtype == PRECISIONS[precision_of(c.row["precision"])], c.row["id"]
+    assert {c.hw.name for c in cases} == {"H100-SXM", "B200", "B300", "GB200-NVL72",
+                                          "GB300-NVL72"}
+    assert Counter(c.job.dtype for c in cases if not c.job.is_moe)["mxfp8"] == 21
+    assert Counter(c.job.dtype for c in cases)["nvfp4"] == 8
+
+
+def test_moe_rows_are_expressed_with_their_experts(moe):
+    dsv3 = express(moe["mb_179"])  # DeepSeek-V3, 256 GB200, EP64 PP4 VP4, MXFP8
+    assert dsv3.job.is_moe and dsv3.job.attention == "mla" and dsv3.job.mtp_layers == 1
+    assert dsv3.job.dtype == "mxfp8" and dsv3.job.moe_dispatcher == "flex"  # hybridep
+    opt = dsv3.options[0]
+    assert (opt["ep"], opt["etp"], opt["pp"], opt["vpp"], opt["nv_ep"]) == (64, 1, 4, 4, 64)
+    assert express(moe["mb_178"]).job.recompute_mla_up  # recompute_modules=['mla_up_proj']
+    assert express(moe["mb_238"]).job.mtp_layers == 0  # "w/o MTP"
+    simumax = express(moe["sm_007"])  # 4 layers, first dense; capacity factor 1, padded
+    assert (simumax.job.n_layers, simumax.job.first_k_dense, simumax.job.capacity_factor,
+            simumax.job.mtp_layers, simumax.job.moe_dispatcher) == (4, 1, 1.0, 0, "alltoall")
+    assert express(moe["mb_233"]).options[0]["a2a_overlap"] == 1  # moe_a2a_overlap=True
+    grok = express(moe["dg_014"])  # dgxc NeMo: ETP stated 4
+    assert grok.job.name == "dg_014" and grok.options[0]["etp"] == 4
+    assert "ep = 64, etp = 1 do not fold" in str(express(moe["mb_273"]))
+    assert str(express(dict(moe["mb_179"], ep=""))) == \
+        "an MoE row needs its expert-parallel degree (column ep)"
+
+
+def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
+    assert express(moe["mb_167"]).job.dtype == "mxfp8"
+    assert express(moe["mb_165"]).job.dtype == "nvfp4"
+    blockwise = dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act")
+    assert "precision fp8-blockwise" in str(express(blockwise))
+    assert "hybrid Mamba-Transformer" in str(express(moe["dg_022"]))
+    on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
+    assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
+        str(express(on_a100))
+    # an MoE row must name a model with experts (its dimensions alone do not say them)
+    assert str(express(dict(moe["mb_171"], is_moe="1", ep="8"))) == MOE
+
+
+def test_named_models_resolve_through_jobs(moe):
+    c = express(moe["mb_171"])  # Llama3-70B, 64 H100
+    job = load_job("llama3_70b")
+    assert (c.job.n_layers, c.job.hidden, c.job.ffn_hidden, c.job.n_kv_heads, c.job.vocab) == \
+        (job.n_layers, job.hidden, job.ffn_hidden, job.n_kv_heads, job.vocab)
+    assert c.job.mlp == "swiglu" and c.job.seq_len == 8192 and c.job.global_batch == 256
+    assert express(moe["dg_045"]).job.n_layers == 126  # Llama3.1-405B -> llama3_405b
+    assert express(moe["dg_031"]).job.hidden == 18432  # Nemotron4-340B (jobs/ added)
+    truncated = express(moe["sm_001"])  # SimuMax: Llama3-70B with 12 layers (notes)
+    assert truncated.job.n_layers == 12
+    assert "truncated model: 12 of 80 layers (notes)" in truncated.assumptions
+    # an NVL72 run fills 64 of a rack's 72 GPUs per NVLink domain
+    assert express(moe["mb_270"]).hw.nvlink_domain == 64
+    assert express(moe["mb_243"]).hw.nvlink_domain == 8  # 8 GPUs: all in one domain
+
+
+def test_validate_all_prints_files_and_refusals_by_reason(capsys):
+    assert main(["validate", "--data", "all", "--no-loso", "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "measured_training_runs.csv: 271 of 271 rows expressed" in out
+    assert "measured_moe_blackwell.csv: 245 of 268 rows expressed" in out
+    assert "rows not expressed, by reason" in out
+    assert "hybrid Mamba-Transformer models are not modelled    11" in out
+    assert main(["validate", "--data", "measured_moe_blackwell", "--no-loso", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 245}}
+    assert MOE not in rep["refused"] and "B200 bf16" in rep["per_hardware_precision"]
+    assert rep["per_model_kind"]["MoE"]["n"] == 128
+
+
+def test_a_file_without_dimensions_or_model_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "thin.csv").write_text("id,source,framework,gpu,n_gpus,precision,seq_len,"
+                                       "global_batch_seqs,iter_time_s\nx,y,NeMo,H100,8,bf16,"
+                                       "4096,8,1.0\n")
+    assert main(["validate", "--data", str(tmp_path / "thin.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "missing column(s): n_layers, hidden, ffn_hidden, n_heads (or model)" in err
+
+
+def test_calibration_records_every_file_it_was_fitted_on(tmp_path):
+    from sweep.analysis.calibration import FitResult, write_calibration
+
+    params = {"hopper": {"gemm_eff": 0.6}, "memory": {"reserve_GiB": 2.0}}
+    write_calibration(tmp_path / "c.yaml", FitResult(params, {}, {}), list(SHIPPED))
+    text = (tmp_path / "c.yaml").read_text()
+    assert "data: measured_training_runs.csv + measured_moe_blackwell.csv" in text
+
+
+def test_allocated_memory_is_compared_as_allocated(moe):
+    """SimuMax publishes torch's peak *allocated* memory (its .md): the comparison leaves out
+    the CUDA context / NCCL reserve and the allocator's cached blocks, and a row may say
+    which it publishes in a mem_definition column."""
+    from sweep.analysis.calibration import Evaluator
+    from sweep.analysis.measured import memory_definition
+    from sweep.analysis.validate import express
+
+    row = moe["sm_001"]
+    assert memory_definition(row) == "allocated"
+    assert memory_definition({**row, "mem_definition": "reserved"}) == "reserved"
+    with pytest.raises(SweepError, match="mem_definition 'peak'"):
+        memory_definition({**row, "mem_definition": "peak"})
+    allocated = express(row)
+    reserved = express({**row, "mem_definition": "reserved"})
+    out = Evaluator([allocated, reserved]).run()
+    reserve = allocated.hw.calibration["reserve_GiB"] * 2**30
+    assert out["mem_bytes"][0] == out["mem_bytes"][1]
+    assert out["mem_reported_bytes"][0] == pytest.approx(out["mem_bytes"][0] - reserve)
+    assert out["mem_reported_bytes"][1] > out["mem_bytes"][1]  # plus the allocator's cache

@@ -1,0 +1,503 @@
+"""sweep.analysis.results, sweep plot and sweep report: the plotted numbers are the HDF5 numbers.
+
+The expected values are read from sweep.h5 with plain h5py, independently of
+sweep.analysis.results.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from sweep.analysis.plot import KINDS, PlotOptions, draw, kinds_that_fit, save, why_not
+from sweep.analysis.report import MARKER, write_report
+from sweep.analysis.results import MEMORY_PARTS, TIME_PARTS, open_results
+from sweep.analysis.show import format_rows, load_rows
+from sweep.cli import main
+from sweep.cli.run import _Progress
+from sweep.engine.parallel import SerialComm
+from sweep.engine.reduce import reduce_run
+from sweep.engine.runner import RunOptions, run_sweep
+from sweep.engine.store import Table, read_columns, read_results, write_results
+from sweep.errors import SweepError
+from tests.conftest import DATA
+
+GRID_SPEC = """
+name: grid
+jobs: [llama3_8b]
+gpus: [16, 32]
+hardware:
+  base: H100-SXM
+  grid:
+    hbm_GBps: [2000, 3350]
+    hbm_GiB: [40, 80]
+top_n: 3
+"""
+
+
+@pytest.fixture(scope="module")
+def nersc(tmp_path_factory):
+    """nersc2024: 2 systems x 2 NVLink sizes x 2 strategies (1d, 2d-seqp) x 2 GPU counts."""
+    out = tmp_path_factory.mktemp("nersc") / "small"
+    run_sweep(str(DATA / "specs" / "small.yaml"), SerialComm(), RunOptions(out_dir=out))
+    return out / "sweep.h5"
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """calibrated: HBM bandwidth x capacity on H100, 1d and 2d, 16 and 32 GPUs."""
+    d = tmp_path_factory.mktemp("grid")
+    (d / "grid.yaml").write_text(GRID_SPEC)
+    run_sweep(str(d / "grid.yaml"), SerialComm(), RunOptions(out_dir=d / "out"))
+    return d / "out" / "sweep.h5"
+
+
+def raw(path):
+    """(cases, top) straight from the file."""
+    with h5py.File(path, "r") as f:
+        return f["cases"][:], f["top"][:]
+
+
+def best_of(path):
+    """{case_id: place-0 row} from the file."""
+    _, top = raw(path)
+    return {int(r["case_id"]): r for r in top[top["place"] == 0]}
+
+
+# ------------------------------------------------------------------------------ results
+
+def test_results_tables_and_helpers(nersc):
+    cases, top = raw(nersc)
+    res = open_results(nersc)
+    assert res.complete and res.note == "" and res.cost_model == "nersc2024"
+    assert len(res.cases) == len(cases) and len(res.top) == len(top)
+    assert set(res.cases["strategy"]) == {"1d", "2d-seqp"}  # text decoded
+    best = res.best()
+    expected = best_of(nersc)
+    assert sorted(best["case_id"]) == sorted(expected)
+    for _, r in best.iterrows():
+        assert r["samples_per_s"] == expected[r["case_id"]]["samples_per_s"]
+        assert r["n_gpus"] == cases[cases["case_id"] == r["case_id"]]["n_gpus"][0]
+    per = res.best_per_system()
+    for (job, variant, n), group in best.groupby(["job", "variant_id", "n_gpus"]):
+        row = per[(per["job"] == job) & (per["variant_id"] == variant) & (per["n_gpus"] == n)]
+        assert len(row) == 1 and row["samples_per_s"].iloc[0] == group["samples_per_s"].max()
+
+
+def test_grid_over_two_swept_axes(grid):
+    res = open_results(grid)
+    assert set(res.swept_axes) == {"hbm_GBps", "hbm_GiB"}
+    table = res.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=32)
+    cases, top = raw(grid)
+    best = best_of(grid)
+    for c in cases[cases["n_gpus"] == 32]:
+        value = max(best[int(k["case_id"])]["samples_per_s"]
+                    for k in cases[(cases["n_gpus"] == 32)
+                                   & (cases["variant_id"] == c["variant_id"])]
+                    if int(k["case_id"]) in best)
+        assert table.loc[c["swept_hbm_GiB"], c["swept_hbm_GBps"]] == value
+    with pytest.raises(SweepError, match="'nvlink_domain' is not a swept axis"):
+        res.grid("samples_per_s", "nvlink_domain", "hbm_GiB")
+
+
+def test_partial_results_say_so(tmp_path):
+    spec = DATA / "specs" / "small.yaml"
+    out = tmp_path / "part"
+    calls = []
+
+    def stop_early(p):
+        calls.append(1)
+        if len(calls) == 3:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    from sweep.engine.runner import Interrupted
+
+    with pytest.raises(Interrupted):
+        run_sweep(str(spec), SerialComm(), RunOptions(out_dir=out, progress=stop_early))
+    assert main(["reduce", str(out), "--partial"]) == 0
+    res = open_results(out / "sweep.h5")
+    assert not res.complete and res.note.startswith("partial results:")
+    assert (~res.cases["complete"]).any()
+    save(res, "breakdown", tmp_path / "b.png")  # plots work, titled as partial
+
+
+def test_open_results_errors(tmp_path):
+    with pytest.raises(SweepError, match="no such results file"):
+        open_results(tmp_path / "nope.h5")
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = 1
+    with pytest.raises(SweepError, match="not a sweep results file"):
+        open_results(tmp_path / "other.h5")
+
+
+# ------------------------------------------------------------------------------ plots
+
+def test_scaling_plots_best_throughput_and_ideal(nersc):
+    res = open_results(nersc)
+    fig, data = draw(res, "scaling")
+    best = best_of(nersc)
+    for _, r in data.iterrows():
+        assert r["value"] == best[r["case_id"]]["samples_per_s"]
+    # the first line on the axes is the first variant's measured curve
+    ax = fig.axes[0]
+    first = data[data["variant_id"] == data["variant_id"].iloc[0]]
+    assert np.array_equal(ax.lines[0].get_ydata(), first["value"].to_numpy())
+    assert np.allclose(ax.lines[1].get_ydata(), first["value"].iloc[0] * first["n_gpus"]
+                       / first["n_gpus"].iloc[0])
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "GPUs" and "samples/s" in ax.get_ylabel()
+    fig, days = draw(res, "scaling", PlotOptions(metric="days", tokens=1e12))
+    for _, r in days.iterrows():
+        assert r["value"] == pytest.approx(1e12 / best[r["case_id"]]["tokens_per_s"] / 86400)
+
+
+def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
+    res = open_results(nersc)
+    best = best_of(nersc)
+    _, data = draw(res, "breakdown")
+    for _, r in data.iterrows():
+        b = best[r["case_id"]]
+        total = sum(float(b[c]) for c in TIME_PARTS)
+        assert total == pytest.approx(float(b["step_time_s"]), rel=1e-9)
+        for c in TIME_PARTS:
+            assert r[c] == pytest.approx(float(b[c]) / total, rel=1e-12)
+    fig, mem = draw(res, "memory")
+    for _, r in mem.iterrows():
+        for c in MEMORY_PARTS:
+            assert r[c] == pytest.approx(float(best[r["case_id"]][c]) / 1e9, rel=1e-12)
+    # stacked bars: the top of the last bar of the first panel is the total memory
+    ax = fig.axes[0]
+    first = mem[(mem["job"] == mem["job"].iloc[0]) & (mem["variant_id"] == mem["variant_id"]
+                                                      .iloc[0])]
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert max(tops) == pytest.approx(max(sum(row[c] for c in MEMORY_PARTS)
+                                          for _, row in first.iterrows()), rel=1e-9)
+    assert ax.get_ylabel() == "memory per GPU [GB]"
+
+
+def test_strategies_are_speedups_over_1d(nersc):
+    res = open_results(nersc)
+    cases, _ = raw(nersc)
+    best = best_of(nersc)
+    _, data = draw(res, "strategies")
+
+    def throughput(strategy, variant, n):
+        c = cases[(cases["strategy"] == strategy.encode()) & (cases["variant_id"] == variant)
+                  & (cases["n_gpus"] == n)]
+        return best[int(c["case_id"][0])]["samples_per_s"]
+
+    assert set(data["strategy"]) == {"2d-seqp"}
+    for _, r in data.iterrows():
+        assert r["speedup"] == pytest.approx(throughput("2d-seqp", r["variant_id"], r["n_gpus"])
+                                             / throughput("1d", r["variant_id"], r["n_gpus"]))
+
+
+def test_layout_and_heatmap(nersc, grid):
+    res = open_results(nersc)
+    per = res.best_per_system().set_index("case_id")
+    _, data = draw(res, "layout")
+    for _, r in data.iterrows():
+        assert all(r[d] == per.loc[r["case_id"], d] for d in ("tp", "cp", "pp", "dp"))
+    g = open_results(grid)
+    fig, heat = draw(g, "heatmap", PlotOptions(n_gpus=16))
+    table = g.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=16)
+    base = heat[heat["baseline"]]
+    assert len(base) == 1 and base["speedup"].iloc[0] == 1.0  # the baseline cell reads 1.0
+    # the lowest HBM bandwidth and capacity (that cell is feasible here)
+    assert base["hbm_GBps"].iloc[0] == table.columns.min()
+    assert base["hbm_GiB"].iloc[0] == table.index.min()
+    for _, r in heat.iterrows():
+        assert r["samples_per_s"] == table.loc[r["hbm_GiB"], r["hbm_GBps"]]
+        assert r["speedup"] == pytest.approx(r["samples_per_s"] / base["samples_per_s"].iloc[0],
+                                             rel=1e-12)
+    image = fig.axes[0].get_images()[0].get_array()
+    assert np.allclose(np.asarray(image), table.to_numpy() / base["samples_per_s"].iloc[0],
+                       rtol=1e-12)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "HBM bandwidth [GB/s]" and ax.get_ylabel() == "HBM capacity [GiB]"
+    from sweep.analysis.plot import _tick_text, axis_label
+    assert axis_label("matrix_tflops") == "16-bit tensor peak [TFLOP/s]"
+    assert axis_label("nvlink_domain") == "GPUs per NVLink domain"
+    assert _tick_text([9111, 16000]) == ["9,111", "16,000"]  # not 9111 next to 1.6e+04
+    assert _tick_text([0.5, 2.25]) == ["0.5", "2.25"]
+
+
+def test_kinds_that_fit_and_why_not(nersc, grid):
+    assert kinds_that_fit(open_results(nersc)) == ["scaling", "breakdown", "memory",
+                                                   "strategies", "layout"]
+    assert "nvlink_domain" in why_not(open_results(nersc))["heatmap"]
+    assert kinds_that_fit(open_results(grid)) == list(KINDS)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"),
+                                           (".pdf", b"%PDF")])
+def test_file_formats(nersc, tmp_path, suffix, magic):
+    save(open_results(nersc), "scaling", tmp_path / f"s{suffix}")
+    assert (tmp_path / f"s{suffix}").read_bytes().startswith(magic)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_plot_command(nersc, tmp_path, capsys):
+    out = tmp_path / "m.png"
+    assert main(["plot", str(nersc), "--kind", "memory", "-o", str(out),
+                 "--data", str(tmp_path / "m.csv")]) == 0
+    assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
+    assert (tmp_path / "m.csv").read_text().startswith("job,variant_id,n_gpus,case_id")
+    assert main(["plot", str(nersc), "--kind", "heatmap", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs two swept hardware axes" in err
+    assert main(["plot", str(nersc), "--kind", "scaling", "-o", str(tmp_path / "x.jpg")]) == 2
+    assert "must end in .png, .svg, .pdf" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["plot", str(nersc), "--kind", "pie", "-o", str(out)])
+    assert exc.value.code == 2
+
+
+def test_report_folder(grid, tmp_path, capsys):
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "stale.txt").write_text("old")  # not written by sweep report: refused
+    assert main(["report", str(grid), "-o", str(target)]) == 2
+    assert "not empty and was not written by sweep report" in capsys.readouterr().err
+    assert [p.name for p in target.iterdir()] == ["stale.txt"]
+    target = tmp_path / "new"
+    assert main(["report", str(grid), "-o", str(target)]) == 0
+    files = {p.name for p in target.iterdir()}
+    assert files == {"index.html", "best.csv", MARKER} | {f"{k}.png" for k in KINDS}
+    page = (target / "index.html").read_text()
+    import base64
+    import re
+    for kind in KINDS:  # embedded, the very bytes of the PNG written next to it
+        m = re.search(f'<img src="data:image/png;base64,([^"]+)" alt="{kind}"', page)
+        assert m and base64.b64decode(m.group(1)) == (target / f"{kind}.png").read_bytes()
+        assert f'<a href="#fig-{kind}">' in page and f'<h2 id="fig-{kind}">' in page
+    assert "Best configuration per case" in page and "llama3_8b" in page
+    # figures first, then the cases, then the spec
+    assert page.index('id="fig-') < page.index('id="cases"') < page.index('id="spec"')
+    best = (target / "best.csv").read_text().splitlines()
+    assert len(best) == 1 + len(best_of(grid))
+    out = write_report(open_results(grid), tmp_path / "two", ["scaling"])
+    assert set(out["figures"]) == {"scaling"} and out["skipped"]["memory"] == "not asked for"
+
+
+def test_report_lists_the_first_cases_and_points_to_best_csv(grid, tmp_path, monkeypatch):
+    import os
+
+    import sweep.analysis.report
+
+    res = open_results(grid)
+    umask = os.umask(0o022)
+    try:
+        full = write_report(res, tmp_path / "all", ["scaling"])
+    finally:
+        os.umask(umask)
+    page = (Path(full["dir"]) / "index.html").read_text()
+    n_cases = len(res.cases)
+    assert page.count("<tr><td>") == n_cases and "best.csv lists every case" not in page
+    assert Path(full["dir"]).stat().st_mode & 0o755 == 0o755  # not private (umask 022)
+    monkeypatch.setattr(sweep.analysis.report, "SUMMARY_ROWS", 3)
+    capped = write_report(res, tmp_path / "capped", ["scaling"])
+    page = (Path(capped["dir"]) / "index.html").read_text()
+    assert page.count("<tr><td>") == 3
+    assert f"The first 3 of {n_cases:,} cases; best.csv lists every case." in page
+
+
+# ------------------------------------------------------------------------------ partial data
+
+def derive(src, dst, done_cases, evaluated_cases=()):
+    """A copy of ``src`` as if only ``done_cases`` were finished (their rows kept) and
+    ``evaluated_cases`` had been started (counts kept, no rows); every other case pending."""
+    attrs, data = read_results(src)
+    columns = {k: (v["unit"], v["description"]) for k, v in read_columns(src).items()}
+    cases, top, units = data["cases"].copy(), data["top"], data["units"]
+    done = np.isin(cases["case_id"], list(done_cases))
+    started = done | np.isin(cases["case_id"], list(evaluated_cases))
+    cases["complete"] = done
+    for k in ("evaluated", "feasible", "out_of_memory", "other_infeasible"):
+        cases[k] = np.where(started, cases[k], 0)
+    cases["best_samples_per_s"] = np.where(done, cases["best_samples_per_s"], np.nan)
+    units = units[np.isin(units["case_id"], list(done_cases))]
+    attrs = {**attrs, "complete": bool(done.all()), "n_units_done": len(units),
+             "candidates_evaluated": int(cases["evaluated"].sum())}
+    write_results(dst, attrs, Table(cases, {k: columns.get(k, ("", ""))
+                                            for k in cases.dtype.names}),
+                  top[np.isin(top["case_id"], list(done_cases))], units)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def partial_files(nersc, grid, tmp_path_factory):
+    """Partial, single-point and empty results of both sweeps, and a real shard's share."""
+    d = tmp_path_factory.mktemp("partial")
+    shard = d / "shard"
+    run_sweep(str(DATA / "specs" / "small.yaml"), SerialComm(),
+              RunOptions(out_dir=shard, shard=(0, 3)))
+    files = {"shard 0/3": reduce_run(shard, partial=True).path}
+    for name, src in (("nersc", nersc), ("grid", grid)):
+        files[f"{name} half"] = derive(src, d / f"{name}-half.h5", range(0, 16, 2), [1])
+        files[f"{name} two"] = derive(src, d / f"{name}-two.h5", [0, 2])
+        files[f"{name} one case"] = derive(src, d / f"{name}-one.h5", [3])
+        files[f"{name} empty"] = derive(src, d / f"{name}-empty.h5", [], [1])
+    return files
+
+
+def test_every_kind_on_partial_single_point_and_empty_results(partial_files, tmp_path):
+    """No kind crashes: it draws what exists or says (SweepError) why there is nothing;
+    the kinds that fit always draw, and the report draws exactly those."""
+    options = [PlotOptions(metric="days", tokens=1e12), PlotOptions(strategy="1d"),
+               PlotOptions(n_gpus=16), PlotOptions(jobs=["x"])]
+    for name, path in partial_files.items():
+        res = open_results(path)
+        assert not res.complete
+        fits = kinds_that_fit(res)
+        out = write_report(res, tmp_path / name.replace(" ", "-").replace("/", "-"))
+        assert list(out["figures"]) == fits, name  # every kind that fits is drawn
+        assert "partial results" in (tmp_path / out["dir"] / "index.html").read_text()
+        for kind in KINDS:
+            for opts in (options if name in ("shard 0/3", "grid half", "grid one case")
+                         else []) + ([PlotOptions()] if kind not in fits else []):
+                try:
+                    save(res, kind, tmp_path / "k.png", opts)
+                except SweepError:
+                    pass
+    assert "strategies" in kinds_that_fit(open_results(partial_files["shard 0/3"]))
+    assert kinds_that_fit(open_results(partial_files["nersc empty"])) == []
+    assert why_not(open_results(partial_files["nersc one case"]))["scaling"] == \
+        "the results have one GPU count so far"
+
+
+def test_show_tells_pending_from_infeasible(nersc, tmp_path):
+    path = derive(nersc, tmp_path / "s.h5", [0, 1, 5], [3])
+    # case 1: complete without any feasible configuration
+    attrs, data = read_results(path)
+    top = data["top"][data["top"]["case_id"] != 1]
+    cases = data["cases"].copy()
+    cases["best_samples_per_s"][1] = np.nan
+    columns = {k: (v["unit"], v["description"]) for k, v in read_columns(path).items()}
+    write_results(path, attrs, Table(cases, {k: columns.get(k, ("", ""))
+                                             for k in cases.dtype.names}), top, data["units"])
+    attrs, rows = load_rows(path)
+    table = format_rows(attrs, rows, "table").splitlines()
+    by_case = {int(line.split()[0]): line for line in table[2:] if line.split()[0].isdigit()}
+    assert "no feasible configuration" in by_case[1]
+    assert "pending (no feasible configuration yet)" in by_case[3]
+    assert "pending (not yet evaluated)" in by_case[7]
+    assert "dp=" in by_case[0] and "pending" not in by_case[0]
+    assert table[-1] == "(partial results: the run is not complete; 13 case(s) pending)"
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    doc = json.loads(format_rows(attrs, rows, "json"), parse_constant=refuse)
+    status = {r["case_id"]: r["status"] for r in doc["rows"]}
+    assert status[0] == status[5] == "ok" and status[1] == "infeasible"
+    assert status[3] == status[7] == "pending"
+    assert doc["rows"][1]["best_samples_per_s"] is None  # NaN -> null
+    lines = format_rows(attrs, rows, "csv").splitlines()
+    assert lines[0].endswith(",status") and lines[2].endswith(",infeasible")
+    assert lines[4].endswith(",pending")
+
+
+def test_show_json_is_strict_on_a_complete_file(nersc):
+    """Columns of absent calibration parameters are NaN in the file: null in JSON."""
+    attrs, rows = load_rows(nersc, top=2)
+    text = format_rows(attrs, rows, "json")
+    assert "NaN" not in text and "Infinity" not in text
+    assert {r["status"] for r in json.loads(text)["rows"]} == {"ok"}
+
+
+# ------------------------------------------------------------------------------ progress
+
+def test_progress_log_lines_off_a_terminal():
+    stream = io.StringIO()
+    progress = _Progress(every_s=3600, stream=stream)
+    progress({"candidates_done": 0, "candidates": 1000, "ranks": 2, "ranks_done": 0,
+              "elapsed_s": 0.1})
+    progress({"candidates_done": 500, "candidates": 1000, "ranks": 2, "ranks_done": 1,
+              "elapsed_s": 1.0})  # throttled
+    progress({"candidates_done": 1000, "candidates": 1000, "ranks": 2, "ranks_done": 2,
+              "elapsed_s": 2.0})  # the last one always prints
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[-1] == "[    2.0 s] 100.0% of 1,000 candidates, 2/2 ranks done, ETA 0 s"
+
+
+# ------------------------------------------------------------------------------ extras
+
+BLOCKED = """
+import sys
+sys.modules["pandas"] = None
+sys.modules["matplotlib"] = None
+from sweep.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_core_runs_without_pandas_and_matplotlib(tmp_path, nersc):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GRID_SPEC.replace("gpus: [16, 32]", "gpus: [8]"))
+    run = subprocess.run([sys.executable, "-c", BLOCKED, "run", str(spec), "--serial",
+                          "--out", str(tmp_path / "o"), "--quiet"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    show = subprocess.run([sys.executable, "-c", BLOCKED, "show", str(tmp_path / "o" / "sweep.h5"),
+                           "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert show.returncode == 0 and json.loads(show.stdout)["rows"]
+    plot = subprocess.run([sys.executable, "-c", BLOCKED, "plot", str(nersc), "--kind",
+                           "scaling", "-o", str(tmp_path / "x.png")], capture_output=True,
+                          text=True, timeout=120)
+    assert plot.returncode == 2 and "pip install -e '.[plot]'" in plot.stderr
+
+
+def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
+    """An outside tester saw a partly searched case's best-so-far printed as final."""
+    from sweep.analysis.show import format_rows, load_rows
+    from sweep.cli import main
+    from sweep.engine.runner import Interrupted, RunOptions, run_sweep
+    from tests.engine.test_run_faults import StopAfter
+
+    run = tmp_path / "p"
+    spec = str(DATA / "specs" / "small.yaml")
+    with pytest.raises(Interrupted):
+        run_sweep(spec, StopAfter(polls=13), RunOptions(out_dir=run, block_size=1000))
+    assert main(["reduce", str(run), "--partial"]) == 0
+    attrs, rows = load_rows(run / "sweep.h5", top=1)
+    statuses = {r["case_id"]: format_rows(attrs, [r], "csv").splitlines()[1].rsplit(",", 1)[1]
+                for r in rows}
+    partial = [r for r in rows if not r["complete"] and r["place"] is not None]
+    assert partial and all(statuses[r["case_id"]] == "partial" for r in partial)
+    table = format_rows(attrs, rows)
+    assert "* = best so far of" in table
+    capsys.readouterr()
+    assert main(["show", str(run / "sweep.h5"), "--case", "999"]) == 2
+    assert "no case 999 (case ids 0 to" in capsys.readouterr().err
+
+
+def test_report_lists_cases_without_a_configuration_apart(partial_files, tmp_path):
+    # "grid two": cases 0 and 2 done, every other case pending (not yet evaluated)
+    res = open_results(partial_files["grid two"])
+    out = write_report(res, tmp_path / "two", ["scaling"])
+    page = (Path(out["dir"]) / "index.html").read_text()
+    with_config = len(res.best())
+    assert page.count("<tr><td>") == with_config
+    pending = len(res.cases) - with_config
+    assert f"<b>{pending:,} cases: pending (not yet evaluated)</b>" in page
+
+
+def test_report_helpers_print_ranges_and_tidy_floats():
+    from sweep.analysis.report import _id_ranges, _spec_text
+
+    assert _id_ranges([0, 1, 2, 3, 7, 9, 10]) == "0-3, 7, 9-10"
+    assert _id_ranges([5]) == "5"
+    text = _spec_text("a: 2.4999999999999998e-06\nb: [0.30000000000000004, 3]\nc: x\n")
+    assert text == "a: 2.5e-06\nb:\n- 0.3\n- 3\nc: x\n"
+    assert _spec_text("a: [unclosed") == "a: [unclosed"

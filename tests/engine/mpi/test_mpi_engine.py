@@ -1,0 +1,110 @@
+"""The engine under a real mpiexec: rank-count independence, interrupt and resume with
+another rank count, and no hang when one rank fails."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import h5py
+import pytest
+
+from tests.conftest import DATA
+from tests.engine.mpi.conftest import mpiexec
+
+pytestmark = pytest.mark.mpi
+
+SMALL = str(DATA / "specs" / "small.yaml")
+SMALL_CALIBRATED = str(DATA / "specs" / "small-calibrated.yaml")
+LONG = str(DATA / "specs" / "long.yaml")
+
+
+def tables(path):
+    with h5py.File(path, "r") as f:
+        return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
+
+
+@pytest.mark.parametrize("spec", [SMALL, SMALL_CALIBRATED], ids=["nersc2024", "calibrated"])
+def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path, spec):
+    results = {}
+    for n in (1, 2, 3):
+        out = tmp_path / f"n{n}"
+        proc = mpiexec(n, "run", spec, "--out", str(out), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert len(list(out.glob("part-*.h5"))) == n
+        results[n] = tables(out / "sweep.h5")
+        assert results[n][2]["complete"]
+    assert results[1][0] == results[2][0] == results[3][0]
+    assert results[1][1] == results[2][1] == results[3][1]
+
+
+def test_sigterm_midway_then_resume_on_three_ranks(tmp_path):
+    killed = tmp_path / "killed"
+    proc = mpiexec(2, "run", LONG, "--out", str(killed), "--quiet", "--checkpoint", "0.2",
+                   popen=True)
+    deadline = time.monotonic() + 120
+    while len(list(killed.glob("part-*.h5"))) < 2 and proc.poll() is None:
+        assert time.monotonic() < deadline, "no part files appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # what Slurm's time limit does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the run finished before it could be interrupted"
+    assert "stopped by signal 15 after saving progress" in err
+    for part in killed.glob("part-*.h5"):
+        with h5py.File(part, "r") as f:
+            assert not f.attrs["complete"]
+    assert not (killed / "sweep.h5").exists()
+    resumed = mpiexec(3, "run", LONG, "--out", str(killed), "--resume", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    full = mpiexec(2, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
+    assert full.returncode == 0, full.stderr
+    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
+    assert a[2]["candidates_evaluated"] == b[2]["candidates_evaluated"] == 8552160
+
+
+def test_failure_on_one_rank_aborts_all_ranks(tmp_path):
+    start = time.monotonic()
+    proc = mpiexec(3, "run", SMALL, "--out", str(tmp_path / "f"), "--quiet",
+                   env={"SWEEP_TEST_FAIL_RANK": "1"}, timeout=120)
+    assert proc.returncode != 0
+    assert "injected failure on rank 1" in proc.stderr
+    assert "rank 1 failed; aborting all ranks" in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_bad_spec_exits_2_on_every_rank(tmp_path):
+    proc = mpiexec(2, "run", str(DATA / "bad_specs" / "08-zero-gpus.yaml"), "--out",
+                   str(tmp_path / "b"), timeout=120)
+    assert proc.returncode == 2
+    assert "gpus[1]: expected a positive integer, got 0" in proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_rank_zero_reports_progress_of_all_ranks(tmp_path):
+    """Off a terminal, rank 0 logs the whole run's progress, the last line once every rank
+    has finished: the total counts candidates of every rank, not just rank 0's."""
+    proc = mpiexec(2, "run", SMALL, "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "ranks done" in ln]
+    assert lines, proc.stderr
+    with h5py.File(tmp_path / "p" / "sweep.h5", "r") as f:
+        total = int(f.attrs["candidates_total"])
+    assert lines[-1].endswith(f"100.0% of {total:,} candidates, 2/2 ranks done, ETA 0 s")
+
+
+def test_two_shards_of_two_ranks_reduce_to_the_single_run(tmp_path):
+    """A job array of MPI jobs: shard I of K on n ranks writes parts I*n .. I*n+n-1."""
+    out = tmp_path / "shards"
+    for i in (1, 0):
+        proc = mpiexec(2, "run", SMALL, "--out", str(out), "--shard", f"{i}/2", "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert f"shard {i}/2 done" in proc.stdout and not (out / "sweep.h5").exists()
+    assert sorted(p.name for p in out.glob("part-*.h5")) == [
+        f"part-{w:05d}.h5" for w in range(4)]
+    reduced = mpiexec(1, "reduce", str(out))
+    assert reduced.returncode == 0 and "complete" in reduced.stdout, reduced.stderr
+    single = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "single"), "--quiet")
+    assert single.returncode == 0, single.stderr
+    a, b = tables(out / "sweep.h5"), tables(tmp_path / "single" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1] and a[2]["ranks"] == "[4]"

@@ -1,0 +1,138 @@
+"""Hardware and job files: unit conversion, validation and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.engine.catalog import list_names, load_hardware, load_job
+from sweep.errors import SpecError
+from sweep.model.hardware import apply_overrides, interpolate, parse_hardware
+from sweep.model.job import parse_job
+from sweep.model.units import parse_quantity
+
+MIN_HW = {"matrix_tflops": {"bf16": 100}, "vector_tflops": {"bf16": 10}, "hbm_GBps": 1000,
+          "hbm_GiB": 40, "nvlink_GBps": 300, "nvlink_latency_us": 3, "nvlink_domain": 8,
+          "scaleout_Gbps": 200, "scaleout_latency_us": 5}
+
+
+def test_units():
+    assert parse_quantity("3.35 TB/s", "bytes_per_s") == 3.35e12
+    assert parse_quantity("400 Gb/s", "bytes_per_s") == 50e9
+    assert parse_quantity("80 GiB", "bytes") == 80 * 2**30
+    assert parse_quantity("2.5 us", "s") == pytest.approx(2.5e-6, rel=1e-15)
+    assert parse_quantity("989 TFLOPS", "flops_per_s") == 989e12
+    with pytest.raises(ValueError, match="not a unit of bytes"):
+        parse_quantity("3 TB/s", "bytes")
+
+
+def test_hardware_keys_convert_to_si():
+    hw = parse_hardware(MIN_HW, "x.yaml", "x")
+    assert hw.hbm_capacity_bytes == 40 * 2**30 and hw.hbm_bytes_per_s == 1e12
+    assert hw.scaleout_bytes_per_s == 25e9 and hw.nvlink_latency_s == 3e-6
+    assert hw.matrix_peak("bf16") == 1e14 and hw.matrix_peak("fp16") == 1e14
+    alt = parse_hardware({**{k: v for k, v in MIN_HW.items() if k != "hbm_GBps"},
+                          "hbm_bandwidth": "1 TB/s"}, "x.yaml", "x")
+    assert alt.hbm_bytes_per_s == 1e12
+
+
+
+def test_half_bandwidth_sizes_are_optional_bytes():
+    assert parse_hardware(MIN_HW, "x.yaml", "x").nvlink_half_bandwidth_per_rank_bytes == 0.0
+    hw = parse_hardware({**MIN_HW, "nvlink_half_bandwidth_per_rank_MiB": 4,
+                         "scaleout_half_bandwidth_per_rank": "2 MiB"}, "x.yaml", "x")
+    assert hw.nvlink_half_bandwidth_per_rank_bytes == 4 * 2**20
+    assert hw.scaleout_half_bandwidth_per_rank_bytes == 2 * 2**20
+    with pytest.raises(SpecError, match="x.yaml: nvlink_half_bandwidth_per_rank: a bare number "
+                                        "has no unit"):
+        parse_hardware({**MIN_HW, "nvlink_half_bandwidth_per_rank": 4}, "x.yaml", "x")
+    swept = apply_overrides(hw, {"nvlink_half_bandwidth_per_rank_MiB": 8}, "s.yaml")
+    assert swept.nvlink_half_bandwidth_per_rank_bytes == 8 * 2**20
+
+
+def test_sustained_gemm_fraction_is_optional_and_a_fraction():
+    assert parse_hardware(MIN_HW, "x.yaml", "x").matrix_sustained_fraction == 0.0
+    hw = parse_hardware({**MIN_HW, "matrix_sustained_fraction": 0.8}, "x.yaml", "x")
+    assert hw.matrix_sustained_fraction == 0.8
+    with pytest.raises(SpecError, match="x.yaml: matrix_sustained_fraction: expected a number "
+                                        "in \\(0, 1\\]"):
+        parse_hardware({**MIN_HW, "matrix_sustained_fraction": 1.3}, "x.yaml", "x")
+    assert apply_overrides(hw, {"matrix_sustained_fraction": 0.7},
+                           "s.yaml").matrix_sustained_fraction == 0.7
+
+@pytest.mark.parametrize("change, message", [
+    ({"hbm_GBps": -5}, "x.yaml: hbm_GBps: expected a positive value"),
+    ({"hbm_GBps": "fast"}, "x.yaml: hbm_GBps: expected a positive number"),
+    ({"hbm_speed": 5}, "x.yaml: hbm_speed: unknown key; valid keys:"),
+    ({"nvlink_efficiency": 1.5}, "x.yaml: nvlink_efficiency: expected a number in (0, 1]"),
+    ({"nvlink_domain": 2.5}, "x.yaml: nvlink_domain: expected a positive integer"),
+    ({"matrix_tflops": {"bf17": 3}}, "x.yaml: matrix_tflops.bf17: unknown precision"),
+    ({"hbm_bandwidth": "1 TB"}, "x.yaml: hbm_bandwidth: unit 'TB' is not a unit of bytes_per_s"),
+    ({"hbm_TBps": 1}, "x.yaml: hbm_TBps: hbm_bandwidth is given twice (hbm_GBps and hbm_TBps)"),
+])
+def test_hardware_errors_name_file_and_key(change, message):
+    raw = dict(MIN_HW)
+    if "hbm_bandwidth" in change:
+        del raw["hbm_GBps"]
+    with pytest.raises(SpecError) as exc:
+        parse_hardware({**raw, **change}, "x.yaml", "x")
+    assert str(exc.value).startswith(message)
+
+
+def test_missing_hardware_key():
+    with pytest.raises(SpecError, match="x.yaml: hbm_capacity: missing"):
+        parse_hardware({k: v for k, v in MIN_HW.items() if k != "hbm_GiB"}, "x.yaml", "x")
+
+
+def test_overrides_and_interpolation():
+    a = load_hardware("nersc-A100")
+    b = load_hardware("nersc-H200")
+    hw = apply_overrides(a, {"nvlink_domain": 64, "hbm_GBps": 3000, "matrix_tflops": 624},
+                         "s.yaml")
+    assert hw.nvlink_domain == 64 and hw.hbm_bytes_per_s == 3e12
+    assert hw.matrix_peak("fp16") == pytest.approx(624e12)
+    with pytest.raises(SpecError, match="s.yaml: grid.hbm_speed: unknown hardware parameter"):
+        apply_overrides(a, {"hbm_speed": 1}, "s.yaml", {"hbm_speed": "grid.hbm_speed"})
+    mid = interpolate(a, b, 0.5, "mid")
+    assert mid.hbm_bytes_per_s == pytest.approx((a.hbm_bytes_per_s + b.hbm_bytes_per_s) / 2)
+    assert interpolate(a, b, 0.0, "a").hbm_capacity_bytes == a.hbm_capacity_bytes
+    assert interpolate(a, b, 1.0, "b").matrix_peak("fp16") == pytest.approx(b.matrix_peak("fp16"))
+
+
+def test_job_defaults_and_errors():
+    j = parse_job({"n_layers": 2, "hidden": 64, "ffn_hidden": 256, "n_heads": 4, "seq_len": 32,
+                   "global_batch": 8}, "j.yaml", "j")
+    assert j.n_kv_heads == 4 and j.head_dim == 16 and j.vocab == 0 and j.name == "j"
+    with pytest.raises(SpecError, match="j.yaml: n_kv_heads: 3 does not divide n_heads = 4"):
+        parse_job({"n_layers": 2, "hidden": 64, "ffn_hidden": 256, "n_heads": 4,
+                   "n_kv_heads": 3, "seq_len": 32, "global_batch": 8}, "j.yaml", "j")
+    with pytest.raises(SpecError, match="j.yaml: mlp: expected one of gelu, swiglu"):
+        parse_job({"n_layers": 2, "hidden": 64, "ffn_hidden": 256, "n_heads": 4, "seq_len": 32,
+                   "global_batch": 8, "mlp": "relu"}, "j.yaml", "j")
+    with pytest.raises(SpecError, match="j.yaml: hidden: missing"):
+        parse_job({"n_layers": 2}, "j.yaml", "j")
+
+
+def test_shipped_catalogs_load_and_have_sources():
+    hw_names = list_names("hardware")
+    job_names = list_names("jobs")
+    for required in ("nersc-A100", "nersc-H200", "nersc-B200", "nersc-B200-next", "V100",
+                     "A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200", "GB200-NVL72"):
+        assert required in hw_names
+    for required in ("gpt3", "gpt3_1T", "vit_era5", "gpt3_175b", "megatron_22b",
+                     "megatron_530b", "megatron_1t", "llama2_7b", "llama2_13b", "llama2_70b",
+                     "llama3_8b", "llama3_70b", "llama3_405b", "bert_large"):
+        assert required in job_names
+    for name in hw_names:
+        assert load_hardware(name).source, name
+    for name in job_names:
+        assert load_job(name).source, name
+
+
+def test_published_parameter_counts():
+    """Blocks-only counts the NERSC study quotes, and public totals of real models."""
+    assert load_job("gpt3_1T").n_layers * load_job("gpt3_1T").params_per_layer() \
+        == pytest.approx(1006.7e9, rel=1e-3)
+    assert load_job("llama3_8b").params_total() == pytest.approx(8.03e9, rel=0.01)
+    assert load_job("llama2_70b").params_total() == pytest.approx(68.98e9, rel=0.01)
+    assert load_job("llama3_405b").params_total() == pytest.approx(405.9e9, rel=0.01)
+    assert load_job("gpt3_175b").params_total() == pytest.approx(175e9, rel=0.01)

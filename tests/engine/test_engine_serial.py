@@ -1,0 +1,340 @@
+"""The engine run serially, in process: results file, resume after a real SIGTERM, reduce
+failure modes, and `sweep show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import h5py
+import numpy as np
+import pytest
+
+from sweep.cli import main
+from sweep.engine.parallel import SerialComm
+from sweep.engine.reduce import reduce_run
+from sweep.engine.runner import Interrupted, RunOptions, run_sweep
+from sweep.errors import StoreError, SweepError
+from sweep.model.search import search_case
+from tests.conftest import DATA
+
+SMALL = str(DATA / "specs" / "small.yaml")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "small"
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=out))
+    return out, summary
+
+
+def test_results_file_contract(finished):
+    out, summary = finished
+    with h5py.File(out / "sweep.h5", "r") as f:
+        a = dict(f.attrs)
+        assert a["complete"] and a["cost_model"] == "nersc2024" and a["sweep_version"]
+        assert a["spec"] == (out / "spec.yaml").read_text()
+        assert len(a["spec_sha256"]) == 64 and json.loads(a["ranks"]) == [1]
+        cases, top = f["cases"][:], f["top"][:]
+        columns = json.loads(f["top"].attrs["columns"])
+        assert columns["step_time_s"]["unit"] == "s" and columns["mem_bytes"]["unit"] == "B"
+        assert json.loads(f["cases"].attrs["columns"])["hbm_bytes_per_s"]["unit"] == "B/s"
+    assert len(cases) == 16 and (cases["evaluated"] == cases["candidates"]).all()
+    assert summary.evaluated == cases["candidates"].sum() == a["candidates_evaluated"]
+    for name in ("job", "strategy", "n_gpus", "hardware", "nvlink_domain", "hbm_capacity_bytes",
+                 "matrix_fp16_flops_per_s", "feasible", "out_of_memory", "complete"):
+        assert name in cases.dtype.names
+    # /top: best first per case, at most top_n, and all feasible
+    for cid in np.unique(top["case_id"]):
+        rows = top[top["case_id"] == cid]
+        assert list(rows["place"]) == list(range(len(rows))) and len(rows) <= 5
+        assert (np.diff(rows["samples_per_s"]) <= 0).all() and rows["feasible"].all()
+
+
+def test_engine_equals_direct_search(finished):
+    """Split into work units and merged, a case gives exactly what one search gives."""
+    out, summary = finished
+    with h5py.File(out / "sweep.h5", "r") as f:
+        top = f["top"][:]
+    for case in summary.plan.cases:
+        direct = search_case("nersc2024", case.job, case.variant.hardware, case.strategy,
+                             case.n_gpus, 5).top
+        mine = top[top["case_id"] == case.case_id]
+        assert len(mine) == len(direct)
+        for name in direct.dtype.names:
+            assert (mine[name] == direct[name]).all(), name
+
+
+def test_calibrated_engine_equals_direct_search(tmp_path):
+    """The calibrated profile through the engine (work units, parts, reduce) gives what one
+    direct search of each case gives."""
+    spec = str(DATA / "specs" / "small-calibrated.yaml")
+    summary = run_sweep(spec, SerialComm(), RunOptions(out_dir=tmp_path / "cal"))
+    with h5py.File(tmp_path / "cal" / "sweep.h5", "r") as f:
+        top = f["top"][:]
+        assert f.attrs["cost_model"] == "calibrated"
+    for case in summary.plan.cases:
+        direct = search_case("calibrated", case.job, case.variant.hardware, case.strategy,
+                             case.n_gpus, 5).top
+        mine = top[top["case_id"] == case.case_id]
+        assert len(mine) == len(direct) > 0
+        for name in direct.dtype.names:
+            assert (mine[name] == direct[name]).all(), name
+
+
+def test_reduce_is_idempotent(finished):
+    out, _ = finished
+    before = (out / "sweep.h5").read_bytes()
+    reduce_run(out)
+    assert (out / "sweep.h5").read_bytes() == before
+
+
+def test_sigterm_then_resume_equals_uninterrupted(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "again"
+    sent = []
+
+    calls = []
+
+    def progress(p):  # a real SIGTERM to this process after a few units (one call each)
+        calls.append(p["candidates_done"])
+        if len(calls) == 5 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match="--resume"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, progress=progress))
+    with h5py.File(run / "part-00000.h5", "r") as f:
+        assert not f.attrs["complete"] and 0 < len(f["units"]) < 40
+    assert not (run / "sweep.h5").exists()
+    with pytest.raises(StoreError, match="run incomplete: .* work units missing"):
+        reduce_run(run)
+    partial = reduce_run(run, partial=True)
+    with h5py.File(partial.path, "r") as f:
+        assert not f.attrs["complete"] and not f["cases"]["complete"].all()
+    with pytest.raises(StoreError, match="holds an earlier run; continue it with --resume"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run))
+    resumed = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, resume=True))
+    assert resumed.resumed_units > 0
+    with h5py.File(run / "sweep.h5", "r") as a, h5py.File(out / "sweep.h5", "r") as b:
+        assert a["top"][:].tobytes() == b["top"][:].tobytes()
+        assert a["cases"][:].tobytes() == b["cases"][:].tobytes()
+
+
+def test_reduce_refuses_bad_folders(finished, tmp_path):
+    out, _ = finished
+    with pytest.raises(StoreError, match="no spec.yaml here"):
+        reduce_run(tmp_path)
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    (bad / "part-00000.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(StoreError, match="part-00000.h5: unreadable or corrupt HDF5 file"):
+        reduce_run(bad)
+    (bad / "part-00000.h5").unlink()
+    with pytest.raises(StoreError, match="no part files"):
+        reduce_run(bad)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    (other / "spec.yaml").write_text((other / "spec.yaml").read_text().replace("top_n: 5",
+                                                                               "top_n: 4"))
+    with pytest.raises(StoreError, match="written for another spec"):
+        reduce_run(other)
+
+
+def test_changed_spec_refuses_resume(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "copy"
+    shutil.copytree(out, run)
+    changed = tmp_path / "small.yaml"
+    changed.write_text(open(SMALL).read().replace("top_n: 5", "top_n: 3"))
+    with pytest.raises(SweepError, match="changed since this run started"):
+        run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, resume=True))
+    forced = run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, force=True))
+    assert forced.reduced.complete
+
+
+def test_world_of_one_under_srun_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    code = main(["run", SMALL, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "started as 4 tasks but MPI sees a world of 1 rank" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_show_formats(finished, capsys, fmt):
+    out, _ = finished
+    assert main(["show", str(out / "sweep.h5"), "--format", fmt, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    if fmt == "json":
+        rows = json.loads(text)["rows"]
+        assert len(rows) == 32 and rows[0]["place"] == 0 and "samples_per_s" in rows[0]
+    elif fmt == "csv":
+        lines = text.splitlines()
+        assert lines[0].startswith("case_id,job,strategy") and len(lines) == 33
+    else:
+        assert "nersc-A100[nvlink_domain=4]" in text and "samples/s" in text
+
+
+def test_show_of_a_missing_file(capsys, tmp_path):
+    assert main(["show", str(tmp_path / "none.h5")]) == 2
+    assert "no such results file" in capsys.readouterr().err
+
+
+def _same_tables(a_path, b_path):
+    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
+        return (a["top"][:].tobytes() == b["top"][:].tobytes()
+                and a["cases"][:].tobytes() == b["cases"][:].tobytes())
+
+
+def test_shards_in_any_order_reduce_to_the_single_run(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "shards"
+    summaries = [run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(i, 3)))
+                 for i in (2, 0, 1)]
+    assert all(s.reduced is None for s in summaries)  # shards leave the merge to reduce
+    assert sum(s.evaluated for s in summaries) == 126202  # every candidate exactly once
+    units = []
+    for part in sorted(run.glob("part-*.h5")):
+        with h5py.File(part, "r") as f:
+            units.append(f["units"]["unit_id"][:])
+            assert f.attrs["size"] == 3 and f.attrs["complete"]
+    ids = np.concatenate(units)
+    with h5py.File(out / "sweep.h5", "r") as f:
+        n_units = f.attrs["n_units"]
+    assert len(units) == 3 and all(len(u) for u in units)
+    assert len(np.unique(ids)) == len(ids) == n_units  # disjoint, together all of the plan
+    assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
+    again = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(1, 3)))
+    assert again.evaluated == 0 and again.resumed_units == len(units[1])
+    # another layout: the one shard of 1 continues part-00000 and redoes what the other two
+    # parts hold; the reduction drops the duplicates
+    other = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 1)))
+    assert other.resumed_units == len(units[0]) and 0 < other.evaluated < 126202
+    assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
+
+
+def test_a_shard_then_a_plain_resume_finishes_the_rest(finished, tmp_path):
+    out, _ = finished
+    run = tmp_path / "mixed"
+    first = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 2)))
+    rest = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, resume=True))
+    assert first.evaluated + rest.evaluated == 126202
+    assert rest.reduced.complete and _same_tables(rest.reduced.path, out / "sweep.h5")
+
+
+def test_bad_shards_are_refused(tmp_path, capsys):
+    with pytest.raises(SweepError, match="shard 2/2: expecting I/K with 0 <= I < K"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", shard=(2, 2)))
+    with pytest.raises(StoreError, match="--force cannot be used with --shard"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "b", shard=(0, 2),
+                                                   force=True))
+    for bad in ("3/3", "1", "a/b", "-1/2", "0/0"):
+        with pytest.raises(SystemExit) as exc:
+            main(["run", SMALL, "--serial", "--out", str(tmp_path / "c"), f"--shard={bad}"])
+        assert exc.value.code == 2
+        assert f"expected I/K with 0 <= I < K (shard I of K), got '{bad}'" in \
+            capsys.readouterr().err
+    assert not any((tmp_path / d).exists() for d in "abc")
+
+
+def test_show_rows_equal_a_case_by_case_reading(finished, tmp_path):
+    """load_rows (linear: one sort, one pass) gives what reading case by case gives."""
+    from sweep.analysis.show import load_rows
+
+    out, _ = finished
+    path = tmp_path / "sweep.h5"  # a copy in which case 2 has no feasible configuration
+    with h5py.File(out / "sweep.h5", "r") as f, h5py.File(path, "w") as g:
+        cases, top = f["cases"][:], f["top"][:]
+        top = top[top["case_id"] != 2]
+        g.attrs.update(dict(f.attrs))
+        g["cases"], g["top"], g["units"] = cases, top, f["units"][:]
+
+    def plain(v):
+        return v.decode() if isinstance(v, bytes) else v.item()
+
+    def reference(k, only=None):
+        rows = []
+        for c in cases:
+            if only is not None and c["case_id"] != only:
+                continue
+            base = {n: plain(c[n]) for n in cases.dtype.names}
+            mine = top[(top["case_id"] == c["case_id"]) & (top["place"] < k)]
+            rows += [{**base, "place": None}] if len(mine) == 0 else [
+                {**base, **{n: plain(r[n]) for n in top.dtype.names}} for r in mine]
+        return rows
+
+    def same(a, b):  # NaN columns (absent calibration parameters) compare as text
+        return json.dumps(a) == json.dumps(b)
+
+    for k in (1, 3, 9):
+        assert same(load_rows(path, top=k)[1], reference(k))
+    assert same(load_rows(path, top=2, case=5)[1], reference(2, only=5))
+    assert load_rows(path, top=2, case=2)[1][0]["place"] is None
+    assert same(load_rows(path, top=2, case=2)[1], reference(2, only=2))
+    assert same(load_rows(path, top=2, limit=4)[1],
+                [r for r in reference(2) if r["case_id"] < 4])
+
+
+class _PostCounter:
+    """A non-zero rank of a world of ``size`` that counts its progress posts."""
+
+    rank = 1
+
+    def __init__(self, size):
+        self.size, self.posts = size, []
+
+    def post(self, obj):
+        self.posts.append(obj)
+
+
+def test_progress_posts_are_thinned_with_the_rank_count(monkeypatch):
+    from sweep.engine import runner
+
+    clock = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+    for size, every_s in ((2, 0.5), (500, 0.5), (4096, 4.096)):
+        comm = _PostCounter(size)
+        tracker = runner._Tracker(comm, None, 1000, start=clock[0])
+        assert tracker.every_s == pytest.approx(every_s)
+        for step in range(80):  # a unit finished every 1/8 s for 10 s, then the final post
+            clock[0] += 0.125
+            tracker.update(step, final=False)
+        tracker.update(100, final=True)
+        progress = comm.posts[:-1]  # the first at once, then one per interval
+        assert abs(len(progress) - 10.0 / every_s) <= 1
+        assert comm.posts[-1] == {"rank": 1, "done": 100, "final": True}
+        # what all ranks together send rank 0: at most MAX_POSTS_PER_S (or 2 per rank-second)
+        assert size / every_s <= max(runner._Tracker.MAX_POSTS_PER_S, 2.0 * size) + 1e-9
+
+
+def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys):
+    out, _ = finished
+    run = tmp_path / "array"
+    assert main(["status", str(run)]) == 2 and "no such run folder" in capsys.readouterr().err
+    first = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(0, 3)))
+    assert main(["status", str(run), "--json"]) == 1  # exit 1: units missing
+    st = json.loads(capsys.readouterr().out)
+    assert st["units"] == 38 and st["units_done"] == first.units_mine
+    assert st["candidates_done"] == first.evaluated and st["candidates"] == 126202
+    assert st["shards"] == 3 and st["unfinished_shards"] == [1, 2] and st["results"] is None
+    assert st["parts"][0]["shard"] == "0/3" and st["parts"][0]["complete"]
+    reduce_run(run, partial=True)
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(2, 3)))
+    assert main(["status", str(run)]) == 1
+    text = capsys.readouterr().out
+    assert "job array of 3 shards: 1 unfinished (1)" in text
+    assert "sweep.h5: partial (12 units)" in text and "submit the array again" in text
+    # the command it suggests finishes the run (on one rank here), from the stored spec
+    hint = next(line for line in text.splitlines() if line.startswith("next:"))
+    assert f"sweep run {run}/spec.yaml --out {run} --resume" in hint
+    assert main(["run", f"{run}/spec.yaml", "--out", str(run), "--resume", "--serial",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "done: 38 of 38 work units (100.0%), 126,202 of 126,202 candidates" in text
+    assert "every shard finished" in text and f"next: sweep show {run}/sweep.h5" in text
+    assert _same_tables(run / "sweep.h5", out / "sweep.h5")

@@ -1,0 +1,135 @@
+"""The sbatch scripts are pure functions of the templates and the options (golden files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+
+import pytest
+
+from sweep.engine.slurm import TEMPLATE, SbatchOptions, render_sbatch, render_scripts
+from sweep.errors import SweepError
+from tests.conftest import REPO
+
+GOLDEN_DIR = REPO / "tests" / "golden"
+GOLDEN = GOLDEN_DIR / "sweep.sbatch"
+OPTIONS = SbatchOptions(spec="/home/u/specs/big sweep.yaml", out="/scratch/u/results/big",
+                        job_name="big", python="/home/u/venv/bin/python", workdir="/home/u",
+                        version="0.0.0", nodes=4, ntasks_per_node=128, time="02:00:00",
+                        partition="regular", account="m1234",
+                        setup=("module load cray-mpich",), extra=(("qos", "debug"),),
+                        mpi="pmi2")
+
+
+ARRAY = dataclasses.replace(OPTIONS, nodes=1, ntasks_per_node=64, shards=16, max_running=4)
+
+
+@pytest.mark.parametrize("options, name", [(OPTIONS, "sweep.sbatch"),
+                                           (ARRAY, "sweep-array.sbatch"),
+                                           (ARRAY, "reduce.sbatch")])
+def test_render_matches_golden(options, name):
+    golden = GOLDEN_DIR / name
+    text = render_scripts(options)[name]
+    if os.environ.get("SWEEP_RECORD_GOLDEN") == "1":  # re-record after an intended change
+        golden.write_text(text)
+    expected = golden.read_text()
+    if text != expected:
+        diff = "\n".join(difflib.unified_diff(expected.splitlines(), text.splitlines(),
+                                              "golden", "rendered", lineterm=""))
+        pytest.fail(f"rendered script differs from {golden}:\n{diff}\n"
+                    f"If the change is intended, re-record with SWEEP_RECORD_GOLDEN=1.")
+
+
+def test_an_array_has_its_scripts_and_runs_shards():
+    assert list(render_scripts(OPTIONS)) == ["sweep.sbatch"]
+    scripts = render_scripts(ARRAY)
+    assert list(scripts) == ["sweep-array.sbatch", "reduce.sbatch"]
+    assert "#SBATCH --array=0-15%4\n" in scripts["sweep-array.sbatch"]
+    assert '--shard "${SLURM_ARRAY_TASK_ID}/16"' in scripts["sweep-array.sbatch"]
+    assert "sweep reduce" not in scripts["sweep-array.sbatch"]
+    assert scripts["reduce.sbatch"].splitlines()[-1].endswith(
+        "-m sweep reduce /scratch/u/results/big")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"time": "two hours"}, "--time: 'two hours' is not a Slurm time"),
+    ({"launcher": "aprun"}, "--launcher: 'aprun'"),
+    ({"extra": (("q o s", "x"),)}, "--sbatch: 'q o s' is not an sbatch option name"),
+    ({"nodes": 0}, "--nodes and --ntasks-per-node must be positive"),
+    ({"max_running": 2}, "--max-running limits a job array: give --array K too"),
+    ({"shards": -1}, "--array and --max-running must not be negative"),
+    ({"job_name": "big\n"}, "--job-name: 'big\\\\n': expected letters"),
+    ({"job_name": "a b"}, "--job-name: 'a b'"),
+    ({"partition": "debug\n#SBATCH --x"}, "--partition: .* contains a control character"),
+    ({"setup": ("module load x\nrm -rf ~",)}, "--setup: .* contains a control character"),
+    ({"mpi": "pmix;rm"}, "--mpi: 'pmix;rm' is not an srun MPI plugin name"),
+    ({"mpi": "pmix", "launcher": "mpiexec"}, "--mpi chooses srun's MPI plugin"),
+])
+def test_bad_options(change, message):
+
+    with pytest.raises(SweepError, match=message.replace("(", r"\(")):
+        render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, **change))
+
+
+def test_srun_uses_the_site_mpi_plugin_unless_one_is_named():
+    site = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, mpi=None))
+    assert "\nsrun --kill-on-bad-exit=1 " in site and "--mpi" not in site
+    pmix = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, mpi="pmix"))
+    assert "\nsrun --mpi=pmix --kill-on-bad-exit=1 " in pmix
+
+
+def test_values_are_quoted():
+    text = render_sbatch(TEMPLATE.read_text(), OPTIONS)
+    assert "'/home/u/specs/big sweep.yaml'" in text
+    assert "srun --mpi=pmi2" in text and "--resume" in text
+    assert text.splitlines()[-1].endswith("-m sweep reduce /scratch/u/results/big")
+
+
+def test_more_ranks_than_work_units_gets_a_note(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    small = str(DATA / "specs" / "small.yaml")  # 38 work units
+    assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "4", "--out",
+                 str(tmp_path / "o")]) == 0
+    assert "nothing to do" not in capsys.readouterr().err
+    assert (tmp_path / "o" / "sweep-array.sbatch").exists()
+    assert main(["slurm", small, "--ntasks-per-node", "8", "--array", "5", "--out",
+                 str(tmp_path / "o")]) == 0
+    assert "38 work units for 40 ranks, so 2 would have nothing to do" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("10", 600), ("120", 7200), ("1:30", 90), ("02:00:00", 7200), ("100:00:00", 360000),
+    ("2-12", 216000), ("2-12:30", 217800), ("1-00:00:30", 86430), ("UNLIMITED", None),
+    ("infinite", None), ("0", None), ("00:00:00", None)])
+def test_slurm_time_forms(text, seconds):
+    from sweep.engine.slurm import time_limit_s
+
+    assert time_limit_s(text) == seconds
+
+
+def test_a_time_limit_below_the_estimate_gets_a_note(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    small = str(DATA / "specs" / "small.yaml")  # well under a core-second
+    assert main(["slurm", small, "--time", "1:00", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "core-seconds of search at this machine's speed" in err and "of --time" not in err
+    quick = str(REPO / "specs" / "quickstart.yaml")  # seconds of search on one rank
+    assert main(["slurm", quick, "--time", "0:01", "--out", str(tmp_path / "q")]) == 0
+    assert "of --time 0:01; the job may stop at its limit" in capsys.readouterr().err
+    assert main(["slurm", small, "--time", "1:2:3:4"]) == 2
+    assert "--time: '1:2:3:4' is not a Slurm time" in capsys.readouterr().err
+
+
+def test_bad_options_are_refused_before_the_estimate_is_printed(tmp_path, capsys):
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    code = main(["slurm", str(DATA / "specs" / "small.yaml"), "--job-name", "x\n",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "--job-name" in err, err

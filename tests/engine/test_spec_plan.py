@@ -1,0 +1,205 @@
+"""Spec expansion: grid forms, stable variant ids, resolved specs, plans and partitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from sweep.engine.partition import UNIT_OVERHEAD, assign_units, imbalance
+from sweep.engine.plan import make_plan
+from sweep.engine.spec import load_spec, parse_spec, resolved_yaml, spec_hash
+from sweep.engine.variants import expand_variants
+from sweep.errors import SpecError
+from tests.conftest import DATA, REPO
+
+SMALL = DATA / "specs" / "small.yaml"
+
+
+def spec_of(**kw):
+    raw = {"name": "t", "jobs": ["gpt3_1T"], "gpus": 4096, "hardware": {"base": "nersc-B200"}}
+    raw.update(kw)
+    return parse_spec(raw, "t.yaml")
+
+
+def test_gpu_forms():
+    assert spec_of(gpus={"from": 128, "to": 1024, "factor": 2}).gpus == (128, 256, 512, 1024)
+    assert spec_of(gpus={"from": 8, "to": 32, "step": 8}).gpus == (8, 16, 24, 32)
+    assert spec_of(gpus=[1024, 256, 1024]).gpus == (256, 1024)
+    # default profile: calibrated, with its one strategy; otherwise all of the profile's
+    assert spec_of().cost_model == "calibrated" and spec_of().strategies == ("1d", "2d")
+    assert spec_of(cost_model="nersc2024").strategies == ("1d", "2d", "2d-seqp")
+
+
+def test_grid_forms_and_variant_order():
+    s = spec_of(hardware={"base": ["nersc-A100", "nersc-B200"], "grid": {
+        "nvlink_domain": [4, 8], "hbm_GBps": {"from": 1000, "to": 2000, "points": 3}}})
+    v = expand_variants(s)
+    assert len(v) == 2 * 2 * 3 and [x.variant_id for x in v] == list(range(12))
+    assert v[0].label == "nersc-A100[nvlink_domain=4,hbm_GBps=1000]"
+    assert v[1].label == "nersc-A100[nvlink_domain=4,hbm_GBps=1500]"
+    assert v[3].hardware.nvlink_domain == 8 and v[6].base == "nersc-B200"
+    assert v[2].hardware.hbm_bytes_per_s == 2000e9
+    assert v[5].swept == (("nvlink_domain", 8.0), ("hbm_GBps", 2000.0))
+    zipped = spec_of(hardware={"base": "nersc-B200", "grid": {
+        "mem": {"zip": {"hbm_GB": [80, 141], "hbm_GBps": [2000, 4800]}}}})
+    z = expand_variants(zipped)
+    assert [(x.hardware.hbm_capacity_bytes, x.hardware.hbm_bytes_per_s) for x in z] == \
+        [(80e9, 2000e9), (141e9, 4800e9)]
+
+
+def test_nersc_grids_reproduce_the_study():
+    hbm = expand_variants(load_spec(REPO / "specs" / "nersc-b200-hbm-grid.yaml"))
+    assert len(hbm) == 32 * 28
+    caps = sorted({x.hardware.hbm_capacity_bytes for x in hbm})
+    bws = sorted({x.hardware.hbm_bytes_per_s for x in hbm})
+    np.testing.assert_allclose(caps, np.linspace(80, 1000, 32) * 1e9, rtol=1e-15)
+    np.testing.assert_allclose(bws, np.linspace(500, 16000, 28) * 1e9, rtol=1e-15)
+    flops = expand_variants(load_spec(REPO / "specs" / "nersc-flops-capacity.yaml"))
+    assert len(flops) == 10 * 22
+    caps = sorted({x.hardware.hbm_capacity_bytes / 1e9 for x in flops})
+    ref = np.concatenate([np.linspace(80, 141, 4)[:-1], np.linspace(141, 192, 4)[:-1],
+                          np.linspace(192, 384, 4)])
+    np.testing.assert_allclose(caps, ref, rtol=1e-15)
+    peaks = sorted({x.hardware.matrix_peak("fp16") / 1e12 for x in flops})
+    ref = np.concatenate([np.linspace(312, 989.4, 8)[:-1], np.linspace(989.4, 2500, 8)[:-1],
+                          np.linspace(2500, 3750, 8)])
+    np.testing.assert_allclose(peaks, ref, rtol=1e-14)
+
+
+def test_job_overrides_get_distinct_names():
+    s = spec_of(jobs=["gpt3_1T", {"name": "gpt3_1T", "global_batch": 2048}])
+    assert [j.name for j in s.jobs] == ["gpt3_1T", "gpt3_1T[global_batch=2048]"]
+    assert s.jobs[1].global_batch == 2048
+
+
+def test_resolved_spec_round_trips_and_is_self_contained(tmp_path, monkeypatch):
+    spec = load_spec(SMALL)
+    text = resolved_yaml(spec)
+    again = parse_spec(yaml.safe_load(text), "stored.yaml")
+    assert resolved_yaml(again) == text and spec_hash(again) == spec_hash(spec)
+    # the stored text does not need the catalogs any more
+    monkeypatch.setattr("sweep.engine.catalog.REPO_ROOT", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    alone = parse_spec(yaml.safe_load(text), "stored.yaml")
+    assert [v.hardware for v in expand_variants(alone)] == \
+        [v.hardware for v in expand_variants(spec)]
+
+
+def test_plan_units_cover_every_case_exactly():
+    plan = make_plan(load_spec(SMALL))
+    assert len(plan.cases) == 1 * 4 * 2 * 2
+    for case in plan.cases:
+        u = plan.units[plan.units["case_id"] == case.case_id]
+        assert u["start"][0] == 0 and u["stop"][-1] == case.candidates
+        assert (u["start"][1:] == u["stop"][:-1]).all()
+        assert ((u["stop"] - u["start"]) <= 4096).all()
+    assert (plan.units["unit_id"] == np.arange(len(plan.units))).all()
+
+
+def test_useless_gpu_count_is_refused():
+    with pytest.raises(SpecError, match="t.yaml: gpus: 131 GPUs has no valid configuration"):
+        make_plan(spec_of(gpus=[131, 4096]))
+
+
+def test_partition_is_dealt_in_balanced_runs_and_deterministic():
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 65536, 3000)
+    for ranks in (1, 2, 3, 7, 64):
+        owner = assign_units(sizes, ranks)
+        assert set(owner) == set(range(ranks))
+        # 8 contiguous runs per rank, dealt in turn
+        runs = 1 + np.count_nonzero(np.diff(owner))
+        assert runs <= 8 * ranks and (ranks == 1 or runs >= min(8 * ranks, len(sizes)) // 2)
+        loads = np.bincount(owner, weights=sizes + UNIT_OVERHEAD, minlength=ranks)
+        assert loads.max() - loads.mean() <= 8 * (65536 + UNIT_OVERHEAD)
+        assert (assign_units(sizes, ranks) == owner).all()
+    # one run per rank: contiguous, non-decreasing
+    owner = assign_units(sizes, 3, chunks=1)
+    assert (np.diff(owner) >= 0).all()
+    # a cost the estimate misses (the second half of the plan costs 1.5x per candidate)
+    # evens out when runs are dealt, not when each rank gets one block
+    true_cost = np.where(np.arange(3000) < 1500, 1.0, 1.5) * (sizes + UNIT_OVERHEAD)
+    dealt = np.bincount(assign_units(sizes, 2), weights=true_cost)
+    block = np.bincount(assign_units(sizes, 2, chunks=1), weights=true_cost)
+    assert imbalance(dealt) < 0.05 < imbalance(block)
+    assert imbalance(np.array([1.0, 1.0])) == 0.0
+    assert imbalance(np.array([3.0, 1.0])) == pytest.approx(0.5)
+
+
+def test_pps_sample_draws_each_unit_in_proportion_to_its_candidates():
+    from sweep.analysis.bench import pps_sample
+
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(1, 65536, 500).astype(float)
+    sizes[7] = 40 * 65536  # one unit holding about a quarter of the plan
+    for samples in (1, 24, 1000):
+        picked = pps_sample(sizes, samples)
+        counts = np.bincount(picked, minlength=len(sizes))
+        expected = samples * sizes / sizes.sum()
+        assert len(picked) == samples and (counts >= np.floor(expected) - 1e-9).all()
+        assert (counts <= np.ceil(expected) + 1e-9).all()
+    assert not (np.diff(pps_sample(sizes, 24)) >= 0).all()  # shuffled, so a budget cut spreads
+    assert (pps_sample(sizes, 24) == pps_sample(sizes, 24)).all()
+
+
+def test_plan_estimates_from_sampled_units(capsys):
+    import json
+
+    from sweep.cli import main
+
+    assert main(["plan", str(SMALL), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["candidates"] == sum(c["candidates"] for c in report["cases"]) == 126202
+    assert 1 <= report["units_timed"] <= 24 and report["estimated_core_seconds"] > 0
+    assert report["candidates_per_core_second"] == pytest.approx(
+        report["candidates"] / report["estimated_core_seconds"])
+    assert main(["plan", str(SMALL)]) == 0
+    assert "sampled work units searched here at" in capsys.readouterr().out
+
+
+def test_each_variant_equals_its_axes_applied_from_the_base():
+    """Variants reuse the hardware of a grid prefix; each must equal applying its points to
+    the base one by one, in grid order, also where two axes touch the same peak."""
+    import dataclasses
+
+    from sweep.model.hardware import apply_overrides
+
+    s = spec_of(hardware={"base": ["nersc-A100", "nersc-B200"], "grid": {
+        "matrix_tflops": [300, 900], "nvlink_domain": [4, 8, 72],
+        "peaks": {"zip": {"matrix_tflops": [500, 700], "hbm_GBps": [1000, 3000]}},
+        "nics_per_gpu": [1, 4]}})
+    variants = expand_variants(s)
+    assert len(variants) == 2 * 2 * 3 * 2 * 2
+    axes = s.hardware[0].axes
+    per_base = len(variants) // 2
+    for v in variants:
+        k, points = v.variant_id % per_base, []
+        for ax in reversed(axes):  # the last axis varies fastest
+            points.insert(0, ax.points[k % len(ax.points)])
+            k //= len(ax.points)
+        hw = s.bases[v.base]
+        for point in points:
+            hw = apply_overrides(hw, point, s.source)
+        assert v.hardware == dataclasses.replace(hw, name=v.label)
+
+
+def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
+    from sweep.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [llama3_8b]\ngpus: [64, 128]\n"
+                    "hardware: {base: [H100-SXM], grid: {nvlink_domain: [8, 72]}}\n")
+    s = load_spec(spec, overrides=["gpus=16", "hardware.grid.nvlink_domain=[8]",
+                                   "jobs=[{name: llama3_8b, seq_len: 4096}]"])
+    assert tuple(s.gpus) == (16,) and s.jobs[0].seq_len == 4096
+    assert len(make_plan(s).cases) == 2  # one variant, 1d and 2d
+    # the file itself is untouched, and the run records what it resolved to
+    assert "gpus: [64, 128]" in spec.read_text()
+    for bad, message in (("gpus", f"{spec}: --set: 'gpus' is not KEY=VALUE"),
+                         ("gpus=-3", f"{spec}: gpus[0]: expected a positive integer"),
+                         ("name.x=3", f"{spec}: --set name.x: name is not a mapping"),
+                         ("gpus=[1", f"{spec}: --set gpus: '[1' is not a YAML value")):
+        assert main(["plan", str(spec), "--set", bad]) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (bad, err)

@@ -1,0 +1,76 @@
+"""Candidate enumeration: exact spaces, stable indices, bounded blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sweep.model.candidates import (
+    divisors,
+    enumerate_nersc,
+    ordered_factorizations,
+    summa_nb_options,
+)
+
+# unique candidates per space, from the reference's own generators (nersc2024_model.md
+# section 8 table): (model, strategy, nvs) -> {n: count}, plus the sum over n = 4..16384
+TABLE = {
+    ("gpt3_1T", "1d", 4): ({1024: 1818, 4096: 1712, 16384: 1310}, 15098),
+    ("gpt3_1T", "2d", 64): ({1024: 64960, 4096: 101572, 16384: 115938}, 570844),
+    ("gpt3_1T", "2d-seqp", 8): ({1024: 18114, 4096: 22712, 16384: 22696}, 148922),
+    ("vit_era5", "1d", 64): ({1024: 2289, 4096: 2469, 16384: 1984}, 16250),
+    ("vit_era5", "2d", 4): ({1024: 20049, 4096: 21431, 16384: 19991}, 175434),
+    ("vit_era5", "2d-seqp", 64): ({1024: 22422, 4096: 37934, 16384: 45355}, 207680),
+}
+
+
+@pytest.mark.parametrize("key", TABLE, ids=["-".join(map(str, k)) for k in TABLE])
+def test_space_sizes_match_reference(key, job):
+    model, strategy, nvs = key
+    counts, total = TABLE[key]
+    j = job(model)
+    for n, count in counts.items():
+        assert enumerate_nersc(j, n, strategy, nvs).size == count
+    assert sum(enumerate_nersc(j, 2**k, strategy, nvs).size for k in range(2, 15)) == total
+
+
+def test_factorizations_and_divisors():
+    assert divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
+    f = ordered_factorizations(8, 3)
+    assert len(f) == 10 and (f.prod(axis=1) == 8).all()
+    assert len({tuple(r) for r in f}) == len(f)
+    assert len(ordered_factorizations(64, 4)) == 84  # C(6 + 3, 3)
+
+
+def test_summa_panels():
+    assert summa_nb_options(1, 1, 25600) == [1, 2, 4, 8, 16, 32]
+    assert summa_nb_options(4, 1, 25600) == [4, 8, 16, 32]
+    assert summa_nb_options(32, 1, 12288) == [32]  # e / start < 512: only nb = start
+
+
+def test_every_candidate_is_valid_and_unique(job):
+    j = job("gpt3_1T")
+    for strategy in ("1d", "2d", "2d-seqp"):
+        space = enumerate_nersc(j, 2048, strategy, 8)
+        c = space.columns(0, space.size)
+        assert (c["dp"] * c["tp"] * c["tp2"] * c["cp"] * c["pp"] == 2048).all()
+        assert (j.n_layers % c["pp"] == 0).all() and (j.global_batch % c["dp"] == 0).all()
+        assert ((j.global_batch // c["dp"]) % c["mbs"] == 0).all()
+        placed = c["nv_tp"] * c["nv_tp2"] * c["nv_cp"] * c["nv_dp"] * c["nv_pp"]
+        total = c["tp"] * c["tp2"] * c["cp"] * c["dp"] * c["pp"]
+        assert ((placed == 8) | ((total <= 8) & (placed == total))).all()
+        for g in ("tp", "tp2", "cp", "dp", "pp"):
+            assert (c[g] % c["nv_" + g] == 0).all()
+        keys = np.stack([c[k] for k in ("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "nv_tp",
+                                        "nv_tp2", "nv_cp", "nv_dp", "nv_pp")], axis=1)
+        assert len(np.unique(keys, axis=0)) == space.size
+        assert (c["index"] == np.arange(space.size)).all()
+
+
+def test_blocks_concatenate_to_the_space(job):
+    space = enumerate_nersc(job("vit_era5"), 1024, "2d", 64)
+    whole = space.block(0, space.size)
+    for size in (1, 7, 1000, 65536):
+        parts = [space.block(s, s + size) for s in range(0, space.size, size)]
+        assert (np.concatenate(parts) == whole).all()
+    assert len(space.block(space.size, space.size + 5)) == 0
