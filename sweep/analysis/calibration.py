@@ -12,8 +12,9 @@ leave it undetermined. Every fit starts from those centres, so it depends on the
 data only. Leave-one-source-out re-fits without a source (from the same centres: nothing of
 the held-out source enters) and predicts it.
 
-The cases come from sweep.analysis.validate through the data contract (sweep.analysis.measured: Case,
-metric_of); :class:`Evaluator` evaluates them all in one call for each trial of parameters.
+The cases come from sweep.analysis.express through the data contract
+(sweep.analysis.measured: Case, metric_of); :class:`Evaluator` evaluates them all in one
+call for each trial of parameters.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from ..model.schema import CANDIDATE_DTYPE, Reason
 from .measured import Case, metric_of
 
 __all__ = ["BOUNDS", "fit", "load_ranges", "outside_ranges", "exercised", "FitResult",
-           "predictions", "TIME_PARAMETERS", "GENERATIONS", "fill_generations", "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
+           "predictions", "TIME_PARAMETERS", "GENERATIONS", "fill_generations",
+           "write_calibration", "log_prior", "PRIOR_WEIGHT", "Evaluator"]
 
 #: GPU generations in order; one without measured runs borrows its nearest fitted neighbour's
 #: time parameters (newer first on a tie)

@@ -14,8 +14,9 @@ from ._common import positive_int
 def _cmd_validate(args: argparse.Namespace) -> int:
     import importlib.util
 
+    from ..analysis.express import express_all
     from ..analysis.measured import data_paths, read_data
-    from ..analysis.validate import available_cpus, catalog_parameters, express_all, render, report
+    from ..analysis.validate import available_cpus, catalog_parameters, render, report
 
     paths = data_paths(args.data)
     data = ", ".join(map(str, paths))
@@ -52,8 +53,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         outside_ranges,
         write_calibration,
     )
+    from ..analysis.express import express_all
     from ..analysis.measured import data_paths, read_data
-    from ..analysis.validate import express_all, render, report
+    from ..analysis.validate import render, report
     from ..engine.catalog import CALIBRATION_FILE, REPO_ROOT
 
     paths = data_paths(args.data)
@@ -96,8 +98,8 @@ def add_parsers(sub) -> None:
     v = sub.add_parser("validate", help="predict measured training runs; error per row and "
                        "source, memory, OOM, leave-one-source-out")
     v.add_argument("--data", help="a CSV of measured runs (the columns of "
-                   "sweep/analysis/measured.py; either shipped layout), a shipped file's name (measured_moe_blackwell), "
-                   "or 'all' for both shipped files (the default)")
+                   "sweep/analysis/measured.py; either shipped layout), a shipped file's name "
+                   "(measured_moe_blackwell), or 'all' for both shipped files (the default)")
     v.add_argument("--no-loso", action="store_true",
                    help="skip leave-one-source-out (re-fits; needs scipy)")
     v.add_argument("--workers", type=positive_int,

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from sweep.analysis.express import express, express_all
 from sweep.analysis.measured import (
     DEFAULT_DATA,
     MOE,
@@ -26,7 +27,6 @@ from sweep.analysis.measured import (
     read_runs,
     sharding_of,
 )
-from sweep.analysis.validate import express, express_all
 from sweep.cli import main
 from sweep.engine.catalog import load_job
 from sweep.errors import SweepError
@@ -240,8 +240,8 @@ def test_allocated_memory_is_compared_as_allocated(moe):
     the CUDA context / NCCL reserve and the allocator's cached blocks, and a row may say
     which it publishes in a mem_definition column."""
     from sweep.analysis.calibration import Evaluator
+    from sweep.analysis.express import express
     from sweep.analysis.measured import memory_definition
-    from sweep.analysis.validate import express
 
     row = moe["sm_001"]
     assert memory_definition(row) == "allocated"

@@ -18,16 +18,13 @@ import numpy as np
 import pytest
 import yaml
 
+from sweep.analysis.calibration import Evaluator
+from sweep.analysis.express import express, express_all, flops_convention
+from sweep.analysis.measured import DEFAULT_DATA, read_runs
 from sweep.analysis.validate import (
-    DEFAULT_DATA,
-    Evaluator,
     _held_out_errors,
     _stats,
     catalog_parameters,
-    express,
-    express_all,
-    flops_convention,
-    read_runs,
     report,
     spearman,
 )

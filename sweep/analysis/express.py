@@ -1,0 +1,567 @@
+"""A measured run as a model case: the job, the hardware and the configuration it ran.
+
+Reads rows through the measured-data contract (sweep.analysis.measured: the columns, the
+labels, both shipped layouts) and turns every row into a job, a hardware variant (the GPU
+and the row's interconnect) and the configuration it ran - or a refusal saying why it
+cannot - with the metric the source published: iteration time, tokens/s, samples/s, or
+TFLOP/s by the source's own FLOP formula. Fields a source leaves unstated (micro-batch size,
+virtual stages, recompute) are filled with the best feasible choice under the model, i.e.
+the tuned configuration the published run stands for; the case says which rows needed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.catalog import load_hardware
+from ..model.candidates import divisors, expert_ranks_per_domain
+from ..model.hardware import Hardware, apply_overrides
+from ..model.job import Job
+from ..model.schema import Recompute, empty_candidates
+from .measured import (
+    FLOPS,
+    METRICS,
+    SHARDING,
+    Case,
+    Refusal,
+    Run,
+    canonical,
+    flops_of,
+    iteration_flops,
+    memory_definition,
+    parse_run,
+    sharding_of,
+    suggest,
+)
+
+__all__ = ["express", "express_all", "flops_convention", "Stack", "STACKS"]
+
+#: interconnect column (regex) -> scale-out per GPU, when it differs from the catalog default
+INTERCONNECT = [
+    # IDRIS Jean Zay A100 nodes: 4 Omni-Path 100 Gb/s adapters per 8 GPUs
+    (r"Omni-Path", {"scaleout_Gbps": 100, "nics_per_gpu": 0.5}),
+    (r"^400 Gbps inter-node", {"scaleout_Gbps": 400, "nics_per_gpu": 0.125}),
+    (r"^800 Gbps inter-node", {"scaleout_Gbps": 400, "nics_per_gpu": 0.25}),
+    (r"1600 Gbps RoCE", {"scaleout_Gbps": 200, "nics_per_gpu": 1}),
+]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How a framework runs a model (the Job fields it sets), and its defaults."""
+
+    attention_kernel: str
+    fused_kernels: bool
+    dp_overlap: bool
+    grad_dtype: str
+    default_sp: bool
+    tp_overlap: bool
+    buffers_GiB: float = 0.0
+    fused_loss: bool = False
+    cp_comm: int = 0  # context parallelism's K/V exchange: 0 ring, 1 all-gather
+    #: from this date (YYYY-MM) on, the stack's compile option also compiles the loss, so the
+    #: fp32 upcast of the logits is fused into the cross-entropy (a fused loss)
+    compiled_loss_since: str = ""
+    #: without a stated micro-batch count, the pipeline splits the local batch into as many
+    #: micro-batches as there are pipeline stages, p x v (torchtitan's
+    #: pipeline_parallel_microbatches default)
+    microbatches_are_stages: bool = False
+    #: virtual stages per GPU of an interleaved schedule that does not state them (0: unknown)
+    interleaved_v: int = 0
+    #: ZeRO-3 gathered-parameter and unsharded-gradient caps, in parameters (0: whole layers)
+    zero3_live_params: float = 0.0
+    grad_bucket_params: float = 0.0
+    #: interleaved pipelines overlap their p2p with compute (Megatron-Core overlap_p2p_comm)
+    pp_overlap: bool = False
+    #: gradients accumulate across micro-batches outside the weight-gradient GEMMs (the
+    #: DeepSpeed engine), not fused into them (Megatron gradient_accumulation_fusion)
+    unfused_grad_accum: bool = False
+    #: fp8 / MXFP8 weights held only in that format (Megatron fp8_param_gather)
+    lp_params: bool = False
+    #: linear-layer inputs saved for backward in the low-precision format (Transformer Engine
+    #: does; torchao's Float8Linear saves the 16-bit input in eager mode: float8_linear.py
+    #: matmul_with_hp_or_float8_args, pytorch/ao#1850)
+    lp_saved_inputs: bool = True
+    lp_norm_cast: bool = True  # Transformer Engine fuses the cast into the norm
+    #: recompute policy of the stack's benchmark configs when a row does not state one
+    default_recompute: str = ""
+
+
+#: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
+#: (DeepSpeed config docs: reduce_bucket_size, allgather_bucket_size)
+DEEPSPEED_BUCKETS_GiB = 2 * 5e8 * 2 / 2**30
+
+
+#: framework (sweep.analysis.measured.FRAMEWORKS) -> stack
+STACKS = {
+    "megatron-lm-2021": Stack("materialized", True, False, "fp32", False, False),
+    "megatron-lm-2022": Stack("materialized", True, False, "fp32", False, False),
+    "megatron-deepspeed": Stack("materialized", True, False, "fp32", False, False,
+                                DEEPSPEED_BUCKETS_GiB, unfused_grad_accum=True),
+    # DeepSpeed ZeRO-3 defaults: stage3_max_live_parameters 1e9, reduce_bucket_size 5e8
+    # (DeepSpeed configuration docs)
+    "deepspeed-zero3": Stack("materialized", True, True, "fp32", False, False,
+                             zero3_live_params=1e9, grad_bucket_params=5e8),
+    # NeMo's performance configs only fit with 16-bit gradient reduction (before Megatron-Core:
+    # NeMo's framework string names it too); both overlap the interleaved pipeline's p2p
+    # (NeMo configs: overlap_p2p_comm true, batch_p2p_comm false; Megatron-LM's default)
+    # Transformer Engine's DotProductAttention runs cuDNN's fused attention (or FA3) on Hopper
+    # and Blackwell (TE attention/dot_product_attention/utils.py get_attention_backend): the
+    # "fused" class, not FlashAttention-2
+    "nemo": Stack("fused", True, True, "bf16", True, True, pp_overlap=True),
+    # NeMo's successor for Megatron models: its performance configs reduce gradients in 16 bits
+    # too (Megatron-Bridge scripts/performance/utils/helpers.py set_basic_perf_overrides:
+    # ddp.grad_reduce_in_fp32 = False)
+    # its performance configs (scripts/performance, v0.2.0 - v0.3.1) set fp8_param_gather /
+    # fp8_param for FP8 and MXFP8, and no recompute for the dense Llama models but for three
+    # that state recompute_num_layers (configs/llama/*_workload_base_configs.py)
+    "megatron-bridge": Stack("fused", True, True, "bf16", True, True, pp_overlap=True,
+                             lp_params=True, default_recompute="none"),
+    "megatron-core": Stack("fused", True, True, "fp32", True, True, pp_overlap=True),
+    # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
+    # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
+    "composer": Stack("flash", False, True, "fp32", False, False, fused_loss=True),
+    "fms-fsdp": Stack("flash", False, True, "bf16", False, False),
+    # PyTorch context parallelism rotates K/V with all-gather by default (torchtitan
+    # context_parallel_rotate_method = "allgather"); training.compile also compiles the loss
+    # since April 2025 (pytorch/torchtitan PR #1033, build_loss_fn); pipelines default to
+    # p x v micro-batches and, interleaved, v = 2 stages per rank (generate_split_points)
+    "torchtitan": Stack("flash", False, True, "fp32", True, False, cp_comm=1,
+                        compiled_loss_since="2025-04", microbatches_are_stages=True,
+                        interleaved_v=2, lp_saved_inputs=False, lp_norm_cast=False),
+}
+
+
+def _num(row: Mapping[str, str], key: str) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(row, key) -> int | None:
+    v = _num(row, key)
+    return int(v) if v is not None and np.isfinite(v) and v == int(v) else None
+
+
+# ------------------------------------------------------------------------------ expressing rows
+
+def _recompute(text: str, row, layers_per_stage: int) -> tuple[list[tuple[int, float]],
+                                                                 str | None]:
+    """Recompute options [(policy, layer fraction)] from the recompute column."""
+    t = text.lower()
+    # Megatron --recompute-method block: the first N layers of each stage, in full
+    block = re.fullmatch(r"recompute[_-]num[_-]layers\s*=\s*(\d+)", t.strip())
+    if block:
+        return [(Recompute.FIRST_K, min(int(block.group(1)) / layers_per_stage, 1.0))], None
+    if t.startswith("none"):
+        return [(Recompute.NONE, 0.0)], None
+    modules = re.fullmatch(r"recompute_modules\s*=\s*\[(.*)\]", t.strip())
+    if modules:
+        # Megatron-Core selective recompute of named modules (transformer_config.py
+        # recompute_modules): the attention core is Megatron's selective recompute; the MoE
+        # block (with the attention core) nearly the whole layer; the rest (norms, the MoE
+        # activation, MLA's up-projections) are cheap elementwise / small GEMM recomputes
+        names = set(re.findall(r"[a-z_]+", modules.group(1)))
+        if "moe" in names or "mlp" in names:
+            return [(Recompute.FULL, 0.0)], f"recompute of {sorted(names)} costed as full"
+        if "core_attn" in names:
+            return [(Recompute.SELECTIVE, 0.0)], None
+        return [(Recompute.NONE, 0.0)], None  # the cheap modules: Job recompute_* fields
+    if t.startswith("full"):
+        return [(Recompute.FULL, 0.0)], None
+    if "per-op sac" in t:
+        return [(Recompute.OP_SAC, 0.0)], None
+    if "block fraction" in t:
+        mfu, hfu = _num(row, "mfu"), _num(row, "hfu")
+        if mfu and hfu:
+            # HFU / MFU = (3 + p) / 3 when a fraction p of the blocks is recomputed
+            frac = min(max(3.0 * (hfu / mfu - 1.0), 0.0), 1.0)
+            return [(Recompute.FIRST_K, frac)], \
+                f"recomputed block fraction {frac:.2f} from HFU/MFU"
+        return [(Recompute.FIRST_K, 0.5)], "recomputed block fraction 0.5 assumed"
+    if t.startswith("selective"):
+        return [(Recompute.SELECTIVE, 0.0)], None
+    if not t:
+        return [(Recompute.NONE, 0.0), (Recompute.SELECTIVE, 0.0), (Recompute.FULL, 0.0)], \
+            "recompute unstated: best of none / selective / full"
+    return [], f"recompute {text!r} not understood"
+
+
+def _placement(order: Sequence[tuple[str, int]], node: int) -> dict[str, int]:
+    """GPUs of each group inside one node, filling the node in rank order (TP first:
+    Megatron's tp-cp-dp-pp order and torchtitan's device mesh)."""
+    out, left = {}, node
+    for name, degree in order:
+        inside = int(np.gcd(degree, left))
+        out["nv_" + name] = max(inside, 1)
+        left //= max(inside, 1)
+    return out
+
+
+def _grad_dtype(row, stack: Stack) -> str:
+    precision = row.get("precision", "")
+    if "BF16Optimizer" in precision:
+        return "mixed"  # bf16 gradients + fp32 accumulation buffer
+    if "pre BF16-optimizer" in precision:
+        return "bf16"  # DeepSpeed fp16 optimizer: 16-bit gradients
+    if "DEFAULT" in precision:
+        return "fp32"  # Composer FSDP DEFAULT mixed precision reduces in fp32
+    return stack.grad_dtype
+
+
+#: bytes moved per parameter and micro-batch to accumulate gradients outside the GEMMs:
+#: autograd adds each micro-batch's 16-bit gradient into .grad (read 2 + 2, write 2);
+#: DeepSpeed BF16Optimizer.update_hp_grads casts it to fp32 (read 2, write 4) and adds it
+#: into the fp32 buffer (read 4 + 4, write 4) (deepspeed/runtime/bf16_optimizer.py)
+UNFUSED_ACCUM_BYTES = {"bf16": 6.0, "mixed": 18.0}
+
+
+def _refuse(kind: str, reason: str = "") -> Refusal:
+    return Refusal(kind, reason or kind)
+
+
+def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
+    """The Job a run trained: its model (dimensions from the columns or jobs/) as the
+    framework runs it."""
+    v, shape = run.values, run.shape
+    if run.model is not None:
+        m = run.model
+        arch = {"mlp": m.mlp, "norm": m.norm, "position": m.position, "causal": m.causal,
+                "dropout": m.dropout, "bias": m.bias, "tied_embeddings": m.tied_embeddings}
+    else:
+        notes = v["arch_notes"]
+        if "squared-ReLU" in notes:
+            assumptions.append("squared-ReLU MLP costed as a 2-matrix GELU MLP")
+        megatron_2021 = v["source"] in ("Narayanan2021", "Korthikanti2022", "BLOOM-prequel")
+        arch = {"mlp": "swiglu" if "SwiGLU" in notes else "gelu",
+                "norm": "rmsnorm" if "RMSNorm" in notes else "layernorm",
+                "position": "rope" if "RoPE" in notes or "LLaMA" in notes else "learned",
+                "causal": True, "dropout": megatron_2021,
+                "bias": "biases on" in notes or megatron_2021,
+                "tied_embeddings": "untied" not in notes}
+    compiled = v["compile"] == "yes"
+    compiled_loss = compiled and bool(stack.compiled_loss_since) \
+        and v["date"] >= stack.compiled_loss_since
+    grad_dtype = _grad_dtype(v, stack)
+    flags = v["other_flags"].lower()
+    # Megatron-Core activation offloading: cpu_offloading_num_layers=N
+    offload = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", flags)
+    moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
+    modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
+        v["recompute"] else set()
+    return Job(**moe,
+        name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
+        ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
+        n_kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"], vocab=shape["vocab"],
+        seq_len=shape["seq_len"], global_batch=shape["global_batch_seqs"], **arch,
+        dtype=run.dtype, attention_kernel=stack.attention_kernel,
+        fused_kernels=stack.fused_kernels or compiled,
+        dp_overlap=stack.dp_overlap,
+        pp_overlap=stack.pp_overlap and "no overlap-p2p" not in flags,
+        buffers_GiB=stack.buffers_GiB,
+        zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
+        fused_loss=stack.fused_loss or compiled_loss,
+        lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
+        lp_norm_cast=stack.lp_norm_cast,
+        fp8_scaling="current" if run.precision in ("fp8-current", "fp8-tensorwise",
+                                                    "fp8-rowwise") else "delayed",
+        grad_dtype=grad_dtype, source=v["source_ref"],
+        grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
+        # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
+        # and the LM head take a pipeline slot each (the row's notes say so)
+        embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])),
+        offload_act_layers=float(offload.group(1)) if offload else 0.0,
+        recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
+        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") == "mla")
+
+
+#: the Job fields of a named model's experts and attention that a row inherits
+MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
+                "moe_layer_step", "router", "router_groups", "router_group_topk",
+                "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim", "mtp_layers")
+
+
+def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:
+    """The named model's MoE / MLA / MTP fields as the row ran them: dense layers of a
+    truncated model ("first layer dense"), multi-token prediction (Megatron-Bridge's
+    DeepSeek-V3 recipes have one MTP layer and its FLOPs count it, unless the row says
+    "w/o MTP"; other sources' rows none unless "w/ MTP"), token dropping with capacity
+    factor 1 (SimuMax's --moe-expert-capacity-factor 1 with padding; Megatron-Bridge's
+    "token-drop" rows), the flex dispatcher (DeepEP / HybridEP backends)."""
+    m, v = run.model, run.values
+    out = {k: getattr(m, k) for k in MODEL_FIELDS}
+    if not m.is_moe and m.attention == "mha":
+        return out
+    text = " | ".join((v["notes"], flags))
+    layers = shape["n_layers"]
+    if layers < m.n_layers:
+        first = re.search(r"first layer dense", text, re.I)
+        out["first_k_dense"] = 1 if first else min(m.first_k_dense, layers - 1)
+    out["moe_layer_step"] = min(out["moe_layer_step"], layers - out["first_k_dense"])
+    with_mtp = re.search(r"w/ ?MTP", text, re.I)
+    without = re.search(r"w/o ?MTP", text, re.I)
+    keep = with_mtp or (run.framework == "megatron-bridge" and not without
+                        and layers == m.n_layers)
+    out["mtp_layers"] = m.mtp_layers if keep else 0
+    if re.search(r"capacity-factor 1\b|token-drop(?!less)", text, re.I):
+        out["capacity_factor"] = 1.0
+        assumptions.append("token-drop MoE costed at capacity factor 1, padded")
+    if re.search(r"flex_dispatcher_backend|deepep|hybridep|token_dispatcher_type\s*=\s*flex",
+                 text, re.I):
+        out["moe_dispatcher"] = "flex"
+    return out
+
+
+def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
+    """The catalog hardware with the row's interconnect, and the GPUs of one NVLink domain
+    the run fills."""
+    v = run.values
+    hw = load_hardware(run.hardware)
+    for pattern, overrides in INTERCONNECT:
+        if re.search(pattern, v["interconnect"]):
+            hw = apply_overrides(hw, overrides, "interconnect")
+    domain = _int(v, "nvlink_domain")
+    if domain:
+        # a run fills NVLink domains in equal parts: 64 of an NVL72's 72 GPUs at 64 - 256 GPUs
+        node = max(d for d in divisors(n).tolist() if d <= domain)
+    else:
+        node = _int(v, "gpus_per_node") or hw.nvlink_domain
+    return dataclasses.replace(hw, nvlink_domain=node), node
+
+
+def express(row: Mapping[str, str]) -> Case | Refusal:
+    """A measured run as a Case, or why it cannot be expressed."""
+    run = parse_run(row)
+    if isinstance(run, Refusal):
+        return run
+    v, stack = run.values, STACKS[run.framework]
+    assumptions = list(run.notes)
+    n, B = run.shape["n_gpus"], run.shape["global_batch_seqs"]
+    tp, pp, cp = (_int(v, k) or 1 for k in ("tp", "pp", "cp"))
+    dp = _int(v, "dp") or n // max(tp * pp * cp, 1)
+    if tp * pp * cp * dp != n:
+        return _refuse("layout inconsistent", f"tp x pp x cp x dp = {tp * pp * cp * dp}, "
+                                              f"not {n} GPUs")
+    if B % dp:
+        return _refuse("layout inconsistent", f"global batch {B} is not a multiple of dp = {dp}")
+    job = _job(run, stack, assumptions)
+    hw, node = _hardware(run, n)
+    zero = sharding_of(v["zero_fsdp"], v["fsdp"], node)
+    if zero is None:
+        text = v["zero_fsdp"] or v["fsdp"]
+        return _refuse("sharding not understood", f"sharding {text!r} not understood "
+                       f"({suggest(text, list(SHARDING))}accepted: {', '.join(SHARDING)}, "
+                       f"FSDP=N, dp_shard=N)")
+    if not zero[2]:
+        assumptions.append("distributed optimizer (ZeRO-1) assumed")
+    layers_per_stage = int(np.ceil(job.n_layers / pp))
+    recomputes, note = _recompute(v["recompute"] or stack.default_recompute, v,
+                                  layers_per_stage)
+    if not v["recompute"] and stack.default_recompute:
+        assumptions.append(f"recompute unstated: {stack.default_recompute} (the stack's "
+                           "benchmark configs)")
+    if not recomputes:
+        return _refuse("recompute not understood", note or "recompute not understood")
+    if note:
+        assumptions.append(note)
+    flags = v["other_flags"]
+    sp_text = v["sp"]
+    sp = 1 if sp_text == "yes" or (not sp_text and stack.default_sp) else 0
+    # torchtitan's async TP (the row's id or metric notes name it) measured 4 - 16 % over
+    # plain TP in the same runs; the model's TE-userbuffers overlap (all but 15 % of each
+    # collective hidden behind its GEMM) would credit 19 - 27 %: predicted as plain TP
+    async_tp = re.search(r"async ?tp", v["id"] + " " + v["metric_notes"], re.I)
+    tp_overlap = 1 if tp > 1 and stack.tp_overlap else 0
+    if re.search(r"tp comm overlap disabled", flags, re.IGNORECASE):
+        tp_overlap = 0
+    if async_tp and tp > 1 and not tp_overlap:
+        assumptions.append("async TP predicted as plain TP")
+    cp_comm = stack.cp_comm if cp > 1 else 0
+    if cp > 1 and re.search(r"cp comm a2a", flags, re.IGNORECASE):
+        # Megatron cp_comm_type a2a (Ulysses all-to-all) is not modelled; all-gather is nearest
+        cp_comm = 1
+        assumptions.append("context-parallel all-to-all costed as an all-gather of K/V")
+    fixed = {"dp": dp, "tp": tp, "cp": cp, "pp": pp, "zero": zero[0], "shard_group": zero[1],
+             "sp": sp if tp > 1 else 0, "tp_overlap": tp_overlap, "cp_comm": cp_comm}
+    if job.is_moe:
+        experts = _experts(v, run, job, fixed, flags)
+        if isinstance(experts, Refusal):
+            return experts
+        fixed.update(experts)
+        if tp > 1:
+            fixed["sp"] = 1  # Megatron-Core MoE needs sequence parallelism with TP
+    options = _options(v, stack, job, fixed, recomputes, node, assumptions)
+    if options is None:
+        return _refuse("no configuration satisfies the stated batch sizes")
+    oom = v["outcome"] == "OOM"
+    mem = _num(v, "mem_per_gpu_GB")
+    case = Case(row, job, hw, n, options, "", 0.0, mem_measured_bytes=mem * 2**30 if mem else None,
+                mem_definition=memory_definition(row), oom=oom, assumptions=assumptions)
+    if oom:
+        return case  # compared on feasibility only
+    return _metric(case, run)
+
+
+def _experts(v: Mapping[str, str], run: Run, job: Job, fixed: Mapping[str, int],
+             flags: str) -> dict[str, int] | Refusal:
+    """ep, etp and a2a_overlap of an MoE row: the stated degrees (the expert tensor-parallel
+    degree from its column or expert_tensor_parallel_size=N, else the stack's default:
+    Megatron-Bridge's MoE recipes set 1, Megatron-Core defaults it to TP), checked against
+    the model and the parallel folding."""
+    ep = _int(v, "ep")
+    if ep is None:
+        return _refuse("expert parallel degree unstated",
+                       "an MoE row needs its expert-parallel degree (column ep)")
+    stated = re.search(r"expert_tensor_parallel_size\s*=\s*(\d+)", flags)
+    etp = _int(v, "etp") or (int(stated.group(1)) if stated else
+                             1 if run.framework == "megatron-bridge" else fixed["tp"])
+    mesh = fixed["tp"] * fixed["cp"] * fixed["dp"]
+    if job.n_experts % ep or mesh % (ep * etp) or job.moe_ffn_hidden % etp:
+        return _refuse("layout inconsistent",
+                       f"ep = {ep}, etp = {etp} do not fold into tp x cp x dp = {mesh} GPUs "
+                       f"with {job.n_experts} experts of width {job.moe_ffn_hidden}")
+    overlap = 1 if re.search(r"moe_a2a_overlap\s*=\s*true", flags, re.I) and ep > 1 else 0
+    return {"ep": ep, "etp": etp, "a2a_overlap": overlap}
+
+
+def _options(v: Mapping[str, str], stack: Stack, job: Job, fixed: dict[str, int],
+             recomputes: list[tuple[int, float]], node: int,
+             assumptions: list[str]) -> np.ndarray | None:
+    """(k,) CANDIDATE_DTYPE: the stated configuration, or every choice it leaves open
+    (virtual stages, micro-batch, recompute); None if no choice fits the batch sizes."""
+    dp, tp, cp, pp = fixed["dp"], fixed["tp"], fixed["cp"], fixed["pp"]
+    local = job.global_batch // dp
+    layers_per_stage = int(np.ceil(job.n_layers / pp))
+    vp_given = _int(v, "vp")
+    interleaved = "interleaved" in v["pp_schedule"].lower()
+    if vp_given:
+        vp_options = [vp_given]
+    elif pp > 1 and interleaved and stack.interleaved_v:
+        vp_options = [stack.interleaved_v]
+        assumptions.append(f"virtual stages unstated: {stack.interleaved_v} (the stack's "
+                           "default)")
+    elif pp > 1 and (interleaved or v["source"] in ("Narayanan2021",
+                                                    "MegatronLM-README-H100")):
+        # an interleaved schedule without its v (these two sources ran it, their .md)
+        vp_options = [x for x in divisors(layers_per_stage).tolist()
+                      if x <= 8 and (x > 1 or not interleaved)]
+        assumptions.append("virtual stages unstated: best feasible")
+    else:
+        vp_options = [1]
+    mbs_given = _int(v, "micro_batch")
+    stage_rule = not mbs_given and pp > 1 and stack.microbatches_are_stages
+
+    def mbs_options(vp: int) -> list[int]:
+        if mbs_given:
+            return [mbs_given]
+        if stage_rule:
+            return [local // (pp * vp)] if local % (pp * vp) == 0 else []
+        return divisors(local).tolist()
+
+    if stage_rule:
+        assumptions.append("micro-batch unstated: local batch / (p x v) micro-batches "
+                           "(the stack's default)")
+    elif not mbs_given:
+        assumptions.append("micro-batch unstated: best feasible")
+    place = _placement([("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)], node)
+    rows = []
+    choices = [(mbs, vp, rf) for vp in vp_options for mbs in mbs_options(vp)
+               for rf in recomputes]
+    for mbs, vp, (rec, frac) in choices:
+        if mbs > local or local % mbs:
+            continue
+        if vp > 1 and (local // mbs) % pp:  # interleaving needs m % p == 0 (Megatron)
+            continue
+        rows.append(dict(fixed, mbs=mbs, vpp=vp, recompute=rec,
+                         recompute_layers=int(round(frac * layers_per_stage)), **place))
+    if not rows:
+        return None
+    options = empty_candidates(len(rows))
+    for i, r in enumerate(rows):
+        for k, x in r.items():
+            options[k][i] = x
+    options["index"] = np.arange(len(rows))
+    cols = {k: options[k].astype(np.int64) for k in ("nv_tp", "nv_cp", "nv_dp", "ep", "etp")}
+    options["nv_ep"] = expert_ranks_per_domain(cols)
+    return options
+
+
+def _metric(case: Case, run: Run) -> Case | Refusal:
+    """The case with the metric it is compared on (METRICS, the most direct first; else MFU
+    by its formula), or why there is none."""
+    v, job = run.values, case.job
+    for metric in METRICS:
+        value = _num(v, metric)
+        if value is None or value <= 0:
+            continue
+        if metric == "tflops_per_gpu":
+            flops = iteration_flops(run.flops, job, job.global_batch)
+            if flops is None:
+                continue
+            case.flops = flops
+        case.metric, case.measured = metric, value
+        return case
+    # MFU alone: model TFLOP/s per GPU = MFU x the peak the source divided by
+    mfu, peak = _num(v, "mfu"), _num(v, "peak_tflops_used")
+    if mfu and peak and run.flops in ("model", "model-causal"):
+        case.flops = iteration_flops(run.flops, job, job.global_batch)
+        case.metric, case.measured = "tflops_per_gpu", mfu * peak
+        case.assumptions.append(f"MFU {mfu:g} x {peak:g} TFLOP/s peak compared as model "
+                                "TFLOP/s per GPU")
+        return case
+    text = v["flops"].strip()
+    if (_num(v, "tflops_per_gpu") or mfu) and text and run.flops is None:
+        return _refuse("FLOP convention not recognised",
+                       f"TFLOP/s or MFU given, but its FLOP count {text!r} is not recognised "
+                       f"({suggest(text, list(FLOPS))}accepted: {', '.join(FLOPS)})")
+    return _refuse("no time-based metric",
+                   "no time-based metric with a known convention (iteration time, tokens/s, "
+                   "samples/s, TFLOP/s or MFU with its formula)")
+
+
+def flops_convention(row: Mapping[str, str]) -> str | None:
+    """Which FLOPS convention a row's TFLOP/s or MFU uses (the ``flops`` or
+    ``tflops_definition`` column), or None when not stated or not recognised."""
+    v = canonical(row)
+    return flops_of(v["flops"], v["framework"])
+
+
+#: columns that identify a sibling run: the same model on the same GPUs, laid out alike
+SIBLING_KEYS = ("n_layers", "hidden", "n_heads", "seq_len", "gpu", "n_gpus", "tp", "pp")
+
+
+def express_all(rows: Sequence[Mapping[str, str]]) -> tuple[list[Case], list[dict]]:
+    """Every row expressed (``express``), or listed with its reason. A row without a global
+    batch borrows it from a sibling row of the same data (SIBLING_KEYS equal) that has
+    one, and says so."""
+    cases, unexpressed = [], []
+    for r in rows:
+        row = dict(r)
+        sibling = None
+        if not (row.get("global_batch_seqs") or "").strip():
+            sibling = next((o for o in rows if (o.get("global_batch_seqs") or "").strip()
+                            and all(o.get(k) == row.get(k) for k in SIBLING_KEYS)), None)
+            if sibling is not None:
+                row["global_batch_seqs"] = sibling["global_batch_seqs"]
+        c = express(row)
+        if isinstance(c, Refusal):
+            unexpressed.append({"id": r.get("id", ""), "source": r.get("source", ""),
+                                "reason": c.reason, "kind": c.kind,
+                                "data_file": r.get("data_file", "")})
+            continue
+        if sibling is not None:
+            c.row = r
+            c.assumptions.append(f"global batch unstated: {sibling['global_batch_seqs']} "
+                                 f"from {sibling.get('id', 'a sibling run')}")
+        cases.append(c)
+    return cases, unexpressed
