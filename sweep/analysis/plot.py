@@ -3,14 +3,22 @@
 Every kind returns the figure and the table of the numbers it drew (a DataFrame), so the
 tests can check the plotted data against the HDF5 tables:
 
-* ``scaling``    throughput (or time to train) vs GPU count, one line per hardware variant
-                 and job, log axes, each line's ideal-scaling reference dashed;
-* ``breakdown``  stacked fractions of the best configuration's step time vs GPU count;
+* ``scaling``    throughput (or time to train) vs GPU count per job, colour = base hardware,
+                 line style = NVLink domain, lines labelled at their ends, one ideal line
+                 from the best per-GPU point of the panel;
+* ``breakdown``  stacked time per iteration of the best configuration vs GPU count, its
+                 layout on each bar (shares of the step with ``fractions``);
 * ``memory``     stacked memory per GPU of the best configuration vs GPU count, with capacity;
 * ``heatmap``    speed-up of the best throughput over a marked baseline cell, across two
                  swept hardware axes at one GPU count;
-* ``strategies`` speed-up of each strategy's best over the 1d best vs GPU count;
-* ``layout``     the best configuration's TP / TP2 / CP / PP / DP degrees vs GPU count.
+* ``strategies`` each strategy's best over the best of all strategies vs GPU count, one y
+                 range, infeasible strategies marked;
+* ``layout``     the best configuration's TP / TP2 / CP / PP / DP / EP degrees vs GPU count;
+* ``pareto``     the Pareto front of throughput against GPU count (or a swept resource)
+                 across hardware variants.
+
+Large sweeps are summarised, not strip-mined: panels and bars go to the fastest variants
+(MAX_PANELS, MAX_BARS, MAX_LINES), the rest is counted in the title or drawn as a range.
 
 "Best" is over strategies (``Results.best_per_system``) unless a strategy is chosen. Partial,
 empty and single-point results never crash a kind: it draws what exists (panels without
@@ -35,7 +43,7 @@ from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results, _pandas
 
 __all__ = ["KINDS", "FORMATS", "PlotOptions", "draw", "save", "kinds_that_fit", "why_not"]
 
-KINDS = ("scaling", "breakdown", "memory", "heatmap", "strategies", "layout")
+KINDS = ("scaling", "breakdown", "memory", "heatmap", "strategies", "layout", "pareto")
 FORMATS = (".png", ".svg", ".pdf")
 #: panels drawn at most (a variant grid of hundreds gets its first panels and a note)
 MAX_PANELS = 12
@@ -56,6 +64,7 @@ class PlotOptions:
     n_gpus: int | None = None  # heatmap: GPU count (default: the largest)
     x: str | None = None  # heatmap axes (default: the first two swept axes)
     y: str | None = None
+    fractions: bool = False  # breakdown: shares of the step instead of seconds
 
 
 def _mpl():
@@ -78,16 +87,6 @@ def _best(res: Results, opts: PlotOptions):
     if best.empty:
         raise SweepError(f"{res.path}: no feasible configuration matches the selection")
     return best.sort_values(["job", "variant_id", "n_gpus"], kind="mergesort")
-
-
-def _panels(best) -> tuple[list[tuple[str, int]], str]:
-    keys = list(dict.fromkeys(zip(best["job"], best["variant_id"])))
-    note = ""
-    if len(keys) > MAX_PANELS:
-        note = (f" (first {MAX_PANELS} of {len(keys)} job x hardware panels; "
-                f"select with --hardware / --job)")
-        keys = keys[:MAX_PANELS]
-    return keys, note
 
 
 def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
@@ -145,9 +144,71 @@ def _gpu_axis(ax, gpus) -> None:
     ax.set_xlabel("GPUs")
 
 
+# ------------------------------------------------------------------------------ encodings
+
+#: lines drawn per panel at most; the other variants are summarised as a grey range
+MAX_LINES = 12
+_STYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _ranked_variants(sub) -> list[int]:
+    """Variant ids of ``sub`` (one job), best first: by the highest throughput a variant
+    reaches, ties by variant id."""
+    top = sub.groupby("variant_id")["samples_per_s"].max()
+    return [int(v) for v in sorted(top.index, key=lambda v: (-float(top[v]), int(v)))]
+
+
+def _encoding(best) -> dict[int, tuple[str, object, str]]:
+    """variant id -> (colour, line style, marker): colour = base hardware (the GPU generation
+    or system), line style = NVLink domain size, marker = the other swept values."""
+    order = best.sort_values("variant_id", kind="mergesort").drop_duplicates("variant_id")
+    bases = list(dict.fromkeys(order["base"]))
+    domains = sorted({int(d) for d in order["nvlink_domain"]}) if "nvlink_domain" in order \
+        else [0]
+    seen: dict[tuple, int] = {}
+    out = {}
+    for v, base, dom in zip(order["variant_id"], order["base"],
+                            order["nvlink_domain"] if "nvlink_domain" in order
+                            else [0] * len(order)):
+        key = (base, int(dom))
+        k = seen[key] = seen.get(key, -1) + 1
+        out[int(v)] = (f"C{bases.index(base) % 10}", _STYLES[domains.index(int(dom)) % 4],
+                       _MARKERS[k % len(_MARKERS)])
+    return out
+
+
+def _encoding_legend(ax, best, extra=()) -> None:
+    """A legend that explains the encoding (base colours, NVLink line styles) plus ``extra``
+    (handle, label) pairs; lines are labelled directly."""
+    from matplotlib.lines import Line2D
+
+    order = best.sort_values("variant_id", kind="mergesort").drop_duplicates("variant_id")
+    bases = list(dict.fromkeys(order["base"]))
+    handles = list(extra)
+    if len(bases) > 1:
+        handles += [(Line2D([], [], color=f"C{i % 10}", lw=2), b) for i, b in enumerate(bases)]
+    if "nvlink_domain" in order:
+        domains = sorted({int(d) for d in order["nvlink_domain"]})
+        if len(domains) > 1:
+            handles += [(Line2D([], [], color="k", ls=_STYLES[i % 4], lw=1),
+                         f"NVLink domain {d}") for i, d in enumerate(domains)]
+    if handles:
+        ax.legend([h for h, _ in handles], [lab for _, lab in handles], fontsize=6)
+
+
+def _label_line_end(ax, x, y, text, color) -> None:
+    ax.annotate(text, (x, y), xytext=(4, 0), textcoords="offset points", fontsize=6,
+                color=color, va="center", ha="left", annotation_clip=False)
+
+
 # ------------------------------------------------------------------------------ kinds
 
 def _scaling(res: Results, opts: PlotOptions):
+    """Throughput (or time) vs GPU count per job: colour = base hardware, line style =
+    NVLink domain, lines labelled at their ends; the ideal is one line per panel, from the
+    best per-GPU figure anywhere in it (so no start point can make a curve look
+    super-linear); beyond MAX_LINES variants the rest is a grey range."""
     Figure = _mpl()
     best = _best(res, opts)
     metric = opts.metric
@@ -160,100 +221,175 @@ def _scaling(res: Results, opts: PlotOptions):
     best = best.copy()
     best["value"] = (opts.tokens / best["tokens_per_s"] / 86400.0 if metric == "days"
                      else best[metric])
+    faster_is_higher = metric in ("samples_per_s", "tokens_per_s")
     jobs = list(dict.fromkeys(best["job"]))
-    fig, axes = _grid(Figure, len(jobs), 6.0, 4.2)
+    fig, axes = _grid(Figure, len(jobs), 6.4, 4.4)
+    enc = _encoding(best)
+    short = dict(zip(best["variant_id"], _short_labels(best, best)))
     rows = []
     for ax, job in zip(axes, jobs):
         sub = best[best["job"] == job]
-        variants = list(dict.fromkeys(sub["variant_id"]))
-        for k, variant in enumerate(variants[:20]):
+        n = sub["n_gpus"].to_numpy(float)
+        v = sub["value"].to_numpy(float)
+        per_gpu = v / n if faster_is_higher else v * n
+        k = int(np.argmax(per_gpu) if faster_is_higher else np.argmin(per_gpu))
+        scale = per_gpu[k]
+
+        def ideal(g, scale=scale):
+            return scale * g if faster_is_higher else scale / g
+
+        gx = np.array(sorted(set(n)))
+        ideal_handle, = ax.plot(gx, ideal(gx), color="k", ls=(0, (4, 3)), lw=0.9)
+        ranked = _ranked_variants(sub)
+        shown, rest = ranked[:MAX_LINES], ranked[MAX_LINES:]
+        for variant in shown:
             line = sub[sub["variant_id"] == variant].sort_values("n_gpus")
             x, y = line["n_gpus"].to_numpy(float), line["value"].to_numpy(float)
-            color = f"C{k % 10}"
-            ax.plot(x, y, "o-", color=color, label=line["hardware"].iloc[0], ms=3)
-            # ideal scaling from the line's smallest GPU count
-            grow = x / x[0]
-            ideal = y[0] / grow if metric in ("step_time_s", "days") else y[0] * grow
-            ax.plot(x, ideal, ":", color=color, lw=0.8)
-            rows += [{"job": job, "variant_id": variant, "hardware": line["hardware"].iloc[0],
-                      "n_gpus": int(g), "value": float(v), "ideal": float(i),
-                      "case_id": int(cid)}
-                     for g, v, i, cid in zip(x, y, ideal, line["case_id"])]
+            color, style, marker = enc[variant]
+            ax.plot(x, y, color=color, ls=style, marker=marker, ms=3, lw=1.2)
+            _label_line_end(ax, x[-1], y[-1], short[variant], color)
+        extra = [(ideal_handle, f"ideal: the best per GPU ({sub['hardware'].iloc[k]}, "
+                                f"{int(n[k])} GPUs), scaled perfectly")]
+        if rest:
+            others = sub[sub["variant_id"].isin(rest)].groupby("n_gpus")["value"]
+            lo, hi = others.min(), others.max()
+            band = ax.fill_between(lo.index.to_numpy(float), lo.to_numpy(float),
+                                   hi.to_numpy(float), color="0.85", zorder=0)
+            extra.append((band, f"range of the other {len(rest)} variants"))
+        for r in sub.itertuples():
+            rows.append({"job": job, "variant_id": int(r.variant_id), "hardware": r.hardware,
+                         "n_gpus": int(r.n_gpus), "value": float(r.value),
+                         "ideal": float(ideal(float(r.n_gpus))), "case_id": int(r.case_id),
+                         "drawn": int(r.variant_id) in shown})
         _gpu_axis(ax, sub["n_gpus"])
+        lo_x, hi_x = gx.min(), gx.max()
+        ax.set_xlim(lo_x / 1.3, hi_x * (2.6 if len(shown) else 1.3))  # room for the labels
         ax.set_yscale("log")
         ax.set_ylabel(labels[metric])
         ax.set_title(job, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, title="dotted: ideal scaling", title_fontsize=6)
+        _encoding_legend(ax, sub, extra)
     fig.suptitle(_title(res, f"{labels[metric]} vs GPU count"), fontsize=10)
     return fig, rows
 
 
 #: bars drawn at most per panel when the x axis is the hardware variant
 MAX_BARS = 40
+#: a time part under this share of every bar of a panel joins "other"
+SLIVER = 0.01
+
+
+def _layout_text(r) -> str:
+    """The chosen strategy and layout of a best row, short: '2d tp8x4 pp4 dp16'."""
+    tp = f"tp{int(r['tp'])}" + (f"x{int(r['tp2'])}" if int(r.get("tp2", 1)) > 1 else "")
+    parts = [str(r["strategy"]), tp, f"pp{int(r['pp'])}", f"dp{int(r['dp'])}"]
+    for key in ("cp", "ep"):
+        if key in r and int(r[key]) > 1:
+            parts.append(f"{key}{int(r[key])}")
+    return " ".join(parts)
+
+
+def _top_panels(best) -> tuple[list[tuple[str, int]], str]:
+    """(job, variant) panels, at most MAX_PANELS: the variants with the highest throughput
+    first, then in variant order; a note says how many were left out."""
+    keys = []
+    for job in dict.fromkeys(best["job"]):
+        keys += [(job, v) for v in _ranked_variants(best[best["job"] == job])]
+    note = ""
+    if len(keys) > MAX_PANELS:
+        note = (f" (the {MAX_PANELS} fastest of {len(keys)} job x hardware panels; "
+                f"select with --hardware / --job)")
+        keys = keys[:MAX_PANELS]
+    return sorted(keys, key=lambda k: (list(dict.fromkeys(best["job"])).index(k[0]), k[1])), note
 
 
 def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
-    """Stacked bars per panel: x = GPU count, one panel per (job, variant); or, when the
-    sweep has one GPU count, x = hardware variant, one panel per job."""
+    """Stacked bars per panel: x = GPU count (the same counts on every panel), one panel per
+    (job, variant); or, when the sweep has one GPU count, x = hardware variant, one panel
+    per job. Breakdown: absolute time per iteration (fractions with ``opts.fractions``),
+    the total and the chosen layout on each bar; memory: GB against the capacity."""
     Figure = _mpl()
     best = _best(res, opts)
     parts = {c: label for c, label in parts.items() if c in best}  # (older files: no EP)
+    recorded = list(parts)  # every part goes into the data, slivers too
+    fractions = what == "breakdown" and opts.fractions
+    if what == "breakdown":  # slivers: parts under SLIVER of every bar join "other"
+        total = best[list(parts)].sum(axis=1).to_numpy(float)
+        share = {c: np.max(best[c].to_numpy(float) / np.maximum(total, 1e-300))
+                 for c in parts}
+        small = [c for c in parts if 0 < share[c] < SLIVER]
+        if len(small) > 1:
+            best = best.copy()
+            best["_other"] = best[small].sum(axis=1)
+            parts = {**{c: lab for c, lab in parts.items() if c not in small},
+                     "_other": f"other (each < {SLIVER:.0%})"}
     by_variant = best["n_gpus"].nunique() == 1
+    all_gpus = sorted({int(g) for g in best["n_gpus"]})
     if by_variant:
         jobs = list(dict.fromkeys(best["job"]))
         keys = [(job, None) for job in jobs]
         n_var = best.groupby("job")["variant_id"].nunique().max()
-        note = (f" (first {MAX_BARS} of {n_var} variants; select with --hardware)"
+        note = (f" (the {MAX_BARS} fastest of {n_var} variants; select with --hardware)"
                 if n_var > MAX_BARS else "")
-        fig, axes = _grid(Figure, len(keys), max(4.6, 0.28 * min(n_var, MAX_BARS) + 2), 4.2)
+        fig, axes = _grid(Figure, len(keys), max(4.6, 0.28 * min(n_var, MAX_BARS) + 2), 4.6)
     else:
-        keys, note = _panels(best)
-        fig, axes = _grid(Figure, len(keys))
+        keys, note = _top_panels(best)
+        fig, axes = _grid(Figure, len(keys), 4.6, 3.8)
     rows = []
     for ax, (job, variant) in zip(axes, keys):
         if by_variant:
-            sub = best[best["job"] == job].sort_values("variant_id").head(MAX_BARS)
+            mine = best[best["job"] == job]
+            chosen = _ranked_variants(mine)[:MAX_BARS]
+            sub = mine[mine["variant_id"].isin(chosen)].sort_values("variant_id")
             ticks = _short_labels(best, sub)
+            pos = np.arange(len(sub))
             xlabel = f"hardware variant ({int(sub['n_gpus'].iloc[0])} GPUs)"
             title = job
         else:
             sub = best[(best["job"] == job) & (best["variant_id"] == variant)] \
                 .sort_values("n_gpus")
-            ticks = [str(int(g)) for g in sub["n_gpus"]]
+            ticks = [str(g) for g in all_gpus]
+            pos = np.array([all_gpus.index(int(g)) for g in sub["n_gpus"]])
             xlabel = "GPUs"
             title = _label(best, job, variant)
-        pos = np.arange(len(sub))
         bottom = np.zeros(len(sub))
         values = {}
-        if what == "breakdown":
-            total = sum(sub[c].to_numpy(float) for c in parts)
-            for c in parts:
-                values[c] = sub[c].to_numpy(float) / total
-        else:
-            for c in parts:
-                values[c] = sub[c].to_numpy(float) / GB
+        total = sum(sub[c].to_numpy(float) for c in parts)
+        for c in parts:
+            raw_value = sub[c].to_numpy(float)
+            values[c] = (raw_value / total if fractions else raw_value) if what == "breakdown" \
+                else raw_value / GB
         for k, (c, label) in enumerate(parts.items()):
             if not np.any(values[c]):
                 continue
-            ax.bar(pos, values[c], bottom=bottom, color=f"C{k}", label=label, width=0.8)
+            color = "0.6" if c == "_other" else f"C{k}"
+            ax.bar(pos, values[c], bottom=bottom, color=color, label=label, width=0.8)
             bottom = bottom + values[c]
         if what == "memory":
             cap = sub["hbm_capacity_bytes"].to_numpy(float) / GB
             ax.plot(pos, cap, "k_", ms=14, mew=1.5, ls="none", label="HBM capacity")
             ax.set_ylabel("memory per GPU [GB]")
         else:
-            ax.set_ylabel("fraction of step time")
-            ax.set_ylim(0, 1)
-        ax.set_xticks(pos)
+            ax.set_ylabel("fraction of step time" if fractions else "time per iteration [s]")
+            top = 1.0 if fractions else float(np.max(bottom)) if len(bottom) else 1.0
+            for p, b, t, (_, r) in zip(pos, bottom, total, sub.iterrows()):
+                text = _layout_text(r) if fractions else f"{t:.3g} s  {_layout_text(r)}"
+                ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=5.5, ha="center",
+                        va="bottom")
+            ax.set_ylim(0, top * (1.9 if not fractions else 1.75))  # room for the labels
+        ax.set_xticks(np.arange(len(ticks)))
         tilt = by_variant and len(ticks) > 6
         ax.set_xticklabels(ticks, rotation=80 if tilt else (0 if by_variant else 45),
                            fontsize=7, ha="right" if tilt else "center")
+        ax.set_xlim(-0.6, len(ticks) - 0.4)
         ax.set_xlabel(xlabel)
         ax.set_title(title, fontsize=8)
+        scale = (1.0 / total if fractions else 1.0) if what == "breakdown" else 1.0 / GB
         for i, (cid, g, v) in enumerate(zip(sub["case_id"], sub["n_gpus"], sub["variant_id"])):
             rows.append({"job": job, "variant_id": int(v), "n_gpus": int(g),
-                         "case_id": int(cid), **{c: float(values[c][i]) for c in parts}})
+                         "case_id": int(cid), "strategy": str(sub["strategy"].iloc[i]),
+                         **{c: float(sub[c].iloc[i] * (scale[i] if np.ndim(scale) else scale))
+                            for c in recorded}})
     # one legend for all panels, below them
     handles = {}
     for ax in axes:
@@ -263,11 +399,11 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     per_row = max(1, min(len(order), int(fig.get_figwidth() / 1.7)))
     fig.legend([handles[lab] for lab in order], order, loc="outside lower center",
                ncols=per_row, fontsize=7)
-    title = ("time breakdown of the best configuration" if what == "breakdown"
+    title = (("share of the step time" if fractions else "time per iteration")
+             + " of the best configuration" if what == "breakdown"
              else "memory per GPU of the best configuration")
     fig.suptitle(_title(res, title, note), fontsize=10)
     return fig, rows
-
 
 def _breakdown(res: Results, opts: PlotOptions):
     return _stacked(res, opts, TIME_PARTS, "breakdown")
@@ -302,6 +438,48 @@ def axis_label(key: str) -> str:
             name = "HBM bandwidth" if unit.endswith("ps") else "HBM capacity"
         return f"{name} [{_UNIT_TEXT[unit]}]"
     return key.replace("_", " ")
+
+
+def _interpolated(res: Results, axis: str) -> list[str] | None:
+    """The catalog names an interpolated grid axis runs through (its integer positions), or
+    None for an ordinary axis; read from the resolved spec in the file."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
+    except yaml.YAMLError:
+        return None
+    groups = spec.get("hardware", []) if isinstance(spec, dict) else []
+    for group in groups if isinstance(groups, list) else [groups]:
+        entry = ((group or {}).get("grid") or {}).get(axis) if isinstance(group, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("interpolate"), list):
+            return [str(n).removeprefix("nersc-") for n in entry["interpolate"]]
+    return None
+
+
+def _axis_text(res: Results, axis: str) -> str:
+    """Axis label: physical for unit-suffixed keys; for an interpolated axis, what it
+    interpolates between which systems."""
+    names = _interpolated(res, axis)
+    if not names:
+        return axis_label(axis)
+    import yaml
+
+    spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
+    groups = spec.get("hardware", [])
+    keys = next((g["grid"][axis].get("keys", []) for g in
+                 (groups if isinstance(groups, list) else [groups])
+                 if isinstance(g, dict) and axis in (g.get("grid") or {})), [])
+    what = ", ".join(str(k).replace("_", " ") for k in keys) or axis
+    return f"{axis} ({what}), {names[0]} to {names[-1]}"
+
+
+def _value_text(res: Results, axis: str, value) -> str:
+    """One grid value as read: a generation name at an interpolated axis' catalog point."""
+    names = _interpolated(res, axis)
+    if names and float(value).is_integer() and 0 <= int(value) < len(names):
+        return names[int(value)]
+    return _tick_text([value])[0] if not names else f"{float(value):.3g}"
 
 
 def _tick_text(values) -> list[str]:
@@ -360,17 +538,25 @@ def _heatmap(res: Results, opts: PlotOptions):
         ax.annotate("baseline", (bj, bi), xytext=(4, 4), textcoords="offset points",
                     color="red", fontsize=7)
         # at most ~10 labelled ticks per axis, one number format per axis
-        for values, set_ticks, set_labels, rot in (
-                (table.columns, ax.set_xticks, ax.set_xticklabels, 45),
-                (table.index, ax.set_yticks, ax.set_yticklabels, 0)):
-            step = max(1, math.ceil(len(values) / 10))
-            ticks = list(range(0, len(values), step))
+        for axis, values, set_ticks, set_labels, rot in (
+                (x, table.columns, ax.set_xticks, ax.set_xticklabels, 45),
+                (y, table.index, ax.set_yticks, ax.set_yticklabels, 0)):
+            names = _interpolated(res, axis)
+            if names:  # generation names at the catalog points, the rest unlabelled
+                ticks = [i for i, v in enumerate(values) if float(v).is_integer()
+                         and 0 <= int(v) < len(names)]
+                text = [names[int(values[i])] for i in ticks]
+            else:  # at most ~10 labelled ticks, one number format per axis
+                step = max(1, math.ceil(len(values) / 10))
+                ticks = list(range(0, len(values), step))
+                text = _tick_text([values[i] for i in ticks])
             set_ticks(ticks)
-            set_labels(_tick_text([values[i] for i in ticks]), rotation=rot, fontsize=7)
-        ax.set_xlabel(axis_label(x))
-        ax.set_ylabel(axis_label(y))
-        ax.set_title(f"{job}, {n} GPUs; baseline {_tick_text([table.columns[bj]])[0]} x "
-                     f"{_tick_text([table.index[bi]])[0]}: {base:.4g} samples/s", fontsize=8)
+            set_labels(text, rotation=rot, fontsize=7)
+        ax.set_xlabel(_axis_text(res, x), fontsize=8)
+        ax.set_ylabel(_axis_text(res, y), fontsize=8)
+        ax.set_title(f"{job}, {n} GPUs; baseline {_value_text(res, x, table.columns[bj])} x "
+                     f"{_value_text(res, y, table.index[bi])}: {base:.4g} samples/s",
+                     fontsize=8)
         fig.colorbar(im, ax=ax, label="speed-up over the baseline")
         for (i, yv) in enumerate(table.index):
             for (j, xv) in enumerate(table.columns):
@@ -383,79 +569,155 @@ def _heatmap(res: Results, opts: PlotOptions):
 
 
 def _speedups(res: Results, jobs: Sequence[str] = ()):
-    """(best rows, strategies, DataFrame of speed-ups over 1d: job, variant_id, strategy,
-    n_gpus, speedup) for the GPU counts where both 1d and the strategy have a best."""
-    best = res.best()
+    """(strategies, DataFrame: job, variant_id, n_gpus, strategy, samples_per_s, speedup,
+    feasible, best_strategy): each strategy's best throughput over the best of every
+    strategy at that (job, variant, GPU count), 1 for the winner, 0 and feasible False for a
+    strategy whose case finished without a feasible configuration; pending cases are left
+    out."""
+    cases = res.cases
     if jobs:
-        best = best[best["job"].isin(list(jobs))]
-    strategies = list(dict.fromkeys(best["strategy"]))
+        cases = cases[cases["job"].isin(list(jobs))]
+    strategies = list(dict.fromkeys(cases["strategy"]))
     key = ["job", "variant_id", "n_gpus"]
-    base = best[best["strategy"] == "1d"][[*key, "samples_per_s"]]
-    other = best[best["strategy"] != "1d"][[*key, "strategy", "samples_per_s"]]
-    pairs = other.merge(base, on=key, suffixes=("", "_1d"))
-    pairs["speedup"] = pairs["samples_per_s"] / pairs["samples_per_s_1d"]
-    pairs = pairs[np.isfinite(pairs["speedup"].to_numpy(float)) & (pairs["speedup"] > 0)]
-    return best, strategies, pairs[[*key, "strategy", "speedup"]]
+    done = cases[cases["complete"].astype(bool) | np.isfinite(
+        cases["best_samples_per_s"].to_numpy(float))]
+    table = done[[*key, "strategy", "best_samples_per_s"]].rename(
+        columns={"best_samples_per_s": "samples_per_s"})
+    top = table.groupby(key)["samples_per_s"].transform("max")
+    table = table.assign(speedup=table["samples_per_s"] / top,
+                         feasible=np.isfinite(table["samples_per_s"].to_numpy(float)))
+    table["speedup"] = table["speedup"].fillna(0.0)
+    winners = table[table["speedup"] == 1.0].drop_duplicates(key)[[*key, "strategy"]]
+    table = table.merge(winners.rename(columns={"strategy": "best_strategy"}), on=key,
+                        how="left")
+    # only points where at least two strategies are known and one is feasible
+    counts = table.groupby(key)["strategy"].transform("count")
+    table = table[(counts >= 2) & table["best_strategy"].notna()]
+    return strategies, table.reset_index(drop=True)
 
 
 def _strategies(res: Results, opts: PlotOptions):
+    """Each strategy's best throughput as a fraction of the best over all strategies, vs GPU
+    count; one y range for every panel; a strategy with no feasible configuration is drawn
+    as such (a cross at 0), not left out."""
     Figure = _mpl()
-    best, strategies, pairs = _speedups(res, opts.jobs)
-    if "1d" not in strategies or len(strategies) < 2:
-        raise SweepError(f"{res.path}: speed-ups over 1d need 1d and another strategy; this "
-                         f"sweep has {', '.join(strategies) or 'none'}")
-    if pairs.empty:
-        raise SweepError(f"{res.path}: no GPU count has a best configuration of both 1d and "
-                         f"another strategy yet; nothing to compare")
-    keys, note = _panels(pairs)
-    lacking = len(set(zip(best["job"], best["variant_id"]))) - len(set(zip(pairs["job"],
-                                                                           pairs["variant_id"])))
-    if lacking:
-        note += f" ({lacking} job x hardware panel(s) without a comparison yet)"
+    strategies, table = _speedups(res, opts.jobs)
+    if len(strategies) < 2:
+        raise SweepError(f"{res.path}: comparing strategies needs two; this sweep has "
+                         f"{', '.join(strategies) or 'none'}")
+    if table.empty:
+        raise SweepError(f"{res.path}: no GPU count has results of two strategies with a "
+                         f"feasible configuration yet; nothing to compare")
+    ranked = table.assign(samples_per_s=table["samples_per_s"].fillna(0.0))
+    keys, note = _top_panels(ranked)
     fig, axes = _grid(Figure, len(keys))
     rows = []
     for ax, (job, variant) in zip(axes, keys):
-        sub = pairs[(pairs["job"] == job) & (pairs["variant_id"] == variant)]
-        for k, strat in enumerate(s for s in strategies if s != "1d"):
+        sub = table[(table["job"] == job) & (table["variant_id"] == variant)]
+        for k, strat in enumerate(strategies):
             line = sub[sub["strategy"] == strat].sort_values("n_gpus")
             if line.empty:
                 continue
-            speedup = line["speedup"].to_numpy(float)
-            ax.plot(line["n_gpus"], speedup, "o-", color=f"C{k + 1}", label=strat, ms=3)
-            rows += [{"job": job, "variant_id": int(variant), "strategy": strat, "n_gpus": int(g),
-                      "speedup": float(v)} for g, v in zip(line["n_gpus"], speedup)]
-        ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        _finish_panel(ax, sub["n_gpus"], "speed-up over 1d (best vs best)",
-                      _label(best, job, variant))
-    fig.suptitle(_title(res, "strategy speed-up over 1D tensor parallelism", note), fontsize=10)
+            ok = line["feasible"].to_numpy(bool)
+            x, y = line["n_gpus"].to_numpy(float), line["speedup"].to_numpy(float)
+            ax.plot(x[ok], y[ok], "o-", color=f"C{k}", label=strat, ms=3)
+            if (~ok).any():
+                ax.plot(x[~ok], np.zeros((~ok).sum()), "x", color=f"C{k}", ms=6, mew=1.5,
+                        label=f"{strat}: no feasible configuration", clip_on=False)
+            rows += [{"job": job, "variant_id": int(variant), "strategy": strat,
+                      "n_gpus": int(g), "speedup": float(s), "feasible": bool(f),
+                      "best_strategy": b}
+                     for g, s, f, b in zip(line["n_gpus"], y, ok, line["best_strategy"])]
+        ax.set_ylim(0, 1.08)
+        ax.axhline(1.0, color="k", lw=0.6, ls="--")
+        _finish_panel(ax, sub["n_gpus"], "throughput / best of all strategies",
+                      _label(res.best(), job, variant))
+    fig.suptitle(_title(res, "each strategy's best against the best strategy", note),
+                 fontsize=10)
     return fig, rows
 
 
 def _layout(res: Results, opts: PlotOptions):
+    """Parallel degrees of the best configuration vs GPU count; lines that coincide are
+    drawn side by side (a small vertical offset in log space, distinct markers), the data
+    exact."""
     Figure = _mpl()
     best = _best(res, opts)
-    keys, note = _panels(best)
+    keys, note = _top_panels(best)
     fig, axes = _grid(Figure, len(keys))
     rows = []
     for ax, (job, variant) in zip(axes, keys):
         sub = best[(best["job"] == job) & (best["variant_id"] == variant)].sort_values("n_gpus")
         degrees = [d for d in DEGREES if d in sub]  # (files before EP have no ep / etp)
-        for k, d in enumerate(degrees):
+        drawn = [d for d in degrees if d == "dp" or not np.all(sub[d].to_numpy(float) == 1)]
+        for k, d in enumerate(drawn):
             vals = sub[d].to_numpy(float)
-            if d != "dp" and np.all(vals == 1):
-                continue
-            ax.plot(sub["n_gpus"], vals, "o-", color=f"C{k}", label=d.upper(), ms=3)
+            offset = 2.0 ** (0.07 * (k - (len(drawn) - 1) / 2))
+            ax.plot(sub["n_gpus"], vals * offset, ls="-", marker=_MARKERS[k % len(_MARKERS)],
+                    color=f"C{k}", label=d.upper(), ms=4, lw=1.1)
         for _, r in sub.iterrows():
             rows.append({"job": job, "variant_id": int(variant), "n_gpus": int(r["n_gpus"]),
                          "case_id": int(r["case_id"]), **{d: int(r[d]) for d in degrees}})
         ax.set_yscale("log", base=2)
-        _finish_panel(ax, sub["n_gpus"], "parallel degree", _label(best, job, variant))
+        _finish_panel(ax, sub["n_gpus"], "parallel degree (lines offset to stay visible)",
+                      _label(best, job, variant))
     fig.suptitle(_title(res, "layout of the best configuration", note), fontsize=10)
     return fig, rows
 
 
+def _pareto(res: Results, opts: PlotOptions):
+    """The Pareto front across hardware variants: throughput against GPU count (or, with one
+    GPU count, against the first swept hardware axis), every best point in grey, the points
+    nothing beats with fewer GPUs (less of the resource) joined and labelled."""
+    Figure = _mpl()
+    best = _best(res, opts)
+    if best["n_gpus"].nunique() > 1:
+        xcol, xlabel, log = "n_gpus", "GPUs", True
+    else:
+        swept = [a for a in res.swept_axes if best[f"swept_{a}"].nunique() > 1] \
+            if res.swept_axes else []
+        if not swept:
+            raise SweepError(f"{res.path}: a Pareto front needs several GPU counts or a swept "
+                             f"hardware axis")
+        xcol, xlabel, log = f"swept_{swept[0]}", axis_label(swept[0]), False
+    jobs = list(dict.fromkeys(best["job"]))
+    fig, axes = _grid(Figure, len(jobs), 6.0, 4.4)
+    short = dict(zip(best["variant_id"], _short_labels(best, best)))
+    rows = []
+    for ax, job in zip(axes, jobs):
+        sub = best[best["job"] == job].sort_values([xcol, "samples_per_s"],
+                                                   ascending=[True, False], kind="mergesort")
+        x, y = sub[xcol].to_numpy(float), sub["samples_per_s"].to_numpy(float)
+        front = np.zeros(len(sub), dtype=bool)
+        top = -np.inf
+        for i in range(len(sub)):  # sorted by x, best first within an x: one pass
+            if y[i] > top:
+                front[i], top = True, y[i]
+        ax.scatter(x[~front], y[~front], s=6, color="0.7", label="other variants")
+        ax.plot(x[front], y[front], "o-", color="C3", ms=4, label="Pareto front")
+        for xi, yi, v in zip(x[front], y[front], sub["variant_id"].to_numpy()[front]):
+            ax.annotate(short[v], (xi, yi), xytext=(3, -8), textcoords="offset points",
+                        fontsize=6, color="C3")
+        for r, f in zip(sub.itertuples(), front):
+            rows.append({"job": job, "variant_id": int(r.variant_id), "hardware": r.hardware,
+                         "n_gpus": int(r.n_gpus), "x": float(getattr(r, xcol)),
+                         "samples_per_s": float(r.samples_per_s), "on_front": bool(f),
+                         "case_id": int(r.case_id)})
+        if log:
+            _gpu_axis(ax, sub["n_gpus"])
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("throughput [samples/s]")
+        ax.set_title(job, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(_title(res, f"Pareto front: the most throughput for the {xlabel.split(' [')[0]}"),
+                 fontsize=10)
+    return fig, rows
+
+
 _KIND = {"scaling": _scaling, "breakdown": _breakdown, "memory": _memory,
-         "heatmap": _heatmap, "strategies": _strategies, "layout": _layout}
+         "heatmap": _heatmap, "strategies": _strategies, "layout": _layout, "pareto": _pareto}
 
 
 def draw(res: Results, kind: str, opts: PlotOptions | None = None):
@@ -517,13 +779,17 @@ def why_not(res: Results) -> dict[str, str]:
     if len(swept) < 2:
         out["heatmap"] = (f"needs two swept hardware axes; this sweep has "
                           f"{', '.join(swept) or 'none'}")
-    _, strategies, pairs = _speedups(res)
-    if "1d" not in strategies or len(strategies) < 2:
-        out["strategies"] = (f"needs 1d and another strategy; this sweep has "
-                             f"{', '.join(sorted(strategies))}{yet}")
-    elif pairs.empty:
-        out["strategies"] = (f"no GPU count has a best configuration of both 1d and another "
-                             f"strategy{yet}")
+    strategies, table = _speedups(res)
+    if len(strategies) < 2:
+        out["strategies"] = (f"needs two strategies; this sweep has "
+                             f"{', '.join(sorted(strategies))}")
+    elif table.empty:
+        out["strategies"] = f"no GPU count has results of two strategies{yet}"
+    per_system = res.best_per_system()
+    if per_system["n_gpus"].nunique() < 2 and not any(
+            per_system[f"swept_{a}"].nunique() > 1 for a in res.swept_axes):
+        out["pareto"] = (f"needs results at several GPU counts or along a swept hardware "
+                         f"axis{yet}")
     return out
 
 

@@ -42,20 +42,38 @@ MARKER = ".sweep-report"
 _MARKER_HEAD = ("# written by 'sweep report': the files below are replaced or removed by the "
                 "next report into this folder; other files are left alone\n")
 
+#: one paragraph per figure kind: what it shows, and the question it answers
 CAPTIONS = {
-    "scaling": "Throughput of the best configuration vs GPU count, one line per job and "
-               "hardware variant; dotted: ideal scaling from each line's smallest GPU count.",
-    "breakdown": "Where the step time of the best configuration goes: compute, exposed "
-                 "memory traffic, TP / CP / DP / PP communication, pipeline bubble, "
-                 "optimizer and offload, as fractions of the step.",
-    "memory": "Memory per GPU of the best configuration (weights, gradients, optimizer "
-              "state, activations, reserve) against the HBM capacity.",
-    "heatmap": "Speed-up of the best throughput over the marked baseline cell (the lowest "
-               "value of both swept hardware axes with a feasible configuration), at the "
-               "largest GPU count; white contours at round speed-ups.",
-    "strategies": "Speed-up of each strategy's best configuration over the best 1D tensor-"
-                  "parallel one.",
-    "layout": "Parallel degrees (TP, TP2, CP, PP, DP) of the best configuration vs GPU count.",
+    "scaling": "How much faster is each system, and where does scaling stop? Throughput of "
+               "the best configuration vs GPU count, one line per hardware variant (colour: "
+               "base system, line style: NVLink domain, labelled at its end); the dashed line "
+               "is ideal scaling from the best throughput per GPU anywhere in the panel, so "
+               "the gap to it is the efficiency lost. Beyond 12 variants the rest is a grey "
+               "range.",
+    "breakdown": "Where does the time go as the system grows, and why did the search choose "
+                 "that layout? Stacked time per iteration of the best configuration "
+                 "(compute, exposed memory traffic, TP / CP / EP / DP / PP communication, "
+                 "pipeline bubble, optimizer, offload) vs GPU count, with the total and the "
+                 "chosen strategy and layout on each bar; every panel has the same GPU "
+                 "counts. Parts under 1 % of every bar are merged into 'other'.",
+    "memory": "Does it fit, and what fills the GPU? Memory per GPU of the best configuration "
+              "(weights, gradients, optimizer state, activations, reserve) against the HBM "
+              "capacity, in GB.",
+    "heatmap": "Which hardware resource buys the most? Speed-up of the best throughput over "
+               "the marked baseline cell (the lowest value of both swept axes with a "
+               "feasible configuration, reading 1.0) at the largest GPU count, with contours "
+               "at round speed-ups; interpolated axes are labelled with the systems they "
+               "run through.",
+    "strategies": "When does another parallelization strategy pay? Each strategy's best "
+                  "throughput as a fraction of the best of all strategies (1 = the winner), "
+                  "on one y range for every panel; a cross at 0 marks a strategy with no "
+                  "feasible configuration where another one fits.",
+    "layout": "How does the optimum lay the model out as it grows? The parallel degrees (TP, "
+              "TP2, CP, EP, PP, DP) of the best configuration vs GPU count (lines offset a "
+              "little so that equal degrees stay visible).",
+    "pareto": "What is the most throughput for a given number of GPUs (or amount of a swept "
+              "resource)? Every variant's best in grey, the Pareto front across hardware "
+              "variants joined and labelled with the variant on it.",
 }
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}

@@ -12,7 +12,7 @@ def _plot_options(args: argparse.Namespace):
 
     return PlotOptions(metric=args.metric, tokens=args.tokens, strategy=args.strategy,
                        jobs=args.job or (), hardware=args.hardware or (), n_gpus=args.gpus,
-                       x=args.x, y=args.y)
+                       x=args.x, y=args.y, fractions=args.fractions)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -60,6 +60,8 @@ def add_parsers(sub) -> None:
     pt.add_argument("--gpus", type=positive_int, help="heatmap: GPU count (default largest)")
     pt.add_argument("--x", help="heatmap: swept axis across (default: the first)")
     pt.add_argument("--y", help="heatmap: swept axis up (default: the second)")
+    pt.add_argument("--fractions", action="store_true",
+                    help="breakdown: shares of the step time instead of seconds")
     pt.add_argument("--data", help="also write the plotted numbers to this CSV")
     pt.set_defaults(func=_cmd_plot)
 

@@ -147,27 +147,65 @@ def test_scaling_plots_best_throughput_and_ideal(nersc):
     best = best_of(nersc)
     for _, r in data.iterrows():
         assert r["value"] == best[r["case_id"]]["samples_per_s"]
-    # the first line on the axes is the first variant's measured curve
+    # one ideal line per panel, from the best throughput per GPU anywhere in it: no point
+    # lies above it and the best point lies on it (issue 18: no super-linear-looking curve)
+    per_gpu = (data["value"] / data["n_gpus"]).max()
+    assert np.allclose(data["ideal"], per_gpu * data["n_gpus"], rtol=1e-12)
+    assert (data["value"] <= data["ideal"] * (1 + 1e-12)).all()
+    assert np.isclose(data["value"], data["ideal"], rtol=1e-12).any()
     ax = fig.axes[0]
-    first = data[data["variant_id"] == data["variant_id"].iloc[0]]
-    assert np.array_equal(ax.lines[0].get_ydata(), first["value"].to_numpy())
-    assert np.allclose(ax.lines[1].get_ydata(), first["value"].iloc[0] * first["n_gpus"]
-                       / first["n_gpus"].iloc[0])
+    ideal = ax.lines[0]
+    assert np.allclose(ideal.get_ydata(), per_gpu * ideal.get_xdata(), rtol=1e-12)
+    # each variant's curve is drawn: colour by base hardware, line style by NVLink domain
+    styles = {}
+    for line in ax.lines[1:]:
+        rows = data[np.isin(data["value"], line.get_ydata())]
+        variant = int(rows["variant_id"].iloc[0])
+        mine = data[data["variant_id"] == variant].sort_values("n_gpus")
+        assert np.array_equal(line.get_ydata(), mine["value"].to_numpy())
+        row = res.best_per_system().set_index("variant_id").loc[variant].iloc[0]
+        styles.setdefault(("base", row["base"]), set()).add(line.get_color())
+        styles.setdefault(("nvl", int(row["nvlink_domain"])), set()).add(line.get_linestyle())
+    assert all(len(v) == 1 for v in styles.values())  # one colour per base, one style per domain
+    assert len({next(iter(v)) for k, v in styles.items() if k[0] == "base"}) == \
+        len([k for k in styles if k[0] == "base"])
+    # every line is labelled at its end (direct labels)
+    assert {a.get_text() for a in ax.texts} >= {"nersc-A100 nvlink_domain=4"} or len(ax.texts) \
+        == len(ax.lines) - 1
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_xlabel() == "GPUs" and "samples/s" in ax.get_ylabel()
     fig, days = draw(res, "scaling", PlotOptions(metric="days", tokens=1e12))
     for _, r in days.iterrows():
         assert r["value"] == pytest.approx(1e12 / best[r["case_id"]]["tokens_per_s"] / 86400)
+    # time metrics: the ideal is the least GPU-days anywhere, divided by the GPU count
+    assert (days["value"] >= days["ideal"] * (1 - 1e-12)).all()
 
 
 def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
     res = open_results(nersc)
     best = best_of(nersc)
-    _, data = draw(res, "breakdown")
+    fig, data = draw(res, "breakdown")  # seconds per iteration, stacked (the study's form)
     for _, r in data.iterrows():
         b = best[r["case_id"]]
         total = sum(float(b[c]) for c in TIME_PARTS)
         assert total == pytest.approx(float(b["step_time_s"]), rel=1e-9)
+        for c in TIME_PARTS:
+            assert r[c] == pytest.approx(float(b[c]), rel=1e-12)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "time per iteration [s]"
+    first = data[(data["job"] == data["job"].iloc[0])
+                 & (data["variant_id"] == data["variant_id"].iloc[0])]
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert max(tops) == pytest.approx(max(sum(row[c] for c in TIME_PARTS)
+                                          for _, row in first.iterrows()), rel=1e-9)
+    # every panel has the same GPU counts on its x axis; each bar says its layout
+    ticks = {tuple(t.get_text() for t in a.get_xticklabels()) for a in fig.axes if a.patches}
+    assert len(ticks) == 1
+    assert any(" s  " in t.get_text() and "tp" in t.get_text() for t in ax.texts)
+    _, shares = draw(res, "breakdown", PlotOptions(fractions=True))
+    for _, r in shares.iterrows():
+        b = best[r["case_id"]]
+        total = sum(float(b[c]) for c in TIME_PARTS)
         for c in TIME_PARTS:
             assert r[c] == pytest.approx(float(b[c]) / total, rel=1e-12)
     fig, mem = draw(res, "memory")
@@ -184,21 +222,27 @@ def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
     assert ax.get_ylabel() == "memory per GPU [GB]"
 
 
-def test_strategies_are_speedups_over_1d(nersc):
+def test_strategies_are_fractions_of_the_best_strategy(nersc):
     res = open_results(nersc)
     cases, _ = raw(nersc)
     best = best_of(nersc)
-    _, data = draw(res, "strategies")
+    fig, data = draw(res, "strategies")
 
     def throughput(strategy, variant, n):
         c = cases[(cases["strategy"] == strategy.encode()) & (cases["variant_id"] == variant)
                   & (cases["n_gpus"] == n)]
-        return best[int(c["case_id"][0])]["samples_per_s"]
+        return best[int(c["case_id"][0])]["samples_per_s"] if int(c["case_id"][0]) in best \
+            else float("nan")
 
-    assert set(data["strategy"]) == {"2d-seqp"}
-    for _, r in data.iterrows():
-        assert r["speedup"] == pytest.approx(throughput("2d-seqp", r["variant_id"], r["n_gpus"])
-                                             / throughput("1d", r["variant_id"], r["n_gpus"]))
+    assert set(data["strategy"]) == {"1d", "2d-seqp"}
+    for (v, n), group in data.groupby(["variant_id", "n_gpus"]):
+        top = max(throughput(s, v, n) for s in ("1d", "2d-seqp"))
+        for _, r in group.iterrows():
+            assert r["speedup"] == pytest.approx(throughput(r["strategy"], v, n) / top)
+        assert group["speedup"].max() == 1.0
+        assert group.loc[group["speedup"].idxmax(), "strategy"] == group["best_strategy"].iloc[0]
+    # one y range on every panel
+    assert len({a.get_ylim() for a in fig.axes if a.lines}) == 1
 
 
 def test_layout_and_heatmap(nersc, grid):
@@ -233,7 +277,7 @@ def test_layout_and_heatmap(nersc, grid):
 
 def test_kinds_that_fit_and_why_not(nersc, grid):
     assert kinds_that_fit(open_results(nersc)) == ["scaling", "breakdown", "memory",
-                                                   "strategies", "layout"]
+                                                   "strategies", "layout", "pareto"]
     assert "nvlink_domain" in why_not(open_results(nersc))["heatmap"]
     assert kinds_that_fit(open_results(grid)) == list(KINDS)
 
@@ -501,3 +545,49 @@ def test_report_helpers_print_ranges_and_tidy_floats():
     text = _spec_text("a: 2.4999999999999998e-06\nb: [0.30000000000000004, 3]\nc: x\n")
     assert text == "a: 2.5e-06\nb:\n- 0.3\n- 3\nc: x\n"
     assert _spec_text("a: [unclosed") == "a: [unclosed"
+
+
+def test_pareto_front_is_the_non_dominated_points(nersc):
+    res = open_results(nersc)
+    fig, data = draw(res, "pareto")
+    assert len(data) == len(res.best_per_system())
+    for _job, sub in data.groupby("job"):
+        for _, r in sub.iterrows():
+            beaten = ((sub["x"] <= r["x"]) & (sub["samples_per_s"] > r["samples_per_s"])).any()
+            tie_first = ((sub["x"] < r["x"]) & (sub["samples_per_s"] == r["samples_per_s"])).any()
+            assert r["on_front"] == (not beaten and not tie_first)
+    front = data[data["on_front"]].sort_values("x")
+    assert front["samples_per_s"].is_monotonic_increasing
+    line = [ln for ln in fig.axes[0].lines if ln.get_label() == "Pareto front"][0]
+    assert np.array_equal(line.get_ydata(), front["samples_per_s"].to_numpy())
+
+
+INTERPOLATED_SPEC = """
+name: interp
+cost_model: nersc2024
+jobs: [gpt3]
+gpus: [64]
+strategies: [1d]
+hardware:
+  base: nersc-B200
+  grid:
+    memory: {interpolate: [nersc-A100, nersc-H200], points_per_segment: 3,
+             keys: [hbm_bandwidth, hbm_capacity]}
+    compute: {interpolate: [nersc-A100, nersc-H200], points_per_segment: 2,
+              keys: [matrix_flops, vector_flops]}
+top_n: 1
+"""
+
+
+def test_heatmap_names_the_generations_of_interpolated_axes(tmp_path):
+    (tmp_path / "interp.yaml").write_text(INTERPOLATED_SPEC)
+    run_sweep(str(tmp_path / "interp.yaml"), SerialComm(), RunOptions(out_dir=tmp_path / "o"))
+    res = open_results(tmp_path / "o" / "sweep.h5")
+    fig, data = draw(res, "heatmap")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["A100", "H200"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["A100", "H200"]
+    assert ax.get_xlabel().startswith("memory (hbm bandwidth, hbm capacity)") or \
+        ax.get_xlabel().startswith("compute (matrix flops, vector flops)")
+    assert "baseline A100 x A100" in ax.get_title()
+    assert data["baseline"].sum() == 1
