@@ -61,7 +61,8 @@ class PlotOptions:
     strategy: str | None = None  # only this strategy (default: best over strategies)
     jobs: Sequence[str] = ()  # only these jobs
     hardware: Sequence[str] = ()  # only these hardware variants (labels or bases)
-    n_gpus: int | None = None  # heatmap: GPU count (default: the largest)
+    n_gpus: int | None = None  # heatmap: GPU count (default: the largest); breakdown,
+    #                            memory: only this count, hardware variants along x
     x: str | None = None  # heatmap axes (default: the first two swept axes)
     y: str | None = None
     fractions: bool = False  # breakdown: shares of the step instead of seconds
@@ -303,6 +304,64 @@ def _top_panels(best) -> tuple[list[tuple[str, int]], str]:
     return sorted(keys, key=lambda k: (list(dict.fromkeys(best["job"])).index(k[0]), k[1])), note
 
 
+#: bars per panel along a swept axis, and panels across a second one, for large grids
+AXIS_BARS = 16
+AXIS_PANELS = 3
+
+
+def _spread(values: Sequence, k: int) -> list:
+    """At most ``k`` of the sorted ``values``, evenly spaced, both ends kept."""
+    values = sorted(values)
+    if len(values) <= k:
+        return values
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
+
+
+def _variant_panels(res: Results, best, opts: PlotOptions):
+    """Panels for a sweep at one GPU count: (job, rows, tick labels, x label, title, x
+    positions). Up to MAX_BARS variants: every one, in variant order. A larger grid becomes
+    small multiples along its swept axes: x = the first swept axis (or --x), AXIS_BARS of
+    its values; panels = AXIS_PANELS values of the second (or --y); the other axes at the
+    values of the fastest variant."""
+    panels, note = [], ""
+    for job in dict.fromkeys(best["job"]):
+        mine = best[best["job"] == job]
+        n = int(mine["n_gpus"].iloc[0])
+        swept = [a for a in res.swept_axes if f"swept_{a}" in mine
+                 and mine[f"swept_{a}"].nunique() > 1]
+        if mine["variant_id"].nunique() <= MAX_BARS or not swept:
+            chosen = _ranked_variants(mine)[:MAX_BARS]
+            sub = mine[mine["variant_id"].isin(chosen)].sort_values("variant_id")
+            if mine["variant_id"].nunique() > MAX_BARS:
+                note = f" (the {MAX_BARS} fastest variants; select with --hardware)"
+            panels.append((job, sub, _short_labels(best, sub), f"hardware variant ({n} GPUs)",
+                           job, np.arange(len(sub))))
+            continue
+        xa = opts.x if opts.x in swept else swept[0]
+        rest = [a for a in swept if a != xa]
+        ya = opts.y if opts.y in rest else (rest[0] if rest else None)
+        fastest = mine.loc[mine["samples_per_s"].idxmax()]
+        fixed = mine
+        for a in rest:
+            if a != ya:
+                fixed = fixed[fixed[f"swept_{a}"] == fastest[f"swept_{a}"]]
+        xs = _spread(fixed[f"swept_{xa}"].unique(), AXIS_BARS)
+        ys = _spread(fixed[f"swept_{ya}"].unique(), AXIS_PANELS) if ya else [None]
+        for yv in ys:
+            sub = fixed[fixed[f"swept_{xa}"].isin(xs)]
+            if ya:
+                sub = sub[sub[f"swept_{ya}"] == yv]
+            sub = sub.sort_values(f"swept_{xa}").drop_duplicates(f"swept_{xa}")
+            title = job + (f", {axis_label(ya)} = {_value_text(res, ya, yv)}" if ya else "")
+            panels.append((job, sub, [_value_text(res, xa, v) for v in sub[f"swept_{xa}"]],
+                           f"{axis_label(xa)} ({n} GPUs)", title, np.arange(len(sub))))
+        others = [a for a in rest if a != ya]
+        note = (f" ({len(xs)} values of {xa}" + (f" x {len(ys)} of {ya}" if ya else "")
+                + (f"; {', '.join(others)} as in the fastest variant" if others else "")
+                + f", of {mine['variant_id'].nunique()} variants)")
+    return panels, note
+
+
 def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     """Stacked bars per panel: x = GPU count (the same counts on every panel), one panel per
     (job, variant); or, when the sweep has one GPU count, x = hardware variant, one panel
@@ -312,6 +371,10 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     best = _best(res, opts)
     parts = {c: label for c, label in parts.items() if c in best}  # (older files: no EP)
     recorded = list(parts)  # every part goes into the data, slivers too
+    if opts.n_gpus:  # one GPU count: the hardware variants along x
+        best = best[best["n_gpus"] == opts.n_gpus]
+        if best.empty:
+            raise SweepError(f"--gpus: no feasible configuration at {opts.n_gpus} GPUs")
     fractions = what == "breakdown" and opts.fractions
     if what == "breakdown":  # slivers: parts under SLIVER of every bar join "other"
         total = best[list(parts)].sum(axis=1).to_numpy(float)
@@ -325,33 +388,22 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                      "_other": f"other (each < {SLIVER:.0%})"}
     by_variant = best["n_gpus"].nunique() == 1
     all_gpus = sorted({int(g) for g in best["n_gpus"]})
-    if by_variant:
-        jobs = list(dict.fromkeys(best["job"]))
-        keys = [(job, None) for job in jobs]
-        n_var = best.groupby("job")["variant_id"].nunique().max()
-        note = (f" (the {MAX_BARS} fastest of {n_var} variants; select with --hardware)"
-                if n_var > MAX_BARS else "")
-        fig, axes = _grid(Figure, len(keys), max(4.6, 0.28 * min(n_var, MAX_BARS) + 2), 4.6)
+    if by_variant:  # one GPU count: the hardware variants along x
+        panels, note = _variant_panels(res, best, opts)
+        widest = max(len(p[2]) for p in panels)
+        fig, axes = _grid(Figure, len(panels), max(4.6, 0.28 * widest + 2), 4.6)
     else:
         keys, note = _top_panels(best)
-        fig, axes = _grid(Figure, len(keys), 4.6, 3.8)
-    rows = []
-    for ax, (job, variant) in zip(axes, keys):
-        if by_variant:
-            mine = best[best["job"] == job]
-            chosen = _ranked_variants(mine)[:MAX_BARS]
-            sub = mine[mine["variant_id"].isin(chosen)].sort_values("variant_id")
-            ticks = _short_labels(best, sub)
-            pos = np.arange(len(sub))
-            xlabel = f"hardware variant ({int(sub['n_gpus'].iloc[0])} GPUs)"
-            title = job
-        else:
+        panels = []
+        for job, variant in keys:
             sub = best[(best["job"] == job) & (best["variant_id"] == variant)] \
                 .sort_values("n_gpus")
-            ticks = [str(g) for g in all_gpus]
-            pos = np.array([all_gpus.index(int(g)) for g in sub["n_gpus"]])
-            xlabel = "GPUs"
-            title = _label(best, job, variant)
+            panels.append((job, sub, [str(g) for g in all_gpus], "GPUs",
+                           _label(best, job, variant),
+                           np.array([all_gpus.index(int(g)) for g in sub["n_gpus"]])))
+        fig, axes = _grid(Figure, len(panels), 4.6, 3.8)
+    rows = []
+    for ax, (job, sub, ticks, xlabel, title, pos) in zip(axes, panels):
         bottom = np.zeros(len(sub))
         values = {}
         total = sum(sub[c].to_numpy(float) for c in parts)
@@ -390,6 +442,12 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                          "case_id": int(cid), "strategy": str(sub["strategy"].iloc[i]),
                          **{c: float(sub[c].iloc[i] * (scale[i] if np.ndim(scale) else scale))
                             for c in recorded}})
+    if by_variant and not fractions:  # small multiples of one job share their y range
+        for job in dict.fromkeys(p[0] for p in panels):
+            mine = [ax for ax, p in zip(axes, panels) if p[0] == job]
+            top = max(ax.get_ylim()[1] for ax in mine)
+            for ax in mine:
+                ax.set_ylim(0, top)
     # one legend for all panels, below them
     handles = {}
     for ax in axes:
@@ -695,9 +753,13 @@ def _pareto(res: Results, opts: PlotOptions):
                 front[i], top = True, y[i]
         ax.scatter(x[~front], y[~front], s=6, color="0.7", label="other variants")
         ax.plot(x[front], y[front], "o-", color="C3", ms=4, label="Pareto front")
-        for xi, yi, v in zip(x[front], y[front], sub["variant_id"].to_numpy()[front]):
-            ax.annotate(short[v], (xi, yi), xytext=(3, -8), textcoords="offset points",
-                        fontsize=6, color="C3")
+        # labels: at most 8 front points, without the x axis' own value
+        own = xcol.removeprefix("swept_") + "="
+        points = list(zip(x[front], y[front], sub["variant_id"].to_numpy()[front]))
+        for xi, yi, v in _spread(points, 8):
+            text = " ".join(w for w in short[v].split() if not w.startswith(own))
+            ax.annotate(text or short[v], (xi, yi), xytext=(3, -8),
+                        textcoords="offset points", fontsize=6, color="C3")
         for r, f in zip(sub.itertuples(), front):
             rows.append({"job": job, "variant_id": int(r.variant_id), "hardware": r.hardware,
                          "n_gpus": int(r.n_gpus), "x": float(getattr(r, xcol)),

@@ -57,9 +57,14 @@ def add_parsers(sub) -> None:
     pt.add_argument("--job", action="append", help="only this job (repeatable)")
     pt.add_argument("--hardware", action="append",
                     help="only this hardware variant label or base (repeatable)")
-    pt.add_argument("--gpus", type=positive_int, help="heatmap: GPU count (default largest)")
-    pt.add_argument("--x", help="heatmap: swept axis across (default: the first)")
-    pt.add_argument("--y", help="heatmap: swept axis up (default: the second)")
+    pt.add_argument("--gpus", type=positive_int,
+                    help="heatmap: GPU count (default largest); breakdown, memory: only this "
+                         "count, the hardware variants along x")
+    pt.add_argument("--x", help="heatmap, and breakdown / memory of a large grid: swept "
+                    "axis across "
+                    "(default: the first)")
+    pt.add_argument("--y", help="heatmap: swept axis up; breakdown / memory of a large grid: one "
+                    "panel per value (default: the second)")
     pt.add_argument("--fractions", action="store_true",
                     help="breakdown: shares of the step time instead of seconds")
     pt.add_argument("--data", help="also write the plotted numbers to this CSV")

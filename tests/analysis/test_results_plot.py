@@ -16,7 +16,15 @@ import h5py
 import numpy as np
 import pytest
 
-from sweep.analysis.plot import KINDS, PlotOptions, draw, kinds_that_fit, save, why_not
+from sweep.analysis.plot import (
+    KINDS,
+    PlotOptions,
+    axis_label,
+    draw,
+    kinds_that_fit,
+    save,
+    why_not,
+)
 from sweep.analysis.report import MARKER, write_report
 from sweep.analysis.results import MEMORY_PARTS, TIME_PARTS, open_results
 from sweep.analysis.show import format_rows, load_rows
@@ -591,3 +599,25 @@ def test_heatmap_names_the_generations_of_interpolated_axes(tmp_path):
         ax.get_xlabel().startswith("compute (matrix flops, vector flops)")
     assert "baseline A100 x A100" in ax.get_title()
     assert data["baseline"].sum() == 1
+
+
+def test_large_grids_become_small_multiples_along_the_swept_axes(grid, monkeypatch):
+    """A grid with more variants than bars fit: x = the first swept axis, one panel per
+    value of the second, the bars still the HDF5 numbers (issue 18: no 3432 px strips)."""
+    import sweep.analysis.plot as plot
+
+    monkeypatch.setattr(plot, "MAX_BARS", 2)
+    res = open_results(grid)
+    best = {int(r["case_id"]): r for r in res.best_per_system().to_dict("records")}
+    fig, data = draw(res, "breakdown", PlotOptions(n_gpus=16))
+    panels = [ax for ax in fig.axes if ax.patches]
+    axes_swept = res.swept_axes
+    assert len(panels) == 2  # two values of the second swept axis
+    for ax in panels:
+        assert ax.get_xlabel().startswith(axis_label(axes_swept[0]))
+        assert len(ax.get_xticklabels()) == 2
+    assert len({ax.get_ylim() for ax in panels}) == 1  # one y range for the job
+    for _, r in data.iterrows():
+        for c in TIME_PARTS:
+            assert r[c] == pytest.approx(float(best[r["case_id"]][c]), rel=1e-12)
+    assert len(data) == 4
