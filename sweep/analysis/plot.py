@@ -317,6 +317,32 @@ def _spread(values: Sequence, k: int) -> list:
     return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
 
 
+def _slices(res: Results, mine, swept: list[str], opts: PlotOptions):
+    """Small multiples of one job's rows at one GPU count: (x axis, y axis or None,
+    [(y value, rows)], note). x = the first swept axis (or --x), AXIS_BARS of its values;
+    one slice per AXIS_PANELS values of the second (or --y); the other swept axes at the
+    values of the fastest variant."""
+    xa = opts.x if opts.x in swept else swept[0]
+    rest = [a for a in swept if a != xa]
+    ya = opts.y if opts.y in rest else (rest[0] if rest else None)
+    fastest = mine.loc[mine["samples_per_s"].fillna(-1.0).idxmax()]
+    fixed = mine
+    for a in rest:
+        if a != ya:
+            fixed = fixed[fixed[f"swept_{a}"] == fastest[f"swept_{a}"]]
+    xs = _spread(fixed[f"swept_{xa}"].unique(), AXIS_BARS)
+    ys = _spread(fixed[f"swept_{ya}"].unique(), AXIS_PANELS) if ya else [None]
+    slices = []
+    for yv in ys:
+        sub = fixed[fixed[f"swept_{xa}"].isin(xs)]
+        slices.append((yv, sub[sub[f"swept_{ya}"] == yv] if ya else sub))
+    others = [a for a in rest if a != ya]
+    note = (f" ({len(xs)} values of {xa}" + (f" x {len(ys)} of {ya}" if ya else "")
+            + (f"; {', '.join(others)} as in the fastest variant" if others else "")
+            + f", of {mine['variant_id'].nunique()} variants)")
+    return xa, ya, slices, note
+
+
 def _variant_panels(res: Results, best, opts: PlotOptions):
     """Panels for a sweep at one GPU count: (job, rows, tick labels, x label, title, x
     positions). Up to MAX_BARS variants: every one, in variant order. A larger grid becomes
@@ -337,28 +363,12 @@ def _variant_panels(res: Results, best, opts: PlotOptions):
             panels.append((job, sub, _short_labels(best, sub), f"hardware variant ({n} GPUs)",
                            job, np.arange(len(sub))))
             continue
-        xa = opts.x if opts.x in swept else swept[0]
-        rest = [a for a in swept if a != xa]
-        ya = opts.y if opts.y in rest else (rest[0] if rest else None)
-        fastest = mine.loc[mine["samples_per_s"].idxmax()]
-        fixed = mine
-        for a in rest:
-            if a != ya:
-                fixed = fixed[fixed[f"swept_{a}"] == fastest[f"swept_{a}"]]
-        xs = _spread(fixed[f"swept_{xa}"].unique(), AXIS_BARS)
-        ys = _spread(fixed[f"swept_{ya}"].unique(), AXIS_PANELS) if ya else [None]
-        for yv in ys:
-            sub = fixed[fixed[f"swept_{xa}"].isin(xs)]
-            if ya:
-                sub = sub[sub[f"swept_{ya}"] == yv]
+        xa, ya, slices, note = _slices(res, mine, swept, opts)
+        for yv, sub in slices:
             sub = sub.sort_values(f"swept_{xa}").drop_duplicates(f"swept_{xa}")
             title = job + (f", {axis_label(ya)} = {_value_text(res, ya, yv)}" if ya else "")
             panels.append((job, sub, [_value_text(res, xa, v) for v in sub[f"swept_{xa}"]],
-                           f"{axis_label(xa)} ({n} GPUs)", title, np.arange(len(sub))))
-        others = [a for a in rest if a != ya]
-        note = (f" ({len(xs)} values of {xa}" + (f" x {len(ys)} of {ya}" if ya else "")
-                + (f"; {', '.join(others)} as in the fastest variant" if others else "")
-                + f", of {mine['variant_id'].nunique()} variants)")
+                           f"{_axis_text(res, xa)} ({n} GPUs)", title, np.arange(len(sub))))
     return panels, note
 
 
@@ -639,7 +649,8 @@ def _speedups(res: Results, jobs: Sequence[str] = ()):
     key = ["job", "variant_id", "n_gpus"]
     done = cases[cases["complete"].astype(bool) | np.isfinite(
         cases["best_samples_per_s"].to_numpy(float))]
-    table = done[[*key, "strategy", "best_samples_per_s"]].rename(
+    swept = [c for c in done.columns if c.startswith("swept_")]
+    table = done[[*key, "strategy", "best_samples_per_s", *swept]].rename(
         columns={"best_samples_per_s": "samples_per_s"})
     top = table.groupby(key)["samples_per_s"].transform("max")
     table = table.assign(speedup=table["samples_per_s"] / top,
@@ -660,36 +671,61 @@ def _strategies(res: Results, opts: PlotOptions):
     as such (a cross at 0), not left out."""
     Figure = _mpl()
     strategies, table = _speedups(res, opts.jobs)
+    if opts.n_gpus:  # one GPU count: along the swept hardware axes
+        table = table[table["n_gpus"] == opts.n_gpus]
     if len(strategies) < 2:
         raise SweepError(f"{res.path}: comparing strategies needs two; this sweep has "
                          f"{', '.join(strategies) or 'none'}")
     if table.empty:
         raise SweepError(f"{res.path}: no GPU count has results of two strategies with a "
                          f"feasible configuration yet; nothing to compare")
-    ranked = table.assign(samples_per_s=table["samples_per_s"].fillna(0.0))
-    keys, note = _top_panels(ranked)
-    fig, axes = _grid(Figure, len(keys))
+    swept = [a for a in res.swept_axes if f"swept_{a}" in table
+             and table[f"swept_{a}"].nunique() > 1]
+    panels = []  # (title, rows, x column, x label)
+    if table["n_gpus"].nunique() == 1 and swept:  # along the swept axes, as small multiples
+        note = ""
+        for job in dict.fromkeys(table["job"]):
+            mine = table[table["job"] == job]
+            xa, ya, slices, note = _slices(res, mine, swept, opts)
+            n = int(mine["n_gpus"].iloc[0])
+            for yv, sub in slices:
+                title = job + (f", {axis_label(ya)} = {_value_text(res, ya, yv)}" if ya
+                               else "") + f", {n} GPUs"
+                panels.append((title, sub, f"swept_{xa}", _axis_text(res, xa)))
+    else:
+        ranked = table.assign(samples_per_s=table["samples_per_s"].fillna(0.0))
+        keys, note = _top_panels(ranked)
+        best = res.best()
+        for job, variant in keys:
+            sub = table[(table["job"] == job) & (table["variant_id"] == variant)]
+            panels.append((_label(best, job, variant), sub, "n_gpus", "GPUs"))
+    fig, axes = _grid(Figure, len(panels))
     rows = []
-    for ax, (job, variant) in zip(axes, keys):
-        sub = table[(table["job"] == job) & (table["variant_id"] == variant)]
+    for ax, (title, sub, xcol, xlabel) in zip(axes, panels):
         for k, strat in enumerate(strategies):
-            line = sub[sub["strategy"] == strat].sort_values("n_gpus")
+            line = sub[sub["strategy"] == strat].sort_values(xcol)
             if line.empty:
                 continue
             ok = line["feasible"].to_numpy(bool)
-            x, y = line["n_gpus"].to_numpy(float), line["speedup"].to_numpy(float)
+            x, y = line[xcol].to_numpy(float), line["speedup"].to_numpy(float)
             ax.plot(x[ok], y[ok], "o-", color=f"C{k}", label=strat, ms=3)
             if (~ok).any():
                 ax.plot(x[~ok], np.zeros((~ok).sum()), "x", color=f"C{k}", ms=6, mew=1.5,
                         label=f"{strat}: no feasible configuration", clip_on=False)
-            rows += [{"job": job, "variant_id": int(variant), "strategy": strat,
-                      "n_gpus": int(g), "speedup": float(s), "feasible": bool(f),
-                      "best_strategy": b}
-                     for g, s, f, b in zip(line["n_gpus"], y, ok, line["best_strategy"])]
+            rows += [{"job": j, "variant_id": int(v), "strategy": strat, "n_gpus": int(g),
+                      "speedup": float(s), "feasible": bool(f), "best_strategy": b}
+                     for j, v, g, s, f, b in zip(line["job"], line["variant_id"],
+                                                 line["n_gpus"], y, ok, line["best_strategy"])]
         ax.set_ylim(0, 1.08)
         ax.axhline(1.0, color="k", lw=0.6, ls="--")
-        _finish_panel(ax, sub["n_gpus"], "throughput / best of all strategies",
-                      _label(res.best(), job, variant))
+        if xcol == "n_gpus":
+            _finish_panel(ax, sub["n_gpus"], "throughput / best of all strategies", title)
+        else:
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("throughput / best of all strategies")
+            ax.set_title(title, fontsize=8)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=6)
     fig.suptitle(_title(res, "each strategy's best against the best strategy", note),
                  fontsize=10)
     return fig, rows

@@ -621,3 +621,17 @@ def test_large_grids_become_small_multiples_along_the_swept_axes(grid, monkeypat
         for c in TIME_PARTS:
             assert r[c] == pytest.approx(float(best[r["case_id"]][c]), rel=1e-12)
     assert len(data) == 4
+
+
+def test_strategies_at_one_gpu_count_run_along_the_swept_axes(grid):
+    res = open_results(grid)
+    fig, data = draw(res, "strategies", PlotOptions(n_gpus=16))
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert len(panels) == 2 and all(ax.get_xlabel() == axis_label(res.swept_axes[0])
+                                    for ax in panels)
+    cases = res.cases[res.cases["n_gpus"] == 16]
+    for (v, _n), group in data.groupby(["variant_id", "n_gpus"]):
+        mine = cases[cases["variant_id"] == v].set_index("strategy")["best_samples_per_s"]
+        for _, r in group.iterrows():
+            assert r["speedup"] == pytest.approx(mine[r["strategy"]] / mine.max(), rel=1e-12)
+    assert set(data["n_gpus"]) == {16}
