@@ -6,7 +6,8 @@ search is single-threaded), best of ``repeat`` runs, so a loaded machine reads s
 faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
 NVLink domain of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
 the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
-included), is timed and reported on its own;
+included), and the many-case workload, 400 hardware variants of one small space (what a
+hardware grid costs per case), are timed and reported on their own;
 ``full`` adds Llama 3 405B on 2048 H100 (calibrated) and the whole NERSC reproduction (3
 systems x 3 NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
 """
@@ -25,8 +26,8 @@ from ..engine.catalog import load_hardware, load_job
 from ..model.candidates import enumerate_space
 from ..model.search import search_range
 
-__all__ = ["Workload", "STANDARD", "MOE", "CALIBRATED_LARGE", "nersc_reproduction", "run_bench",
-           "estimate_search_seconds", "pps_sample"]
+__all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
+           "run_bench", "estimate_search_seconds", "pps_sample"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class Workload:
 
     name: str
     profile: str
-    cases: tuple[tuple[str, str, int, str, int], ...]  # (job, hardware, nvlink, strategy, gpus)
+    #: (job, hardware, nvlink, strategy, gpus) or with a 6th item: hardware fields to
+    #: replace, ((field, value), ...)
+    cases: tuple[tuple, ...]
 
 
 STANDARD = tuple(
@@ -48,6 +51,15 @@ STANDARD = tuple(
 #: placement multiply the space (reported on its own line)
 MOE = Workload("deepseek_v3 calibrated GB200 nvs72 64", "calibrated",
                (("deepseek_v3", "GB200-NVL72", 72, "1d", 64),))
+#: many cases that differ only in hardware (issue 19): gpt3_1T 1d on B200 at 8192 GPUs
+#: over a 20 x 20 grid of HBM bandwidth (0.5 - 16 TB/s) and capacity (80 - 1000 GB), as a
+#: hardware-grid spec expands; one enumeration shared, as in a run (SpaceCache). Its
+#: per-case cost is reported as microseconds per case.
+MANY_CASES = Workload(
+    "gpt3_1T 1d B200 nvs8 8192, 400 HBM variants", "nersc2024",
+    tuple(("gpt3_1T", "nersc-B200", 8, "1d", 8192,
+           (("hbm_bytes_per_s", float(bw)), ("hbm_capacity_bytes", float(cap))))
+          for bw in np.linspace(0.5e12, 16e12, 20) for cap in np.linspace(80e9, 1000e9, 20)))
 #: the calibrated profile at production scale (with --full)
 CALIBRATED_LARGE = Workload("llama3_405b calibrated H100 nvs8 2048", "calibrated",
                             (("llama3_405b", "H100-SXM", 8, "1d", 2048),))
@@ -64,16 +76,21 @@ def nersc_reproduction() -> Workload:
 
 def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
     loaded = []
-    for job_name, hw_name, nvs, strategy, n in w.cases:
-        hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs)
+    for job_name, hw_name, nvs, strategy, n, *fields in w.cases:
+        hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs,
+                                 **dict(fields[0] if fields else ()))
         loaded.append((load_job(job_name), hw, strategy, n))
     best = float("inf")
     count = 0
     for _ in range(repeat):
         start = time.process_time()
         count = 0
+        spaces: dict[tuple, object] = {}  # variants of one space share it, as in a run
         for job, hw, strategy, n in loaded:
-            space = enumerate_space(w.profile, job, n, strategy, hw.nvlink_domain)
+            key = (job, n, strategy, hw.nvlink_domain)
+            if key not in spaces:
+                spaces[key] = enumerate_space(w.profile, job, n, strategy, hw.nvlink_domain)
+            space = spaces[key]
             search_range(w.profile, job, hw, strategy, n, space, 0, space.size, 10)
             count += space.size
         best = min(best, time.process_time() - start)
@@ -82,15 +99,16 @@ def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
 
 def run_bench(repeat: int = 5, full: bool = False) -> dict:
     """Time the workloads; returns a JSON-ready report."""
-    workloads = list(STANDARD) + [MOE] + ([CALIBRATED_LARGE, nersc_reproduction()]
-                                          if full else [])
+    workloads = list(STANDARD) + [MOE, MANY_CASES] + (
+        [CALIBRATED_LARGE, nersc_reproduction()] if full else [])
     rows = []
     for w in workloads:
-        count, seconds = _time_workload(w, 1 if w in (CALIBRATED_LARGE,) or len(w.cases) > 10
-                                        else repeat)
+        count, seconds = _time_workload(w, 1 if w is CALIBRATED_LARGE or len(w.cases) > 500
+                                        else min(repeat, 3) if len(w.cases) > 10 else repeat)
         rows.append({"workload": w.name, "profile": w.profile, "cases": len(w.cases),
                      "candidates": count, "cpu_seconds": seconds,
-                     "candidates_per_core_second": count / seconds if seconds > 0 else 0.0})
+                     "candidates_per_core_second": count / seconds if seconds > 0 else 0.0,
+                     "us_per_case": 1e6 * seconds / len(w.cases)})
     std = [r for r in rows if r["workload"] in {w.name for w in STANDARD}]
     total = sum(r["candidates"] for r in std) / sum(r["cpu_seconds"] for r in std)
     return {"sweep_version": __version__, "python": platform.python_version(),
@@ -98,7 +116,12 @@ def run_bench(repeat: int = 5, full: bool = False) -> dict:
             "processor": platform.processor() or platform.machine(), "repeat": repeat,
             "workloads": rows, "standard_candidates_per_core_second": total,
             "moe_candidates_per_core_second": next(
-                r["candidates_per_core_second"] for r in rows if r["workload"] == MOE.name)}
+                r["candidates_per_core_second"] for r in rows if r["workload"] == MOE.name),
+            "many_case_candidates_per_core_second": next(
+                r["candidates_per_core_second"] for r in rows
+                if r["workload"] == MANY_CASES.name),
+            "many_case_us_per_case": next(r["us_per_case"] for r in rows
+                                          if r["workload"] == MANY_CASES.name)}
 
 
 def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:

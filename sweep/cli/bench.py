@@ -23,7 +23,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(fmt.table(["workload", "cases", "candidates", "cpu [s]", "candidates/core-s"], rows))
     print(f"standard workloads together: "
           f"{report['standard_candidates_per_core_second']:,.0f} candidates per core-second; "
-          f"mixture of experts: {report['moe_candidates_per_core_second']:,.0f}")
+          f"mixture of experts: {report['moe_candidates_per_core_second']:,.0f}; many cases: "
+          f"{report['many_case_candidates_per_core_second']:,.0f} "
+          f"({report['many_case_us_per_case']:,.0f} us per case)")
     return 0
 
 

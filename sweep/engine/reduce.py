@@ -197,8 +197,9 @@ def _reduce(run_dir: Path, partial: bool) -> ReduceSummary:
     for p in parts:
         attrs, done, top = read_part(p)
         if attrs.get("spec_sha256") != sha:
-            raise StoreError(f"{p}: written for another spec (sha256 {attrs.get('spec_sha256')!s:.12} "
-                             f"vs {sha:.12} of {SPEC_NAME}); remove it or use another --out")
+            raise StoreError(f"{p}: written for another spec (sha256 "
+                             f"{attrs.get('spec_sha256')!s:.12} vs {sha:.12} of {SPEC_NAME}); "
+                             f"remove it or use another --out")
         done_list.append(done)
         top_list.append(top)
         written.append(str(attrs.get("written_utc", "")))

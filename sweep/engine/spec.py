@@ -29,7 +29,8 @@ range has at most :data:`MAX_AXIS_POINTS` values; GPU counts are at most :data:`
 ``top_n`` at most :data:`MAX_TOP_N`, ``unit_size`` at most :data:`MAX_UNIT_SIZE`; the
 hardware grid expands to at most ``max_variants`` variants (default
 :data:`DEFAULT_MAX_VARIANTS`) and the spec to at most :data:`MAX_CASES_PER_VARIANT` x
-``max_variants`` cases. Job and hardware limits: :mod:`sweep.model.job`, :mod:`sweep.model.hardware`.
+``max_variants`` cases. Job and hardware limits: :mod:`sweep.model.job`,
+:mod:`sweep.model.hardware`.
 """
 
 from __future__ import annotations

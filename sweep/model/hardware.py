@@ -245,7 +245,8 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         SpecError: unknown key, missing key, wrong unit or non-positive value.
     """
     if not isinstance(raw, Mapping):
-        raise _fail(source, "", f"expected a mapping of hardware parameters, got {type(raw).__name__}")
+        raise _fail(source, "", f"expected a mapping of hardware parameters, got "
+                                f"{type(raw).__name__}")
     values: dict[str, Any] = {}
     given_as: dict[str, str] = {}
     for key, value in raw.items():
@@ -355,8 +356,9 @@ OVERRIDABLE = {
     "matrix_sustained_fraction": "sustained best-shape GEMM fraction of the tensor peak",
     "matrix_tflops": "16-bit tensor peak (other precisions scale with it)",
     "vector_tflops": "16-bit vector peak (other precisions scale with it)",
-    "<quantity>_<unit>": "hbm_GBps, hbm_GiB, hbm_GB, nvlink_GBps, scaleout_GBps, scaleout_Gbps, "
-                         "nvlink_latency_us, scaleout_latency_us, host_memory_GiB, host_link_GBps, "
+    "<quantity>_<unit>": "hbm_GBps, hbm_GiB, hbm_GB, nvlink_GBps, scaleout_GBps, "
+                         "scaleout_Gbps, nvlink_latency_us, scaleout_latency_us, "
+                         "host_memory_GiB, host_link_GBps, "
                          "nvlink_half_bandwidth_per_rank_MiB, "
                          "scaleout_half_bandwidth_per_rank_MiB",
 }

@@ -85,7 +85,8 @@ class OpTime:
 def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
               defects: NerscDefects = DEFECTS) -> list[OpCost]:
     """The ops of one transformer layer (MLP block then attention block), sections 3-5."""
-    b, l, e, f, h = np.asarray(c["mbs"], dtype=np.int64), job.seq_len, job.hidden, job.ffn_hidden, job.n_heads
+    b = np.asarray(c["mbs"], dtype=np.int64)
+    l, e, f, h = job.seq_len, job.hidden, job.ffn_hidden, job.n_heads
     q = e // h
     eb, mb = ELEM_BYTES, MASK_BYTES
     kappa = hw.matrix_peak("fp16") / hw.vector_peak("fp16")

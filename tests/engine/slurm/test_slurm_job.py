@@ -51,8 +51,8 @@ def env():
 def test_submit_wait_and_reduce(tmp_path):
     out = tmp_path / "slurm-run"
     proc = subprocess.run([str(BIN / "sweep"), "slurm", SMALL, "--ntasks-per-node", "2",
-                           "--mpi", "pmi2", "--time", "10", "--out", str(out), "--submit", "--wait",
-                           "--wait-timeout", "600"], capture_output=True, text=True,
+                           "--mpi", "pmi2", "--time", "10", "--out", str(out), "--submit",
+                           "--wait", "--wait-timeout", "600"], capture_output=True, text=True,
                           timeout=900, env=env(), cwd=tmp_path)
     log = "".join(p.read_text() for p in out.glob("slurm-*.out"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + log
