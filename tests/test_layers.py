@@ -138,3 +138,17 @@ def test_no_import_cycles():
     for n in sorted(graph):
         if n not in state:
             visit(n)
+
+
+def test_importing_the_model_loads_no_other_layer():
+    """`import sweep.model...` must not drag in the engine (YAML), HDF5 or MPI: the package
+    root re-exports its conveniences lazily."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sweep.model.cost, sweep.model.search; "
+            "print(sorted(m for m in ('yaml', 'h5py', 'mpi4py', 'sweep.engine', "
+            "'sweep.analysis', 'sweep.cli') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

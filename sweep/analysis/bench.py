@@ -176,3 +176,4 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
             break
     return {"core_seconds": total * float(np.mean(ratios)), "units_timed": len(seconds),
             "cpu_seconds": spent}
+

@@ -118,14 +118,19 @@ def _short_labels(best, sub) -> list[str]:
     bases_vary = best["base"].nunique() > 1
     out = []
     for base, hw, d in zip(sub["base"], sub["hardware"], swept):
-        parts = ([str(base)] if bases_vary else []) + [f"{k}={float(d[k]):.3g}" for k in varying]
+        parts = ([str(base)] if bases_vary else []) + [f"{k}={_tick_text([d[k]])[0]}"
+                                                       for k in varying]
         out.append(" ".join(parts) if parts else str(hw))
     return out
 
 
-def _title(res: Results, what: str, note: str = "") -> str:
+def _title(res: Results, what: str, note: str = "", width: int = 90) -> str:
+    """The figure title, wrapped so that a narrow figure does not clip it."""
+    import textwrap
+
     partial = " [PARTIAL RUN]" if not res.complete else ""
-    return f"{res.name}: {what} ({res.cost_model}){note}{partial}"
+    return "\n".join(textwrap.wrap(f"{res.name}: {what} ({res.cost_model}){note}{partial}",
+                                   width))
 
 
 def _finish_panel(ax, gpus, ylabel: str, title: str) -> None:
@@ -198,9 +203,22 @@ def _encoding_legend(ax, best, extra=()) -> None:
         ax.legend([h for h, _ in handles], [lab for _, lab in handles], fontsize=6)
 
 
-def _label_line_end(ax, x, y, text, color) -> None:
-    ax.annotate(text, (x, y), xytext=(4, 0), textcoords="offset points", fontsize=6,
-                color=color, va="center", ha="left", annotation_clip=False)
+def _label_line_ends(ax, ends: list[tuple]) -> None:
+    """Label each line at its end, (x, y, text, colour) on a log y axis, the labels pushed
+    apart vertically so that they never overlap (at least 3.5 % of the axis apart)."""
+    if not ends:
+        return
+    lo, hi = (math.log10(v) for v in ax.get_ylim())
+    gap = 0.035 * (hi - lo)
+    order = sorted(range(len(ends)), key=lambda i: math.log10(ends[i][1]))
+    placed: list[float] = []
+    for i in order:
+        want = math.log10(ends[i][1])
+        placed.append(max(want, placed[-1] + gap) if placed else want)
+    for i, y in zip(order, placed):
+        x, _, text, color = ends[i]
+        ax.annotate(text, (x, ends[i][1]), xytext=(x * 1.08, 10 ** y), textcoords="data",
+                    fontsize=6, color=color, va="center", ha="left", annotation_clip=False)
 
 
 # ------------------------------------------------------------------------------ kinds
@@ -220,6 +238,10 @@ def _scaling(res: Results, opts: PlotOptions):
     if metric == "days" and opts.tokens <= 0:
         raise SweepError("--metric days needs --tokens (tokens to train on, e.g. 1e12)")
     best = best.copy()
+    if best["n_gpus"].nunique() < 2:
+        raise SweepError(f"{res.path}: scaling needs results at several GPU counts; this "
+                         f"selection has {int(best['n_gpus'].iloc[0])} only (try --kind "
+                         f"breakdown, heatmap or pareto)")
     best["value"] = (opts.tokens / best["tokens_per_s"] / 86400.0 if metric == "days"
                      else best[metric])
     faster_is_higher = metric in ("samples_per_s", "tokens_per_s")
@@ -240,15 +262,17 @@ def _scaling(res: Results, opts: PlotOptions):
             return scale * g if faster_is_higher else scale / g
 
         gx = np.array(sorted(set(n)))
-        ideal_handle, = ax.plot(gx, ideal(gx), color="k", ls=(0, (4, 3)), lw=0.9)
+        ideal_handle, = ax.plot(gx, ideal(gx), color="0.55", ls="-", lw=4, alpha=0.35,
+                                solid_capstyle="butt", zorder=0)
         ranked = _ranked_variants(sub)
         shown, rest = ranked[:MAX_LINES], ranked[MAX_LINES:]
+        ends: list[tuple] = []
         for variant in shown:
             line = sub[sub["variant_id"] == variant].sort_values("n_gpus")
             x, y = line["n_gpus"].to_numpy(float), line["value"].to_numpy(float)
             color, style, marker = enc[variant]
             ax.plot(x, y, color=color, ls=style, marker=marker, ms=3, lw=1.2)
-            _label_line_end(ax, x[-1], y[-1], short[variant], color)
+            ends.append((x[-1], y[-1], short[variant], color))
         extra = [(ideal_handle, f"ideal: the best per GPU ({sub['hardware'].iloc[k]}, "
                                 f"{int(n[k])} GPUs), scaled perfectly")]
         if rest:
@@ -266,6 +290,7 @@ def _scaling(res: Results, opts: PlotOptions):
         lo_x, hi_x = gx.min(), gx.max()
         ax.set_xlim(lo_x / 1.3, hi_x * (2.6 if len(shown) else 1.3))  # room for the labels
         ax.set_yscale("log")
+        _label_line_ends(ax, ends)
         ax.set_ylabel(labels[metric])
         ax.set_title(job, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
@@ -278,6 +303,11 @@ def _scaling(res: Results, opts: PlotOptions):
 MAX_BARS = 40
 #: a time part under this share of every bar of a panel joins "other"
 SLIVER = 0.01
+
+
+def _seconds(t: float) -> str:
+    """A step time as read on a bar: 1,480 s, 36.3 s, 0.52 s."""
+    return f"{t:,.0f} s" if t >= 100 else f"{t:.3g} s"
 
 
 def _layout_text(r) -> str:
@@ -382,9 +412,12 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     parts = {c: label for c, label in parts.items() if c in best}  # (older files: no EP)
     recorded = list(parts)  # every part goes into the data, slivers too
     if opts.n_gpus:  # one GPU count: the hardware variants along x
+        if opts.n_gpus not in set(res.cases["n_gpus"]):
+            raise SweepError(f"--gpus: {opts.n_gpus} is not a GPU count of this sweep; it has "
+                             f"{', '.join(str(g) for g in sorted(set(res.cases['n_gpus'])))}")
         best = best[best["n_gpus"] == opts.n_gpus]
         if best.empty:
-            raise SweepError(f"--gpus: no feasible configuration at {opts.n_gpus} GPUs")
+            raise SweepError(f"--gpus: no feasible configuration at {opts.n_gpus} GPUs yet")
     fractions = what == "breakdown" and opts.fractions
     if what == "breakdown":  # slivers: parts under SLIVER of every bar join "other"
         total = best[list(parts)].sum(axis=1).to_numpy(float)
@@ -396,6 +429,8 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             best["_other"] = best[small].sum(axis=1)
             parts = {**{c: lab for c, lab in parts.items() if c not in small},
                      "_other": f"other (each < {SLIVER:.0%})"}
+    colors = {c: f"C{k}" for k, c in enumerate(
+        TIME_PARTS if what == "breakdown" else MEMORY_PARTS)}
     by_variant = best["n_gpus"].nunique() == 1
     all_gpus = sorted({int(g) for g in best["n_gpus"]})
     if by_variant:  # one GPU count: the hardware variants along x
@@ -421,12 +456,16 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             raw_value = sub[c].to_numpy(float)
             values[c] = (raw_value / total if fractions else raw_value) if what == "breakdown" \
                 else raw_value / GB
-        for k, (c, label) in enumerate(parts.items()):
+        for c, label in parts.items():
             if not np.any(values[c]):
                 continue
-            color = "0.6" if c == "_other" else f"C{k}"
-            ax.bar(pos, values[c], bottom=bottom, color=color, label=label, width=0.8)
+            style = ({"color": "white", "edgecolor": "0.5", "hatch": "////"} if c == "_other"
+                     else {"color": colors[c]})  # one colour per part in every figure
+            ax.bar(pos, values[c], bottom=bottom, label=label, width=0.8, **style)
             bottom = bottom + values[c]
+        for p in sorted(set(range(len(ticks))) - set(int(q) for q in pos)):
+            ax.text(p, 0, "no feasible\nconfiguration", rotation=90, fontsize=6,
+                    ha="center", va="bottom", color="0.4")
         if what == "memory":
             cap = sub["hbm_capacity_bytes"].to_numpy(float) / GB
             ax.plot(pos, cap, "k_", ms=14, mew=1.5, ls="none", label="HBM capacity")
@@ -435,10 +474,12 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             ax.set_ylabel("fraction of step time" if fractions else "time per iteration [s]")
             top = 1.0 if fractions else float(np.max(bottom)) if len(bottom) else 1.0
             for p, b, t, (_, r) in zip(pos, bottom, total, sub.iterrows()):
-                text = _layout_text(r) if fractions else f"{t:.3g} s  {_layout_text(r)}"
-                ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=5.5, ha="center",
+                text = _layout_text(r) if fractions else f"{_seconds(t)}  {_layout_text(r)}"
+                ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=6.5, ha="center",
                         va="bottom")
             ax.set_ylim(0, top * (1.9 if not fractions else 1.75))  # room for the labels
+            if fractions:
+                ax.set_yticks(np.linspace(0, 1, 6))
         ax.set_xticks(np.arange(len(ticks)))
         tilt = by_variant and len(ticks) > 6
         ax.set_xticklabels(ticks, rotation=80 if tilt else (0 if by_variant else 45),
@@ -452,9 +493,11 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                          "case_id": int(cid), "strategy": str(sub["strategy"].iloc[i]),
                          **{c: float(sub[c].iloc[i] * (scale[i] if np.ndim(scale) else scale))
                             for c in recorded}})
-    if by_variant and not fractions:  # small multiples of one job share their y range
-        for job in dict.fromkeys(p[0] for p in panels):
-            mine = [ax for ax, p in zip(axes, panels) if p[0] == job]
+    if not fractions:  # panels of one job (on one base system) share their y range
+        groups = [(p[0], None if by_variant or p[1].empty else p[1]["base"].iloc[0])
+                  for p in panels]
+        for group in dict.fromkeys(groups):
+            mine = [ax for ax, g in zip(axes, groups) if g == group]
             top = max(ax.get_ylim()[1] for ax in mine)
             for ax in mine:
                 ax.set_ylim(0, top)
@@ -470,7 +513,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     title = (("share of the step time" if fractions else "time per iteration")
              + " of the best configuration" if what == "breakdown"
              else "memory per GPU of the best configuration")
-    fig.suptitle(_title(res, title, note), fontsize=10)
+    fig.suptitle(_title(res, title, note, int(12 * fig.get_figwidth())), fontsize=10)
     return fig, rows
 
 def _breakdown(res: Results, opts: PlotOptions):
@@ -603,7 +646,9 @@ def _heatmap(res: Results, opts: PlotOptions):
                                    linewidths=0.8)
                 ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=7)
         ax.plot([bj], [bi], marker="s", ms=9, mfc="none", mec="red", mew=1.5, ls="none")
-        ax.annotate("baseline", (bj, bi), xytext=(4, 4), textcoords="offset points",
+        ax.annotate("baseline", (bj, bi), xytext=(6, 6), textcoords="offset points",
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                          "alpha": 0.85},
                     color="red", fontsize=7)
         # at most ~10 labelled ticks per axis, one number format per axis
         for axis, values, set_ticks, set_labels, rot in (
@@ -710,14 +755,15 @@ def _strategies(res: Results, opts: PlotOptions):
             x, y = line[xcol].to_numpy(float), line["speedup"].to_numpy(float)
             ax.plot(x[ok], y[ok], "o-", color=f"C{k}", label=strat, ms=3)
             if (~ok).any():
-                ax.plot(x[~ok], np.zeros((~ok).sum()), "x", color=f"C{k}", ms=6, mew=1.5,
-                        label=f"{strat}: no feasible configuration", clip_on=False)
+                ax.plot(x[~ok], np.full((~ok).sum(), -0.02 - 0.03 * k), "x", color=f"C{k}",
+                        ms=6, mew=1.5, label=f"{strat}: no feasible configuration",
+                        clip_on=False)
             rows += [{"job": j, "variant_id": int(v), "strategy": strat, "n_gpus": int(g),
                       "speedup": float(s), "feasible": bool(f), "best_strategy": b}
                      for j, v, g, s, f, b in zip(line["job"], line["variant_id"],
                                                  line["n_gpus"], y, ok, line["best_strategy"])]
-        ax.set_ylim(0, 1.08)
-        ax.axhline(1.0, color="k", lw=0.6, ls="--")
+        ax.set_ylim(-0.03 - 0.03 * len(strategies), 1.08)
+        ax.axhline(1.0, color="0.7", lw=0.6, ls="--", zorder=0)
         if xcol == "n_gpus":
             _finish_panel(ax, sub["n_gpus"], "throughput / best of all strategies", title)
         else:
@@ -737,6 +783,9 @@ def _layout(res: Results, opts: PlotOptions):
     exact."""
     Figure = _mpl()
     best = _best(res, opts)
+    if best["n_gpus"].nunique() < 2:
+        raise SweepError(f"{res.path}: a layout against GPU count needs results at several "
+                         f"GPU counts; this selection has {int(best['n_gpus'].iloc[0])} only")
     keys, note = _top_panels(best)
     fig, axes = _grid(Figure, len(keys))
     rows = []
@@ -745,10 +794,12 @@ def _layout(res: Results, opts: PlotOptions):
         degrees = [d for d in DEGREES if d in sub]  # (files before EP have no ep / etp)
         drawn = [d for d in degrees if d == "dp" or not np.all(sub[d].to_numpy(float) == 1)]
         for k, d in enumerate(drawn):
+            style = DEGREES.index(d)  # one colour and marker per degree in every panel
             vals = sub[d].to_numpy(float)
             offset = 2.0 ** (0.07 * (k - (len(drawn) - 1) / 2))
-            ax.plot(sub["n_gpus"], vals * offset, ls="-", marker=_MARKERS[k % len(_MARKERS)],
-                    color=f"C{k}", label=d.upper(), ms=4, lw=1.1)
+            ax.plot(sub["n_gpus"], vals * offset, ls="-",
+                    marker=_MARKERS[style % len(_MARKERS)], color=f"C{style}",
+                    label=d.upper(), ms=4, lw=1.1)
         for _, r in sub.iterrows():
             rows.append({"job": job, "variant_id": int(variant), "n_gpus": int(r["n_gpus"]),
                          "case_id": int(r["case_id"]), **{d: int(r[d]) for d in degrees}})

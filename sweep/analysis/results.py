@@ -35,7 +35,8 @@ TIME_PARTS = {"t_compute_s": "compute", "t_memory_s": "exposed memory",
 #: memory breakdown columns of /top, in stacking order, with their labels
 MEMORY_PARTS = {"mem_weights_bytes": "weights", "mem_grads_bytes": "gradients",
                 "mem_optimizer_bytes": "optimizer state",
-                "mem_activations_bytes": "activations", "mem_other_bytes": "other (reserve)"}
+                "mem_activations_bytes": "activations",
+                "mem_other_bytes": "other (workspace, buffers, reserve)"}
 #: parallel degrees of a configuration
 DEGREES = ("tp", "tp2", "cp", "pp", "dp", "ep", "etp")
 _TEXT = ("job", "strategy", "hardware", "base", "swept")

@@ -59,17 +59,34 @@ def set_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def plan_and_estimate(spec, budget_s: float):
-    """(plan, estimate of its search, CPU seconds of planning) on this machine."""
+    """(plan, estimate of its search, CPU seconds of planning) on this machine; the estimate
+    also holds ``memory``: the bytes before planning, what the plan added and the cost
+    core's peak over one block (for engine.plan.estimate_memory)."""
     import time
 
     from ..analysis.bench import estimate_search_seconds
-    from ..engine.plan import SpaceCache, make_plan
+    from ..engine.plan import SpaceCache, make_plan, measure_working_set, rss_bytes
 
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    base = rss_bytes()
     start = time.process_time()
     plan = make_plan(spec, cache)  # SpecError for a spec that cannot run
     plan_s = time.process_time() - start  # every rank of a run builds the plan first
-    return plan, estimate_search_seconds(plan, cache, budget_s=budget_s), plan_s
+    plan_bytes = max(0.0, rss_bytes() - base)
+    estimate = estimate_search_seconds(plan, cache, budget_s=budget_s)
+    estimate["memory"] = {"base_bytes": base, "plan_bytes": plan_bytes,
+                          "working_bytes": measure_working_set(plan, cache)}
+    return plan, estimate, plan_s
+
+
+def memory_size(text: str) -> float:
+    """``--max-memory``: a size with its unit (``300MiB``, ``1 GiB``, ``2GB``), in bytes."""
+    from ..model.units import parse_quantity
+
+    try:
+        return parse_quantity(text, "bytes")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def os_error_text(exc: OSError) -> str:

@@ -10,6 +10,7 @@ from ..analysis import fmt
 from ..errors import SweepError
 from ._common import (
     max_variants_flag,
+    memory_size,
     os_error_text,
     plan_and_estimate,
     positive_int,
@@ -20,7 +21,17 @@ from ._common import (
 
 # --------------------------------------------------------------------------- plan
 
+def limit_check(memory: dict, limit: float | None) -> None:
+    """Refuse (SweepError, exit 2) a run whose estimated peak per rank exceeds ``limit``."""
+    if limit is not None and memory["rank0"] > limit:
+        raise SweepError(f"--max-memory: the run needs about {fmt.mebibytes(memory['rank0'])} "
+                         f"on rank 0 of {memory['ranks']} (with the reduction), more than "
+                         f"{fmt.mebibytes(limit)}; use more ranks (--ranks), fewer variants or "
+                         f"a smaller top_n")
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from ..engine.plan import estimate_memory
     from ..engine.spec import load_spec
 
     spec = load_spec(args.spec, max_variants=args.max_variants, overrides=args.overrides)
@@ -28,6 +39,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     cases = plan.cases
     core_s = estimate["core_seconds"]
     rate = plan.total_candidates / core_s if core_s else 0.0
+    memory = estimate_memory(plan, args.ranks, **estimate["memory"])
+    serial = estimate_memory(plan, 1, **estimate["memory"])["serial"]
+    limit_check(memory, args.max_memory)
     if args.json:
         print(json.dumps({
             "name": spec.name, "cost_model": spec.cost_model, "jobs": [j.name for j in spec.jobs],
@@ -39,7 +53,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                       for c in cases],
             "work_units": len(plan.units), "candidates": plan.total_candidates,
             "candidates_per_core_second": rate, "estimated_core_seconds": core_s,
-            "units_timed": estimate["units_timed"], "plan_seconds": plan_s}, indent=1))
+            "units_timed": estimate["units_timed"], "plan_seconds": plan_s,
+            "memory_bytes": {"ranks": args.ranks, "per_rank": memory["rank"],
+                             "rank0_with_reduction": memory["rank0"], "serial": serial,
+                             **estimate["memory"]}}, indent=1))
         return 0
     print(f"sweep {spec.name}: cost model {spec.cost_model}, top {spec.top_n} per case")
     print(f"  {len(spec.jobs)} job(s) x {len(plan.variants)} hardware variant(s) x "
@@ -49,6 +66,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
           f"core-seconds ({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64), after "
           f"{plan_s:.2g} s of planning on every rank")
+    print(f"  memory: about {fmt.mebibytes(serial)} on one rank (with the reduction); on "
+          f"{args.ranks} ranks {fmt.mebibytes(memory['rank'])} per rank, rank 0 "
+          f"{fmt.mebibytes(memory['rank0'])} with the reduction (every case with candidates "
+          f"counted with its full top {spec.top_n})")
     empty = sum(1 for c in cases if c.candidates == 0)
     if empty:
         print(f"  {empty} case(s) have no candidate (nothing divides evenly); they are skipped")
@@ -160,6 +181,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          force=args.force, checkpoint_s=args.checkpoint,
                          reduce=not args.no_reduce, shard=args.shard,
                          max_variants=args.max_variants, overrides=tuple(args.overrides),
+                         max_memory=args.max_memory,
                          progress=_Progress() if not args.quiet else None,
                          warn=lambda w: print(f"sweep run: warning: {' '.join(w.split())}",
                                               file=sys.stderr, flush=True))
@@ -280,6 +302,11 @@ def add_parsers(sub) -> None:
     pl.add_argument("--limit", type=positive_int, default=30, help="cases to list (default 30)")
     pl.add_argument("--all", action="store_true", help="list every case")
     pl.add_argument("--json", action="store_true", help="print JSON")
+    pl.add_argument("--ranks", type=positive_int, default=2,
+                    help="ranks the memory estimate is for (default 2)")
+    pl.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                    help="refuse (exit 2) if the estimated peak memory of a rank on --ranks "
+                         "ranks exceeds SIZE, e.g. 1GiB or 300MiB")
     max_variants_flag(pl)
     set_flag(pl)
     pl.set_defaults(func=_cmd_plan)
@@ -298,6 +325,9 @@ def add_parsers(sub) -> None:
     r.add_argument("--serial", action="store_true", help="do not load MPI")
     r.add_argument("--limit", type=positive_int, default=20, help="cases to print (default 20)")
     r.add_argument("--quiet", action="store_true", help="print only the results path")
+    r.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                   help="refuse (exit 2, nothing written) a run estimated to need more than "
+                        "SIZE on a rank, e.g. 1GiB (the estimate of sweep plan)")
     max_variants_flag(r)
     set_flag(r)
     r.set_defaults(func=_cmd_run)

@@ -20,7 +20,8 @@ from ..model.job import Job
 from .spec import SweepSpec
 from .variants import Variant, expand_variants
 
-__all__ = ["Case", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache"]
+__all__ = ["Case", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
+           "measure_working_set", "rss_bytes"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -129,3 +130,80 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
     units["start"] = k * spec.unit_size
     units["stop"] = np.minimum((k + 1) * spec.unit_size, counts[case_of])
     return Plan(spec, variants, cases, units)
+
+
+#: bytes a rank holds per top-N row of its results while it runs: the per-case arrays, the
+#: part-file tables built from them at a checkpoint and the HDF5 write buffers (measured
+#: with /usr/bin/time: scale-80k-variants, 400,000 rows, one rank: 1.5 KB per row)
+RUN_BYTES_PER_ROW = 1500
+#: bytes the reduction adds per top-N row of the whole sweep, and per case (the /cases
+#: table with every hardware parameter); measured: scale-80k-variants on 2 ranks and a
+#: 20,000-variant cut of it on one, 0.5 - 0.56 KB per row
+REDUCE_BYTES_PER_ROW = 560
+REDUCE_BYTES_PER_CASE = 800
+#: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
+MPI_BYTES = 16 * 2**20
+
+
+def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float,
+                    working_bytes: float, mpi_bytes: float = MPI_BYTES) -> dict:
+    """Peak memory per rank of running ``plan`` on ``ranks`` ranks (pure arithmetic).
+
+    ``base_bytes`` is the process before planning (interpreter, numpy, h5py, sweep),
+    ``plan_bytes`` what building the plan added (variants, cases, candidate spaces: every
+    rank builds it), ``working_bytes`` the cost core's peak over one block, ``mpi_bytes``
+    what MPI adds on more than one rank (0 if ``base_bytes`` was measured with it). Results are
+    counted as if every case with candidates kept its full top-N (an upper bound: a case
+    with no feasible configuration keeps none). Rank 0 also merges the part files.
+    Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial`` (one rank that also
+    reduces).
+    """
+    with_candidates = sum(1 for c in plan.cases if c.candidates > 0)
+    rows = with_candidates * plan.spec.top_n
+    fixed = base_bytes + plan_bytes + working_bytes + (mpi_bytes if ranks > 1 else 0.0)
+    run_share = RUN_BYTES_PER_ROW * rows / max(1, ranks)
+    reduce = REDUCE_BYTES_PER_ROW * rows + REDUCE_BYTES_PER_CASE * len(plan.cases)
+    serial = base_bytes + plan_bytes + working_bytes + RUN_BYTES_PER_ROW * rows + reduce
+    return {"rank": fixed + run_share, "rank0": fixed + run_share + reduce,
+            "serial": serial, "ranks": ranks, "rows": rows}
+
+
+def measure_working_set(plan, cache, cases: int = 3) -> float:
+    """Peak bytes the cost core allocates over one block (``DEFAULT_BLOCK`` candidates) of
+    the ``cases`` largest candidate spaces of ``plan``, traced by tracemalloc (numpy reports
+    its buffers to it): what a rank needs on top of its plan and results while it searches."""
+    import tracemalloc
+
+    from ..model.search import DEFAULT_BLOCK, search_range
+
+    ranked = sorted((c for c in plan.cases if c.candidates > 0), key=lambda c: -c.candidates)
+    seen, peak = set(), 0
+    for case in ranked:
+        key = case.space_key
+        if key in seen:
+            continue
+        seen.add(key)
+        tracemalloc.start()
+        try:
+            search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                         case.n_gpus, cache.of(case), 0, min(case.candidates, DEFAULT_BLOCK),
+                         plan.spec.top_n)
+            peak = max(peak, tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        if len(seen) >= cases:
+            break
+    return float(peak)
+
+
+def rss_bytes() -> float:
+    """This process's resident memory (Linux /proc; the peak so far elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return float(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0

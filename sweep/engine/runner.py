@@ -43,7 +43,7 @@ from ..model.search import DEFAULT_BLOCK, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
 from .partition import assign_units, imbalance, shard_workers, unit_progress
-from .plan import Plan, SpaceCache, make_plan
+from .plan import Plan, SpaceCache, estimate_memory, make_plan, measure_working_set, rss_bytes
 from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, reduce_run
 from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
 from .store import (
@@ -85,6 +85,7 @@ class RunOptions:
     max_variants: int = DEFAULT_MAX_VARIANTS  # refuse specs with more hardware variants
     overrides: tuple[str, ...] = ()  # KEY=VALUE items applied to the spec (sweep run --set)
     warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
+    max_memory: float | None = None  # bytes: refuse a run estimated to need more on a rank
 
 
 @dataclass
@@ -125,7 +126,17 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     spec = load_spec(spec_path, max_variants=options.max_variants,
                      overrides=options.overrides)
     text = resolved_yaml(spec)
-    plan = make_plan(spec)  # raises SpecError for useless GPU counts before anything is written
+    base = rss_bytes()
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    plan = make_plan(spec, cache)  # SpecError for useless GPU counts before anything is written
+    if options.max_memory is not None:  # refused before anything is written, too
+        need = estimate_memory(plan, size, base, max(0.0, rss_bytes() - base),
+                               measure_working_set(plan, cache), mpi_bytes=0.0)["rank0"]
+        if need > options.max_memory:
+            raise SweepError(f"--max-memory: the run needs about {need / 2**20:,.0f} MiB on "
+                             f"rank 0 of {size} (with the reduction), more than "
+                             f"{options.max_memory / 2**20:,.0f} MiB; use more ranks, fewer "
+                             f"variants or a smaller top_n (sweep plan --ranks N estimates it)")
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()
     resume = options.resume or options.shard is not None  # shards start in any order

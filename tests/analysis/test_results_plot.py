@@ -635,3 +635,10 @@ def test_strategies_at_one_gpu_count_run_along_the_swept_axes(grid):
         for _, r in group.iterrows():
             assert r["speedup"] == pytest.approx(mine[r["strategy"]] / mine.max(), rel=1e-12)
     assert set(data["n_gpus"]) == {16}
+
+
+def test_every_figure_kind_has_a_function_and_a_caption():
+    from sweep.analysis.plot import _KIND
+    from sweep.analysis.report import CAPTIONS
+
+    assert set(KINDS) == set(_KIND) == set(CAPTIONS)

@@ -62,8 +62,11 @@ def test_bench_reports_rates(capsys):
     assert code == 0
     report = json.loads(out)
     assert [w["candidates"] for w in report["workloads"]] == [2544, 59390, 22712, 1316852,
-                                                          3741066]
+                                                          3741066, 929600]
     assert report["moe_candidates_per_core_second"] > 0
+    many = report["workloads"][-1]  # 400 hardware variants of one 2,324-candidate space
+    assert many["cases"] == 400 and many["candidates"] == 400 * 2324
+    assert report["many_case_us_per_case"] == pytest.approx(1e6 * many["cpu_seconds"] / 400)
     assert all(w["candidates_per_core_second"] > 0 for w in report["workloads"])
 
 
