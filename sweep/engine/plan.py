@@ -132,14 +132,15 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
     return Plan(spec, variants, cases, units)
 
 
-#: bytes a rank holds per top-N row of its results while it runs: the per-case arrays, the
-#: part-file tables built from them at a checkpoint and the HDF5 write buffers (measured
-#: with /usr/bin/time: scale-80k-variants, 400,000 rows, one rank: 1.5 KB per row)
-RUN_BYTES_PER_ROW = 1500
-#: bytes the reduction adds per top-N row of the whole sweep, and per case (the /cases
-#: table with every hardware parameter); measured: scale-80k-variants on 2 ranks and a
-#: 20,000-variant cut of it on one, 0.5 - 0.56 KB per row
-REDUCE_BYTES_PER_ROW = 560
+#: bytes a rank holds per top-N row of its results while it runs: the per-case top-N
+#: arrays and, at a checkpoint, the part file's tables and its HDF5 image (measured with
+#: /usr/bin/time on scale-80k-variants and a 20,000-variant cut of it, one rank, without
+#: the reduction: 0.92 - 0.93 KB per row)
+RUN_BYTES_PER_ROW = 930
+#: bytes the reduction needs per top-N row of the whole sweep (every part's rows, the
+#: merged table, the file image) and per case (the /cases table with every hardware
+#: parameter); measured as above with sweep reduce alone: 0.75 - 0.8 KB per row
+REDUCE_BYTES_PER_ROW = 800
 REDUCE_BYTES_PER_CASE = 800
 #: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
 MPI_BYTES = 16 * 2**20
@@ -163,8 +164,9 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     fixed = base_bytes + plan_bytes + working_bytes + (mpi_bytes if ranks > 1 else 0.0)
     run_share = RUN_BYTES_PER_ROW * rows / max(1, ranks)
     reduce = REDUCE_BYTES_PER_ROW * rows + REDUCE_BYTES_PER_CASE * len(plan.cases)
-    serial = base_bytes + plan_bytes + working_bytes + RUN_BYTES_PER_ROW * rows + reduce
-    return {"rank": fixed + run_share, "rank0": fixed + run_share + reduce,
+    # rank 0 lets go of its results (written to its part file) before it reduces
+    serial = base_bytes + plan_bytes + working_bytes + max(RUN_BYTES_PER_ROW * rows, reduce)
+    return {"rank": fixed + run_share, "rank0": fixed + max(run_share, reduce),
             "serial": serial, "ranks": ranks, "rows": rows}
 
 

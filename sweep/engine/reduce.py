@@ -171,9 +171,12 @@ def _cases_table(plan: Plan, done: np.ndarray, finished: np.ndarray, top: np.nda
     return Table(table, columns)
 
 
-def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True) -> ReduceSummary:
+def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True,
+               plan: tuple[Plan, str, str] | None = None) -> ReduceSummary:
     """Merge ``run_dir/part-*.h5`` into ``run_dir/sweep.h5``; with ``lock``, holding the
-    folder's run lock (refused while a run is writing there).
+    folder's run lock (refused while a run is writing there). ``plan``: (plan, resolved
+    spec text, its sha256) when the caller has built it from the folder's spec already
+    (the run that just finished), so that it is not built twice.
 
     Raises:
         StoreError: no parts, a corrupt part, parts of another spec or plan, an incomplete
@@ -183,13 +186,14 @@ def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True) -> Reduc
     if not run_dir.is_dir():
         raise StoreError(f"{run_dir}: no such run folder")
     if not lock:
-        return _reduce(run_dir, partial)
+        return _reduce(run_dir, partial, plan)
     with RunLock(run_dir):
-        return _reduce(run_dir, partial)
+        return _reduce(run_dir, partial, plan)
 
 
-def _reduce(run_dir: Path, partial: bool) -> ReduceSummary:
-    plan, text, sha = load_run_plan(run_dir)
+def _reduce(run_dir: Path, partial: bool, loaded: tuple[Plan, str, str] | None = None
+            ) -> ReduceSummary:
+    plan, text, sha = loaded or load_run_plan(run_dir)
     parts = list_parts(run_dir)
     if not parts:
         raise StoreError(f"{run_dir}: no part files (part-00000.h5, ...) to reduce")

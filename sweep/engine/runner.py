@@ -488,11 +488,13 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
                          time.monotonic() - start_wall, resumed_units=resumed,
                          shard=options.shard)
+    state = cache = None  # written out; rank 0 needs the memory for the reduction
     if comm.rank == 0:
         summary.evaluated = sum(s[0] for s in stats)
         summary.busy_s = [s[1] for s in stats]
         summary.candidates_per_rank = [s[2] for s in stats]
         if options.reduce and options.shard is None:
-            summary.reduced = reduce_run(out, lock=False)  # this run holds the folder lock
+            # this run holds the folder lock; its plan is the stored spec's (same text)
+            summary.reduced = reduce_run(out, lock=False, plan=(plan, text, sha))
         summary.wall_s = time.monotonic() - start_wall
     return summary

@@ -203,3 +203,51 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
         assert main(["plan", str(spec), "--set", bad]) == 2, bad
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (bad, err)
+
+
+def test_memory_estimate_by_hand():
+    """estimate_memory: the plan on every rank, each rank's share of the top-N rows, and
+    rank 0's reduction (after it lets go of its own rows), in bytes."""
+    from sweep.engine.plan import (
+        MPI_BYTES,
+        REDUCE_BYTES_PER_CASE,
+        REDUCE_BYTES_PER_ROW,
+        RUN_BYTES_PER_ROW,
+        estimate_memory,
+    )
+
+    plan = make_plan(load_spec(str(SMALL)))
+    with_rows = sum(1 for c in plan.cases if c.candidates > 0)
+    rows = with_rows * plan.spec.top_n
+    m = estimate_memory(plan, 4, base_bytes=50e6, plan_bytes=10e6, working_bytes=5e6)
+    fixed = 65e6 + MPI_BYTES
+    assert m["rows"] == rows
+    assert m["rank"] == pytest.approx(fixed + RUN_BYTES_PER_ROW * rows / 4)
+    reduce = REDUCE_BYTES_PER_ROW * rows + REDUCE_BYTES_PER_CASE * len(plan.cases)
+    assert m["rank0"] == pytest.approx(fixed + max(RUN_BYTES_PER_ROW * rows / 4, reduce))
+    assert m["serial"] == pytest.approx(65e6 + max(RUN_BYTES_PER_ROW * rows, reduce))
+    # more ranks never need more memory per rank
+    per = [estimate_memory(plan, r, 50e6, 10e6, 5e6)["rank"] for r in (2, 4, 8, 64)]
+    assert per == sorted(per, reverse=True)
+
+
+def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
+    import json
+
+    from sweep.cli import main
+
+    assert main(["plan", str(SMALL), "--json", "--ranks", "3"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory_bytes"]
+    assert memory["ranks"] == 3 and memory["rank0_with_reduction"] >= memory["per_rank"] > 0
+    assert memory["working_bytes"] > 0
+    assert main(["plan", str(SMALL), "--max-memory", "1MiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-memory" in err and "more than 1 MiB" in err
+    assert main(["run", str(SMALL), "--serial", "--out", str(tmp_path / "r"),
+                 "--max-memory", "1MiB"]) == 2
+    assert "--max-memory" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit) as exc:  # a bare number: no unit (argparse, exit 2)
+        main(["plan", str(SMALL), "--max-memory", "5"])
+    assert exc.value.code == 2 and "in bytes" in capsys.readouterr().err
+    assert main(["run", str(SMALL), "--serial", "--out", str(tmp_path / "ok"), "--quiet",
+                 "--max-memory", "8GiB"]) == 0

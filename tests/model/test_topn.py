@@ -73,3 +73,19 @@ def test_merge_tops_equals_a_per_case_reference_with_duplicates():
             expected += [(case, place, idx, speed) for place, (idx, speed) in enumerate(best)]
         assert [(int(r["case_id"]), int(r["place"]), int(r["index"]), float(r["samples_per_s"]))
                 for r in got] == expected
+
+
+def test_a_kept_top_n_shares_the_result_dtype():
+    """np.concatenate gives its result a private copy of a structured dtype (4.6 KB of
+    field tables); a top-N kept per case must use RESULT_DTYPE itself, or a run of many
+    cases holds that copy once per case (issue 19)."""
+    import numpy as np
+
+    from sweep.model.schema import RESULT_DTYPE
+    from sweep.model.topn import merge_top_n
+
+    a = np.zeros(30, RESULT_DTYPE)
+    a["feasible"], a["samples_per_s"], a["index"] = True, np.arange(30.0), np.arange(30)
+    kept = merge_top_n([a[:10], a[10:]], 5)
+    assert kept.dtype is RESULT_DTYPE
+    assert list(kept["index"]) == [29, 28, 27, 26, 25]
