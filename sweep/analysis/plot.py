@@ -671,6 +671,18 @@ def _heatmap(res: Results, opts: PlotOptions):
                      f"{_value_text(res, y, table.index[bi])}: {base:.4g} samples/s",
                      fontsize=8)
         fig.colorbar(im, ax=ax, label="speed-up over the baseline")
+        blank = ~np.isfinite(speedup)
+        if blank.any():  # say what a blank cell is: no feasible configuration, or pending
+            mine = res.cases[(res.cases["job"] == job) & (res.cases["n_gpus"] == n)]
+            if opts.strategy:
+                mine = mine[mine["strategy"] == opts.strategy]
+            pending = int((~mine["complete"].astype(bool)
+                           & ~np.isfinite(mine["best_samples_per_s"].to_numpy(float))).sum())
+            ii, jj = np.nonzero(blank)
+            ax.scatter(jj, ii, marker="x", s=12, color="0.5", linewidths=0.8)
+            ax.set_xlabel(ax.get_xlabel() + f"\n(x: no result - {int(blank.sum())} cells; "
+                          + (f"{pending} case(s) still pending)" if pending
+                             else "no feasible configuration)"), fontsize=8)
         for (i, yv) in enumerate(table.index):
             for (j, xv) in enumerate(table.columns):
                 rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),

@@ -480,6 +480,7 @@ def test_progress_log_lines_off_a_terminal():
               "elapsed_s": 2.0})  # the last one always prints
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
+    assert lines[0].endswith("0.0% of 1,000 candidates, 0/2 ranks done, ETA not yet known")
     assert lines[-1] == "[    2.0 s] 100.0% of 1,000 candidates, 2/2 ranks done, ETA 0 s"
 
 
