@@ -53,6 +53,7 @@ from .store import (
     list_parts,
     part_path,
     read_part,
+    read_results_attrs,
     write_part,
     write_text_atomic,
 )
@@ -116,13 +117,15 @@ def _now() -> str:
 
 
 def _prepare(spec_path: str, options: RunOptions, size: int
-             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str]]]:
+             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str], bool]]:
     """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
-    out dir, the finished segments of earlier attempts, warnings). A corrupt part file is
-    moved aside (``<name>.corrupt-<time>``) and its work redone. A shard (of ``size``
-    ranks) reads only its own part files: no other worker can have done its units (but a
-    run with another layout, whose units it then redoes; the reduction drops the
-    duplicates), and a thousand-task array does not make every task open every part."""
+    out dir, the finished segments of earlier attempts, warnings, whether this run continues
+    an earlier one: --resume, a shard, or a complete earlier run of the same spec). A
+    corrupt part file is moved aside (``<name>.corrupt-<time>``) and its work redone. A
+    shard (of ``size`` ranks) reads only its own part files: no other worker can have done
+    its units (but a run with another layout, whose units it then redoes; the reduction
+    drops the duplicates), and a thousand-task array does not make every task open every
+    part."""
     spec = load_spec(spec_path, max_variants=options.max_variants,
                      overrides=options.overrides)
     text = resolved_yaml(spec)
@@ -155,8 +158,19 @@ def _prepare(spec_path: str, options: RunOptions, size: int
         raise
 
 
+def _complete_run_of(out: Path, text: str) -> bool:
+    """Whether ``out`` holds a finished, reduced run of the resolved spec ``text``."""
+    stored, results = out / SPEC_NAME, out / RESULTS_NAME
+    if not (stored.is_file() and results.is_file()) or stored.read_text() != text:
+        return False
+    try:
+        return bool(read_results_attrs(results).get("complete"))
+    except SweepError:  # unreadable or foreign: not ours to reuse
+        return False
+
+
 def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
-                    resume: bool) -> tuple[str, str, np.ndarray, list[str]]:
+                    resume: bool) -> tuple[str, str, np.ndarray, list[str], bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
     parts = list_parts(out)
@@ -164,7 +178,14 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
         for p in parts + [out / RESULTS_NAME, stored]:
             p.unlink(missing_ok=True)
         parts = []
+    warnings: list[str] = []
     if stored.exists() or parts:
+        if not resume and _complete_run_of(out, text):
+            # the same spec run to the end before (say, the README's command again): the
+            # results stand (a run is deterministic); show them instead of refusing
+            resume = True
+            warnings.append(f"{out} already holds a complete run of this spec: showing its "
+                            f"results (--force computes them again)")
         if not resume:
             raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
                              f"start over with --force")
@@ -178,7 +199,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
         index = options.shard[0]
         parts = [p for p in (part_path(out, index * size + r) for r in range(size))
                  if p.exists()]
-    done, warnings = [], []
+    done = []
     for p in parts:
         try:
             attrs, units, _ = read_part(p)  # every table, so every checksum is verified
@@ -193,7 +214,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
         done.append(units)
     segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
-    return text, str(out), segments, warnings
+    return text, str(out), segments, warnings, resume
 
 
 class _State:
@@ -378,7 +399,7 @@ def _open_units(plan: Plan, segments: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
          ) -> RunSummary:
-    text, out_str, segments, warnings = setup
+    text, out_str, segments, warnings, resume = setup  # resume: as rank 0 decided
     out = Path(out_str)
     if comm.rank == 0 and options.warn is not None:
         for w in warnings:
@@ -407,7 +428,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
     state = _State(spec.top_n)
     my_part = part_path(out, worker)
-    if (options.resume or options.shard is not None) and my_part.exists():
+    if resume and my_part.exists():  # keep what this worker's part holds
         _, old_done, old_top = read_part(my_part)
         state.load(old_done, old_top)
     attrs = {"name": spec.name, "spec_sha256": sha, "rank": worker, "size": workers,

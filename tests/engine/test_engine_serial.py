@@ -338,3 +338,27 @@ def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys)
     assert "done: 38 of 38 work units (100.0%), 126,202 of 126,202 candidates" in text
     assert "every shard finished" in text and f"next: sweep show {run}/sweep.h5" in text
     assert _same_tables(run / "sweep.h5", out / "sweep.h5")
+
+
+def test_running_a_finished_spec_again_shows_its_results(finished, tmp_path):
+    """The README's first command run twice: the same spec run to the end before is shown,
+    not refused (nothing is recomputed or lost); another spec, or an unfinished run,
+    is still refused without --resume / --force (test above)."""
+    out, _ = finished
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    with h5py.File(again / "part-00000.h5", "r") as f:
+        units_before, top_before = f["units"][:], f["top"][:]
+    said = []
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, warn=said.append))
+    assert summary.evaluated == 0 and summary.reduced.complete
+    assert "already holds a complete run of this spec" in said[0]
+    with h5py.File(again / "sweep.h5", "r") as a, h5py.File(out / "sweep.h5", "r") as b:
+        assert a["top"][:].tobytes() == b["top"][:].tobytes()
+        assert a["cases"][:].tobytes() == b["cases"][:].tobytes()
+    with h5py.File(again / "part-00000.h5", "r") as f:  # its part file kept everything
+        assert len(f["units"]) == len(units_before) > 0
+        assert f["top"][:].tobytes() == top_before.tobytes()
+    (again / "spec.yaml").write_text((again / "spec.yaml").read_text() + "# edited\n")
+    with pytest.raises(StoreError, match="changed since this run started|holds an earlier"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again))
