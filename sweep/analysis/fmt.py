@@ -49,8 +49,3 @@ def si(x: float, unit: str = "") -> str:
             return f"{x / factor:.3g} {prefix}{unit}"
     return f"{x:.3g} {unit}".rstrip()
 
-
-def mebibytes(nbytes: float) -> str:
-    """Memory of a process, as ``ps`` and ``/usr/bin/time`` count it: ``812 MiB``, ``1.3 GiB``."""
-    mib = float(nbytes) / 2**20
-    return f"{mib / 1024:.3g} GiB" if mib >= 1024 else f"{mib:.0f} MiB"

@@ -21,12 +21,17 @@ from ._common import (
 
 # --------------------------------------------------------------------------- plan
 
+def _gb(nbytes: float) -> str:
+    """A process's memory in GB (1e9 bytes, the one memory unit sweep prints)."""
+    return f"{nbytes / 1e9:.3g} GB"
+
+
 def limit_check(memory: dict, limit: float | None) -> None:
     """Refuse (SweepError, exit 2) a run whose estimated peak per rank exceeds ``limit``."""
     if limit is not None and memory["rank0"] > limit:
-        raise SweepError(f"--max-memory: the run needs about {fmt.mebibytes(memory['rank0'])} "
+        raise SweepError(f"--max-memory: the run needs about {_gb(memory['rank0'])} "
                          f"on rank 0 of {memory['ranks']} (with the reduction), more than "
-                         f"{fmt.mebibytes(limit)}; use more ranks (--ranks), fewer variants or "
+                         f"{_gb(limit)}; use more ranks (--ranks), fewer variants or "
                          f"a smaller top_n")
 
 
@@ -66,9 +71,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
           f"core-seconds ({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64), after "
           f"{plan_s:.2g} s of planning on every rank")
-    print(f"  memory: about {fmt.mebibytes(serial)} on one rank (with the reduction); on "
-          f"{args.ranks} ranks {fmt.mebibytes(memory['rank'])} per rank, rank 0 "
-          f"{fmt.mebibytes(memory['rank0'])} with the reduction (every case with candidates "
+    print(f"  memory: about {_gb(serial)} on one rank (with the reduction); on "
+          f"{args.ranks} ranks {_gb(memory['rank'])} per rank, rank 0 "
+          f"{_gb(memory['rank0'])} with the reduction (every case with candidates "
           f"counted with its full top {spec.top_n})")
     empty = sum(1 for c in cases if c.candidates == 0)
     if empty:

@@ -136,9 +136,9 @@ def _prepare(spec_path: str, options: RunOptions, size: int
         need = estimate_memory(plan, size, base, max(0.0, rss_bytes() - base),
                                measure_working_set(plan, cache), mpi_bytes=0.0)["rank0"]
         if need > options.max_memory:
-            raise SweepError(f"--max-memory: the run needs about {need / 2**20:,.0f} MiB on "
+            raise SweepError(f"--max-memory: the run needs about {need / 1e9:.3g} GB on "
                              f"rank 0 of {size} (with the reduction), more than "
-                             f"{options.max_memory / 2**20:,.0f} MiB; use more ranks, fewer "
+                             f"{options.max_memory / 1e9:.3g} GB; use more ranks, fewer "
                              f"variants or a smaller top_n (sweep plan --ranks N estimates it)")
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()

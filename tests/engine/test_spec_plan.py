@@ -242,7 +242,7 @@ def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
     assert memory["working_bytes"] > 0
     assert main(["plan", str(SMALL), "--max-memory", "1MiB"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--max-memory" in err and "more than 1 MiB" in err
+    assert err.count("\n") == 1 and "--max-memory" in err and "more than 0.00105 GB" in err
     assert main(["run", str(SMALL), "--serial", "--out", str(tmp_path / "r"),
                  "--max-memory", "1MiB"]) == 2
     assert "--max-memory" in capsys.readouterr().err and not (tmp_path / "r").exists()
