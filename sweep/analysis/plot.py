@@ -765,7 +765,11 @@ def _strategies(res: Results, opts: PlotOptions):
                 continue
             ok = line["feasible"].to_numpy(bool)
             x, y = line[xcol].to_numpy(float), line["speedup"].to_numpy(float)
-            ax.plot(x[ok], y[ok], "o-", color=f"C{k}", label=strat, ms=3)
+            # the line breaks where a point of the panel is missing (pending) or infeasible
+            every = np.array(sorted(set(sub[xcol].to_numpy(float))))
+            drawn = np.full(len(every), np.nan)
+            drawn[np.searchsorted(every, x[ok])] = y[ok]
+            ax.plot(every, drawn, "o-", color=f"C{k}", label=strat, ms=3)
             if (~ok).any():
                 ax.plot(x[~ok], np.full((~ok).sum(), -0.02 - 0.03 * k), "x", color=f"C{k}",
                         ms=6, mew=1.5, label=f"{strat}: no feasible configuration",

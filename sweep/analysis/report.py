@@ -281,7 +281,8 @@ def _html(res: Results, figures: dict[str, str], skipped: dict[str, str],
     warn = (f'<p class="warn">{html.escape(res.note)}</p>' if not res.complete else "")
     facts = [("cost model", res.cost_model), ("cases", a.get("n_cases")),
              ("candidates evaluated", f"{int(a.get('candidates_evaluated', 0)):,}"),
-             ("ranks (each attempt)", a.get("ranks")), ("created (UTC)", a.get("created_utc")),
+             ("workers per attempt (ranks; shards x ranks for an array)", a.get("ranks")),
+             ("created (UTC)", a.get("created_utc")),
              ("sweep version", a.get("sweep_version")),
              ("spec sha256", str(a.get("spec_sha256", ""))[:16] + "...")]
     fact_html = "<table>" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}"
