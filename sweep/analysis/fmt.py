@@ -33,9 +33,10 @@ def seconds(x: float) -> str:
     return f"{x * 1e6:.4g} us"
 
 
-def gigabytes(x: float) -> str:
-    """Bytes as decimal GB (1e9), the unit of hardware datasheets."""
-    return f"{x / 1e9:.2f} GB"
+def gigabytes(x: float, spec: str = ".2f") -> str:
+    """Bytes as decimal GB (1e9), the unit of hardware datasheets (and of every memory
+    figure sweep prints)."""
+    return f"{x / 1e9:{spec}} GB"
 
 
 def percent(x: float) -> str:

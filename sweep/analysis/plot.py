@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SweepError, install_hint
+from . import fmt
 from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results, _pandas
 
 __all__ = ["KINDS", "FORMATS", "PlotOptions", "draw", "save", "kinds_that_fit", "why_not"]
@@ -305,11 +306,6 @@ MAX_BARS = 40
 SLIVER = 0.01
 
 
-def _seconds(t: float) -> str:
-    """A step time as read on a bar: 1,480 s, 36.3 s, 0.52 s."""
-    return f"{t:,.0f} s" if t >= 100 else f"{t:.3g} s"
-
-
 def _layout_text(r) -> str:
     """The chosen strategy and layout of a best row, short: '2d tp8x4 pp4 dp16'."""
     tp = f"tp{int(r['tp'])}" + (f"x{int(r['tp2'])}" if int(r.get("tp2", 1)) > 1 else "")
@@ -474,7 +470,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             ax.set_ylabel("fraction of step time" if fractions else "time per iteration [s]")
             top = 1.0 if fractions else float(np.max(bottom)) if len(bottom) else 1.0
             for p, b, t, (_, r) in zip(pos, bottom, total, sub.iterrows()):
-                text = _layout_text(r) if fractions else f"{_seconds(t)}  {_layout_text(r)}"
+                text = _layout_text(r) if fractions else f"{fmt.seconds(t)}  {_layout_text(r)}"
                 ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=6.5, ha="center",
                         va="bottom")
             ax.set_ylim(0, top * (1.9 if not fractions else 1.75))  # room for the labels
@@ -551,9 +547,10 @@ def axis_label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _interpolated(res: Results, axis: str) -> list[str] | None:
-    """The catalog names an interpolated grid axis runs through (its integer positions), or
-    None for an ordinary axis; read from the resolved spec in the file."""
+def _interpolation(res: Results, axis: str) -> dict | None:
+    """The spec's grid entry of an interpolated axis (``interpolate``: the catalog systems,
+    ``keys``: what it interpolates), or None for an ordinary axis; read from the resolved
+    spec in the file."""
     import yaml
 
     try:
@@ -564,8 +561,14 @@ def _interpolated(res: Results, axis: str) -> list[str] | None:
     for group in groups if isinstance(groups, list) else [groups]:
         entry = ((group or {}).get("grid") or {}).get(axis) if isinstance(group, dict) else None
         if isinstance(entry, dict) and isinstance(entry.get("interpolate"), list):
-            return [str(n).removeprefix("nersc-") for n in entry["interpolate"]]
+            return entry
     return None
+
+
+def _interpolated(res: Results, axis: str) -> list[str] | None:
+    """The catalog names an interpolated axis runs through (its integer positions)."""
+    entry = _interpolation(res, axis)
+    return [str(n).removeprefix("nersc-") for n in entry["interpolate"]] if entry else None
 
 
 def _axis_text(res: Results, axis: str) -> str:
@@ -574,13 +577,7 @@ def _axis_text(res: Results, axis: str) -> str:
     names = _interpolated(res, axis)
     if not names:
         return axis_label(axis)
-    import yaml
-
-    spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
-    groups = spec.get("hardware", [])
-    keys = next((g["grid"][axis].get("keys", []) for g in
-                 (groups if isinstance(groups, list) else [groups])
-                 if isinstance(g, dict) and axis in (g.get("grid") or {})), [])
+    keys = _interpolation(res, axis).get("keys") or []
     what = ", ".join(str(k).replace("_", " ") for k in keys) or axis
     return f"{axis} ({what}), {names[0]} to {names[-1]}"
 

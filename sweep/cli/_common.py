@@ -79,6 +79,12 @@ def plan_and_estimate(spec, budget_s: float):
     return plan, estimate, plan_s
 
 
+def max_memory_flag(parser: argparse.ArgumentParser, where: str) -> None:
+    parser.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                        help=f"refuse (exit 2) a run whose estimated peak memory per rank "
+                             f"({where}) exceeds SIZE, e.g. 1GiB or 300MiB")
+
+
 def memory_size(text: str) -> float:
     """``--max-memory``: a size with its unit (``300MiB``, ``1 GiB``, ``2GB``), in bytes."""
     from ..model.units import parse_quantity

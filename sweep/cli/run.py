@@ -9,8 +9,8 @@ import sys
 from ..analysis import fmt
 from ..errors import SweepError
 from ._common import (
+    max_memory_flag,
     max_variants_flag,
-    memory_size,
     os_error_text,
     plan_and_estimate,
     positive_int,
@@ -21,22 +21,8 @@ from ._common import (
 
 # --------------------------------------------------------------------------- plan
 
-def _gb(nbytes: float) -> str:
-    """A process's memory in GB (1e9 bytes, the one memory unit sweep prints)."""
-    return f"{nbytes / 1e9:.3g} GB"
-
-
-def limit_check(memory: dict, limit: float | None) -> None:
-    """Refuse (SweepError, exit 2) a run whose estimated peak per rank exceeds ``limit``."""
-    if limit is not None and memory["rank0"] > limit:
-        raise SweepError(f"--max-memory: the run needs about {_gb(memory['rank0'])} "
-                         f"on rank 0 of {memory['ranks']} (with the reduction), more than "
-                         f"{_gb(limit)}; use more ranks (--ranks), fewer variants or "
-                         f"a smaller top_n")
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ..engine.plan import estimate_memory
+    from ..engine.plan import estimate_memory, refuse_over
     from ..engine.spec import load_spec
 
     spec = load_spec(args.spec, max_variants=args.max_variants, overrides=args.overrides)
@@ -46,7 +32,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     rate = plan.total_candidates / core_s if core_s else 0.0
     memory = estimate_memory(plan, args.ranks, **estimate["memory"])
     serial = estimate_memory(plan, 1, **estimate["memory"])["serial"]
-    limit_check(memory, args.max_memory)
+    refuse_over(memory, args.max_memory)
     if args.json:
         print(json.dumps({
             "name": spec.name, "cost_model": spec.cost_model, "jobs": [j.name for j in spec.jobs],
@@ -71,9 +57,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
           f"core-seconds ({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64), after "
           f"{plan_s:.2g} s of planning on every rank")
-    print(f"  memory: about {_gb(serial)} on one rank (with the reduction); on "
-          f"{args.ranks} ranks {_gb(memory['rank'])} per rank, rank 0 "
-          f"{_gb(memory['rank0'])} with the reduction (every case with candidates "
+    gb = [fmt.gigabytes(x, ".3g") for x in (serial, memory["rank"], memory["rank0"])]
+    print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} ranks "
+          f"{gb[1]} per rank, rank 0 {gb[2]} with the reduction (every case with candidates "
           f"counted with its full top {spec.top_n})")
     empty = sum(1 for c in cases if c.candidates == 0)
     if empty:
@@ -312,9 +298,7 @@ def add_parsers(sub) -> None:
     pl.add_argument("--json", action="store_true", help="print JSON")
     pl.add_argument("--ranks", type=positive_int, default=2,
                     help="ranks the memory estimate is for (default 2)")
-    pl.add_argument("--max-memory", type=memory_size, metavar="SIZE",
-                    help="refuse (exit 2) if the estimated peak memory of a rank on --ranks "
-                         "ranks exceeds SIZE, e.g. 1GiB or 300MiB")
+    max_memory_flag(pl, "on --ranks ranks")
     max_variants_flag(pl)
     set_flag(pl)
     pl.set_defaults(func=_cmd_plan)
@@ -333,9 +317,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--serial", action="store_true", help="do not load MPI")
     r.add_argument("--limit", type=positive_int, default=20, help="cases to print (default 20)")
     r.add_argument("--quiet", action="store_true", help="print only the results path")
-    r.add_argument("--max-memory", type=memory_size, metavar="SIZE",
-                   help="refuse (exit 2, nothing written) a run estimated to need more than "
-                        "SIZE on a rank, e.g. 1GiB (the estimate of sweep plan)")
+    max_memory_flag(r, "on this run's ranks; nothing is written")
     max_variants_flag(r)
     set_flag(r)
     r.set_defaults(func=_cmd_run)

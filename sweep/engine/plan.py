@@ -8,11 +8,12 @@ done. Both numberings depend only on the spec, so a run can be resumed with any 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import SpecError, SweepError
 from ..model.candidates import CandidateSpace, enumerate_space
 from ..model.cost import unmodelled
 from ..model.cost.calibrated import unsupported_precision
@@ -21,7 +22,7 @@ from .spec import SweepSpec
 from .variants import Variant, expand_variants
 
 __all__ = ["Case", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
-           "measure_working_set", "rss_bytes"]
+           "measure_working_set", "rss_bytes", "refuse_over"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -202,10 +203,19 @@ def rss_bytes() -> float:
     """This process's resident memory (Linux /proc; the peak so far elsewhere)."""
     try:
         with open("/proc/self/statm") as f:
-            import os
-
-            return float(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            pages = float(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        import resource
+        import resource  # not on every platform
 
         return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0
+
+
+def refuse_over(memory: dict, limit_bytes: float | None) -> None:
+    """``--max-memory``: SweepError (exit 2) when rank 0's estimated peak (it also reduces)
+    in ``memory`` (from :func:`estimate_memory`) exceeds ``limit_bytes``."""
+    if limit_bytes is not None and memory["rank0"] > limit_bytes:
+        raise SweepError(f"--max-memory: the run needs about {memory['rank0'] / 1e9:.3g} GB "
+                         f"on rank 0 of {memory['ranks']} (with the reduction), more than "
+                         f"{limit_bytes / 1e9:.3g} GB; use more ranks, fewer variants or a "
+                         f"smaller top_n (sweep plan --ranks N estimates it)")

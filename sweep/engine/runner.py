@@ -43,7 +43,15 @@ from ..model.search import DEFAULT_BLOCK, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
 from .partition import assign_units, imbalance, shard_workers, unit_progress
-from .plan import Plan, SpaceCache, estimate_memory, make_plan, measure_working_set, rss_bytes
+from .plan import (
+    Plan,
+    SpaceCache,
+    estimate_memory,
+    make_plan,
+    measure_working_set,
+    refuse_over,
+    rss_bytes,
+)
 from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, reduce_run
 from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
 from .store import (
@@ -133,13 +141,9 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)  # SpecError for useless GPU counts before anything is written
     if options.max_memory is not None:  # refused before anything is written, too
-        need = estimate_memory(plan, size, base, max(0.0, rss_bytes() - base),
-                               measure_working_set(plan, cache), mpi_bytes=0.0)["rank0"]
-        if need > options.max_memory:
-            raise SweepError(f"--max-memory: the run needs about {need / 1e9:.3g} GB on "
-                             f"rank 0 of {size} (with the reduction), more than "
-                             f"{options.max_memory / 1e9:.3g} GB; use more ranks, fewer "
-                             f"variants or a smaller top_n (sweep plan --ranks N estimates it)")
+        refuse_over(estimate_memory(plan, size, base, max(0.0, rss_bytes() - base),
+                                    measure_working_set(plan, cache), mpi_bytes=0.0),
+                    options.max_memory)
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()
     resume = options.resume or options.shard is not None  # shards start in any order

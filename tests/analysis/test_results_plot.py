@@ -180,6 +180,11 @@ def test_scaling_plots_best_throughput_and_ideal(nersc):
     # every line is labelled at its end (direct labels)
     assert {a.get_text() for a in ax.texts} >= {"nersc-A100 nvlink_domain=4"} or len(ax.texts) \
         == len(ax.lines) - 1
+    # one label per curve, each at its curve's last point, in the curve's colour
+    assert len(ax.texts) == len(ax.lines) - 1
+    ends = {(line.get_xdata()[-1], line.get_ydata()[-1]): line.get_color()
+            for line in ax.lines[1:]}
+    assert {(a.xy, a.get_color()) for a in ax.texts} == set(ends.items())
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_xlabel() == "GPUs" and "samples/s" in ax.get_ylabel()
     fig, days = draw(res, "scaling", PlotOptions(metric="days", tokens=1e12))
