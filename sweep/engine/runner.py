@@ -39,7 +39,7 @@ import yaml
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
 from ..model.schema import RESULT_DTYPE, Reason
-from ..model.search import DEFAULT_BLOCK, search_range
+from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
 from .partition import assign_units, imbalance, shard_workers, unit_progress
@@ -401,6 +401,36 @@ def _open_units(plan: Plan, segments: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return units, units["start"] < units["stop"]
 
 
+#: units looked ahead for cases to search together (_batches)
+BATCH_WINDOW = 4096
+
+
+def _batches(plan: Plan, mine: np.ndarray, block_size: int):
+    """This rank's units in groups to search in one call: whole, untouched cases whose
+    candidate space is small and shared (same job, GPU count, strategy and space: they
+    differ only in hardware) are gathered, from a window of BATCH_WINDOW units ahead, into
+    groups of ``block_size // candidates``; every other unit comes alone. Units come out in
+    another order than ``mine``'s, each exactly once."""
+    groups: dict[tuple, list] = {}
+    for lo in range(0, len(mine), BATCH_WINDOW):
+        for unit in mine[lo:lo + BATCH_WINDOW]:
+            case = plan.cases[int(unit["case_id"])]
+            size = case.candidates
+            whole = unit["start"] == 0 and unit["stop"] == size
+            if not whole or 4 * size > block_size:
+                yield [unit]
+                continue
+            group = groups.setdefault(case.space_key, [])
+            group.append(unit)
+            if len(group) >= block_size // size:
+                yield group
+                groups[case.space_key] = []
+        for group in groups.values():
+            if group:
+                yield group
+        groups.clear()
+
+
 def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
          ) -> RunSummary:
     text, out_str, segments, warnings, resume = setup  # resume: as rank 0 decided
@@ -468,11 +498,32 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             tracker.update(evaluated + n, final=False)
             return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
 
-        for unit in mine:
+        for batch in _batches(plan, mine, options.block_size):
             if fail_rank == str(comm.rank):
                 if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # a part it cannot write
                     raise StoreError(f"injected store failure on rank {comm.rank}")
                 raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
+            if len(batch) > 1:  # whole small cases differing only in hardware: one search
+                cases = [plan.cases[int(u["case_id"])] for u in batch]
+                first = cases[0]
+                t0 = time.perf_counter()
+                results = search_cases(spec.cost_model, first.job,
+                                       [c.variant.hardware for c in cases], first.strategy,
+                                       first.n_gpus, cache.of(first), spec.top_n,
+                                       options.block_size)
+                dt = time.perf_counter() - t0
+                busy += dt
+                for u, result in zip(batch, results):
+                    evaluated += result.evaluated
+                    state.add(u, int(u["start"]), result, dt / len(batch), worker)
+                tracker.update(evaluated, final=False)
+                if time.monotonic() - last_flush >= options.checkpoint_s:
+                    flush(False)
+                    last_flush = time.monotonic()
+                if halted():
+                    break
+                continue
+            unit = batch[0]
             case = plan.cases[int(unit["case_id"])]
             position = int(unit["start"])
             while position < unit["stop"] and not halted():

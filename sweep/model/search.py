@@ -7,7 +7,7 @@ reasons. It is the unit of work of a rank. Pure numpy: no MPI, files or printing
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,10 +16,11 @@ from .candidates import CandidateSpace, enumerate_space
 from .cost import evaluate_columns, pack_results
 from .hardware import Hardware
 from .job import Job
+from .rows import HardwareRows
 from .schema import RESULT_DTYPE, Reason
 from .topn import best_positions, merge_top_n
 
-__all__ = ["SearchResult", "search_range", "search_case", "DEFAULT_BLOCK"]
+__all__ = ["SearchResult", "search_range", "search_cases", "search_case", "DEFAULT_BLOCK"]
 
 #: candidates evaluated per vectorised call: large enough to amortise numpy overhead,
 #: small enough to keep a rank's memory in the tens of MB
@@ -77,6 +78,68 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
             reached = s + block_size
             break
     return SearchResult(best, evaluated, feasible, reasons, stop=reached)
+
+
+def search_cases(profile: str, job: Job, hws: Sequence[Hardware], strategy: str, n_gpus: int,
+                 space: CandidateSpace, top_n: int, block_size: int = DEFAULT_BLOCK
+                 ) -> list[SearchResult]:
+    """Search the whole of ``space`` for each of several hardware variants ``hws`` (cases
+    that differ only in hardware, so share one candidate space), packing ``block_size //
+    space.size`` variants into each block: one cost-core call per block instead of one per
+    case. Each result is the one :func:`search_range` gives that case alone.
+    """
+    size = space.size
+    per_block = max(1, block_size // max(size, 1))
+    if per_block < 4 or len(hws) == 1:  # big spaces: little to share
+        return [search_range(profile, job, hw, strategy, n_gpus, space, 0, size, top_n,
+                             block_size) for hw in hws]
+    base = space.columns(0, size)
+    out: list[SearchResult] = []
+    for lo in range(0, len(hws), per_block):
+        chunk = hws[lo:lo + per_block]
+        k = len(chunk)
+        cand = {name: np.tile(col, k) for name, col in base.items()}
+        variant = np.repeat(np.arange(k, dtype=np.int64), size)
+        cols = evaluate_columns(profile, job, HardwareRows(chunk, variant), strategy, n_gpus,
+                                cand)
+        ok = cols["feasible"]
+        feasible = np.bincount(variant[ok], minlength=k)
+        reasons: list[dict[int, int]] = [{} for _ in range(k)]
+        if not ok.all():
+            bad = ~ok
+            pairs, counts = np.unique(variant[bad] * 256 + cols["reason"][bad].astype(np.int64),
+                                      return_counts=True)
+            for pair, count in zip(pairs.tolist(), counts.tolist()):
+                reasons[pair // 256][pair % 256] = count
+        pos = _best_positions_by_variant(cols["samples_per_s"], ok, cand["index"], k, size,
+                                         top_n)
+        rows = pack_results(cand, cols, pos)
+        bounds = np.searchsorted(variant[pos], np.arange(k + 1))
+        for i in range(k):
+            top = np.empty(bounds[i + 1] - bounds[i], RESULT_DTYPE)  # own dtype (topn.py)
+            top[...] = rows[bounds[i]:bounds[i + 1]]
+            out.append(SearchResult(top, size, int(feasible[i]), reasons[i], stop=size))
+    return out
+
+
+def _best_positions_by_variant(score: np.ndarray, feasible: np.ndarray, index: np.ndarray,
+                               k: int, size: int, n: int) -> np.ndarray:
+    """Positions of the best ``n`` feasible rows of each of ``k`` consecutive runs of
+    ``size`` rows, run by run, best first within each (the order of topn.best_positions)."""
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    keep = feasible
+    if size > 4 * n + 64:  # keep what reaches each run's n-th best, then sort exactly
+        masked = np.where(feasible, score, -np.inf).reshape(k, size)
+        kth = np.partition(masked, size - n, axis=1)[:, size - n]
+        keep = feasible & (masked >= kth[:, None]).ravel()
+    pos = np.flatnonzero(keep)
+    run = pos // size
+    pos = pos[np.lexsort((index[pos], -score[pos], run))]
+    run = pos // size
+    first = np.searchsorted(run, np.arange(k))
+    place = np.arange(len(pos)) - first[run]
+    return pos[place < n]
 
 
 def search_case(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int, top_n: int,

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..hardware import Hardware
 from ..job import Job
+from ..rows import HardwareRows
 from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
 from . import calibrated, nersc2024
 from .flops import model_flops_per_iteration
@@ -65,7 +66,8 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     Args:
         profile: cost-model profile name (a key of :data:`PROFILES`).
         job: the workload.
-        hw: the hardware variant.
+        hw: the hardware variant, or a :class:`~sweep.model.rows.HardwareRows` giving
+            each candidate row its variant (cases that differ only in hardware).
         strategy: a strategy of the profile.
         n_gpus: GPU count of the case (= dp * tp * tp2 * cp * pp of every candidate).
         candidates: a column block (CANDIDATE field -> (n,) array) or ``CANDIDATE_DTYPE``.
@@ -76,8 +78,13 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         capacity = hw.hbm_capacity_bytes
         peak = hw.matrix_peak("fp16")
     elif profile == "calibrated":
-        x = calibrated.make_context(job, hw, hw.calibration, strategy)
-        cols = calibrated.evaluate(x, candidates)
+        if isinstance(hw, HardwareRows):  # rows of several variants (search_cases)
+            x = calibrated.make_row_context(job, hw, strategy)
+            columns = {k: candidates[k] for k in CANDIDATE_DTYPE.names}
+            cols = calibrated.evaluate(x, dict(columns, variant=hw.row))
+        else:
+            x = calibrated.make_context(job, hw, hw.calibration, strategy)
+            cols = calibrated.evaluate(x, candidates)
         capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
         peak = x["peak16_flops_per_s"]
     else:

@@ -34,13 +34,15 @@ import numpy as np
 
 from ..hardware import Hardware
 from ..job import Job
+from ..rows import HardwareRows
 from ..schema import Reason, Recompute
 from . import moe
 from .dedup import unique_rows
 from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
-__all__ = ["evaluate", "op_table", "make_context", "stack_contexts", "STRATEGIES",
-           "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL", "ADAM_BYTES_PER_PARAM"]
+__all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
+           "STRATEGIES", "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL",
+           "ADAM_BYTES_PER_PARAM"]
 
 #: 1d: Megatron tensor parallelism (with context parallelism as a degree of its own);
 #: 2d: SUMMA over a tp x tp2 grid
@@ -292,6 +294,20 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
     }
+
+
+def make_row_context(job: Job, hw: HardwareRows, strategy: str = "1d") -> dict:
+    """The context of a block holding candidates of several hardware variants (rows of
+    ``hw``): each entry the variant's value per row, or the plain value where every variant
+    has the same (job constants always). Evaluate it with the block's columns plus
+    ``variant`` = ``hw.row``, so that the per-layer terms are still deduplicated."""
+    contexts = [make_context(job, h, h.calibration, strategy) for h in hw.variants]
+    out: dict = {}
+    for k, first in contexts[0].items():
+        values = [ctx[k] for ctx in contexts]
+        same = all(v == first for v in values[1:])
+        out[k] = first if same else np.asarray(values, dtype=np.float64)[hw.row]
+    return out
 
 
 def stack_contexts(contexts: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
@@ -692,15 +708,18 @@ def _layer_terms_dedup(x, c):
 
 def _deduplicated(terms, x, c, keys):
     """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
-    back (when the context is scalar, i.e. one job on one hardware variant)."""
+    back: when the context is scalar (one job on one hardware variant), or when it varies
+    by row only as the variant column ``c["variant"]`` does (make_row_context)."""
     n = len(np.asarray(c["tp"]))
-    if any(np.ndim(v) for v in x.values()) or n < 64:
+    by_variant = isinstance(c, Mapping) and "variant" in c
+    if n < 64 or (not by_variant and any(np.ndim(v) for v in x.values())):
         return terms(x, c)
-    uniq, inverse = unique_rows(c, keys)
+    uniq, inverse, first = unique_rows(c, tuple(keys) + (("variant",) if by_variant else ()),
+                                       return_first=True)
     u = len(uniq["tp"])
     if 2 * u > n:
         return terms(x, c)
-    sub = terms(x, uniq)
+    sub = terms({k: v[first] if np.ndim(v) else v for k, v in x.items()}, uniq)
 
     def gather(v):
         return np.broadcast_to(np.asarray(v, dtype=np.float64), (u,))[inverse]

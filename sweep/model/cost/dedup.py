@@ -15,18 +15,21 @@ import numpy as np
 __all__ = ["unique_rows"]
 
 
-def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str]
-                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
+                return_first: bool = False) -> tuple:
     """Distinct rows of ``cols`` restricted to ``keys``.
 
     Returns:
         ``(unique, inverse)``: ``unique`` maps each key to a (U,) int64 array and
-        ``cols[k] == unique[k][inverse]`` for every key.
+        ``cols[k] == unique[k][inverse]`` for every key; with ``return_first`` also
+        ``first``, the (U,) position of each distinct row's first occurrence.
     """
     arrays = [np.asarray(cols[k], dtype=np.int64) for k in keys]
     n = len(arrays[0]) if arrays else 0
     if n == 0:
-        return {k: np.zeros(0, np.int64) for k in keys}, np.zeros(0, np.int64)
+        empty = np.zeros(0, np.int64)
+        out = {k: empty for k in keys}
+        return (out, empty, empty) if return_first else (out, empty)
     # mixed-radix packing into one int64 when the value ranges allow it (they almost always do)
     lows = [int(a.min()) for a in arrays]
     spans = [int(a.max()) - lo + 1 for a, lo in zip(arrays, lows)]
@@ -37,7 +40,9 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str]
             packed *= span
             packed += a - lo
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return {k: a[first] for k, a in zip(keys, arrays)}, inverse.ravel()
-    stacked = np.stack(arrays, axis=1)
-    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    return {k: uniq[:, i] for i, k in enumerate(keys)}, inverse.ravel()
+        uniq = {k: a[first] for k, a in zip(keys, arrays)}
+    else:
+        stacked = np.stack(arrays, axis=1)
+        _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+        uniq = {k: a[first] for k, a in zip(keys, arrays)}
+    return (uniq, inverse.ravel(), first) if return_first else (uniq, inverse.ravel())

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..hardware import Hardware
 from ..job import Job
+from ..rows import HardwareRows
 from .collectives import Collective, nersc_collective_s
 from .dedup import unique_rows
 from .ops import (
@@ -277,8 +278,16 @@ def evaluate(job: Job, hw: Hardware, strategy: str, c,
     Returns:
         a dict of RESULT columns (seconds, bytes, FLOPs).
     """
-    uniq, inverse = unique_rows(c, LAYER_KEY)
-    layer = summarize_layer(time_ops(layer_ops(job, hw, strategy, uniq, defects), hw))
+    if isinstance(hw, HardwareRows):  # several variants: a layer row per key and variant
+        keyed = {k: c[k] for k in LAYER_KEY}
+        keyed["variant"] = hw.row
+        uniq, inverse = unique_rows(keyed, LAYER_KEY + ("variant",))
+        hw_layer = hw.of_variants(uniq["variant"])
+    else:
+        uniq, inverse = unique_rows(c, LAYER_KEY)
+        hw_layer = hw
+    layer = summarize_layer(time_ops(layer_ops(job, hw_layer, strategy, uniq, defects),
+                                     hw_layer))
     return totals(job, strategy, c, {k: v[inverse] for k, v in layer.items()}, hw, defects)
 
 
