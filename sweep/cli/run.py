@@ -61,7 +61,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} ranks "
           f"{gb[1]} per rank, rank 0 {gb[2]} with the reduction (every case with candidates "
           f"counted with its full top {spec.top_n})")
-    empty = sum(1 for c in cases if c.candidates == 0)
+    empty = int((cases.candidates == 0).sum())
     if empty:
         print(f"  {empty} case(s) have no candidate (nothing divides evenly); they are skipped")
     shown = cases if args.all else cases[:args.limit]

@@ -9,6 +9,7 @@ done. Both numberings depend only on the spec, so a run can be resumed with any 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +20,9 @@ from ..model.cost import unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
 from .spec import SweepSpec
-from .variants import Variant, expand_variants
+from .variants import Variant, Variants
 
-__all__ = ["Case", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
+__all__ = ["Case", "Cases", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
            "measure_working_set", "rss_bytes", "refuse_over"]
 
 #: one row per work unit
@@ -71,22 +72,57 @@ class SpaceCache:
         return self.get(*case.space_key)
 
 
+class Cases(Sequence[Case]):
+    """The cases of a plan by id, each built when asked for: ``case_id`` is the position in
+    jobs x variants x strategies x GPU counts (GPU count fastest); only the candidate count
+    of each case is held (8 bytes a case)."""
+
+    def __init__(self, spec: SweepSpec, variants: Variants, candidates: np.ndarray) -> None:
+        self.spec, self.variants = spec, variants
+        self.shape = (len(spec.jobs), len(variants), len(spec.strategies), len(spec.gpus))
+        self.candidates = candidates  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"case {i} of {len(self)}")
+        j, v, s, g = np.unravel_index(i, self.shape)
+        return Case(i, self.spec.jobs[j], self.variants[int(v)], self.spec.strategies[s],
+                    self.spec.gpus[g], int(self.candidates[i]))
+
+    def variant_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Variant id of cases ``[start, stop)`` (vectorised)."""
+        ids = np.arange(start, len(self) if stop is None else stop, dtype=np.int64)
+        return np.unravel_index(ids, self.shape)[1].astype(np.int64)
+
+
 @dataclass
 class Plan:
-    """Everything a run will do."""
+    """Everything a run will do: variants and cases by id (built on demand) and the work
+    units (a table)."""
 
     spec: SweepSpec
-    variants: list[Variant]
-    cases: list[Case]
+    variants: Variants
+    cases: Cases
     units: np.ndarray  # (U,) UNIT_DTYPE
 
     @property
     def total_candidates(self) -> int:
-        return int(sum(c.candidates for c in self.cases))
+        return int(self.cases.candidates.sum())
 
 
 def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
-    """Expand a spec into variants, cases (with candidate counts) and work units.
+    """Expand a spec into variants, cases (with candidate counts) and work units, without
+    building every variant: a case's candidate count depends on its variant only through
+    the NVLink domain and whether there is a host memory tier, found once per combination
+    of the grid axes that set them (Variants.per_variant).
 
     Raises:
         SpecError: a GPU count of the spec has no candidate for any job and strategy.
@@ -96,33 +132,33 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
         if why:
             raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
     cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)
-    variants = expand_variants(spec)
-    cases: list[Case] = []
-    sizes: dict[tuple, int] = {}
-    for job in spec.jobs:
-        for variant in variants:
-            for strategy in spec.strategies:
-                for n in spec.gpus:
-                    hw = variant.hardware
-                    key = (job, n, strategy, hw.nvlink_domain, hw.host_memory_bytes > 0)
-                    if key not in sizes:
-                        sizes[key] = cache.get(*key).size
-                    cases.append(Case(len(cases), job, variant, strategy, n, sizes[key]))
+    variants = Variants(spec)
+    space_of, keys = variants.per_variant(
+        frozenset({"nvlink_domain", "host_memory_bytes"}),
+        lambda hw: (hw.nvlink_domain, hw.host_memory_bytes > 0))
+    # sizes[job, distinct space key, strategy, GPU count]
+    sizes = np.array([[[[cache.get(job, n, strategy, domain, host).size for n in spec.gpus]
+                        for strategy in spec.strategies] for domain, host in keys]
+                      for job in spec.jobs], dtype=np.int64)
+    counts = sizes[:, space_of].reshape(-1)  # (J, V, S, G) in case order
     if spec.cost_model == "calibrated":  # low-precision GEMMs need tensor cores for them
         for job in spec.jobs:
-            for v in variants:
-                why = unsupported_precision(job.dtype, v.hardware)
-                if why:
-                    raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
-    useful = {c.n_gpus for c in cases if c.candidates > 0}
-    for n in spec.gpus:
-        if n not in useful:
+            which, whys = variants.per_variant(
+                frozenset({"matrix_flops_per_s", "generation"}),
+                lambda hw, job=job: unsupported_precision(job.dtype, hw) is not None)
+            bad = np.flatnonzero(np.asarray(whys, dtype=bool)[which])
+            if len(bad):
+                why = unsupported_precision(job.dtype, variants[int(bad[0])].hardware)
+                raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
+    cases = Cases(spec, variants, counts)
+    useful = counts.reshape(cases.shape).any(axis=(0, 1, 2))
+    for n, ok in zip(spec.gpus, useful):
+        if not ok:
             raise SpecError(spec.source, "gpus", f"{n} GPUs has no valid configuration for any "
                             f"job and strategy of this spec (degrees must divide the GPU "
                             f"count, heads, hidden size, layers and global batch)")
-    counts = np.array([c.candidates for c in cases], dtype=np.int64)
     per_case = -(-counts // spec.unit_size)  # ceil
-    case_of = np.repeat(np.arange(len(cases), dtype=np.int64), per_case)
+    case_of = np.repeat(np.arange(len(counts), dtype=np.int64), per_case)
     first_unit = np.concatenate([[0], np.cumsum(per_case)[:-1]]).astype(np.int64)
     k = np.arange(len(case_of), dtype=np.int64) - first_unit[case_of]
     units = np.zeros(len(case_of), UNIT_DTYPE)
@@ -160,7 +196,7 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial`` (one rank that also
     reduces).
     """
-    with_candidates = sum(1 for c in plan.cases if c.candidates > 0)
+    with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
     fixed = base_bytes + plan_bytes + working_bytes + (mpi_bytes if ranks > 1 else 0.0)
     run_share = RUN_BYTES_PER_ROW * rows / max(1, ranks)
@@ -179,9 +215,10 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
 
     from ..model.search import DEFAULT_BLOCK, search_range
 
-    ranked = sorted((c for c in plan.cases if c.candidates > 0), key=lambda c: -c.candidates)
+    # the largest cases first (a bounded look: many cases share a space)
+    ranked = np.argsort(-plan.cases.candidates, kind="stable")[:4096]
     seen, peak = set(), 0
-    for case in ranked:
+    for case in (plan.cases[int(i)] for i in ranked if plan.cases.candidates[i] > 0):
         key = case.space_key
         if key in seen:
             continue

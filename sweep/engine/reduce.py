@@ -24,7 +24,14 @@ from .lock import RunLock
 from .partition import unit_progress
 from .plan import Plan, make_plan
 from .spec import parse_spec
-from .store import DONE_DTYPE, TOP_DTYPE, Table, list_parts, read_part, write_results
+from .store import (
+    DONE_DTYPE,
+    TOP_DTYPE,
+    PartTops,
+    ResultsWriter,
+    list_parts,
+    read_part_done,
+)
 
 __all__ = ["reduce_run", "ReduceSummary", "load_run_plan", "merge_tops", "check_segments",
            "RESULTS_NAME", "SPEC_NAME"]
@@ -102,73 +109,93 @@ def merge_tops(rows: np.ndarray, top_n: int) -> np.ndarray:
     return out
 
 
-def _strings(values: list[str]) -> np.ndarray:
-    width = max([len(v.encode()) for v in values] + [1])
-    return np.array([v.encode() for v in values], dtype=f"S{width}")
+#: top-N rows (and so about as many cases) merged and written per slice of the reduction:
+#: its memory is about this many rows of every table (281 B per /top row, ~740 B per
+#: /cases row with a few hardware parameters), whatever the number of cases
+ROWS_PER_SLICE = 65536
+
+_JOB_KEYS = ("n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "head_dim", "vocab",
+             "seq_len", "global_batch")
 
 
-def _cases_table(plan: Plan, done: np.ndarray, finished: np.ndarray, top: np.ndarray) -> Table:
-    cases = plan.cases
-    n = len(cases)
-    counts = {k: np.bincount(done["case_id"], weights=done[k], minlength=n).astype(np.int64)
-              for k in ("evaluated", "feasible", "out_of_memory", "other_infeasible")}
-    units_total = np.bincount(plan.units["case_id"], minlength=n)
-    units_done = np.bincount(plan.units["case_id"][finished], minlength=n)
-    best = np.full(n, np.nan)
-    first = top[top["place"] == 0]
-    best[first["case_id"]] = first["samples_per_s"]
-    axes = sorted({a for v in plan.variants for a, _ in v.swept})
-    # hardware columns per variant (cases share variants), then per case by variant id;
-    # union over variants: generations may carry different calibration parameters (NaN = absent)
-    hw_keys = sorted({k for v in plan.variants for k in v.hardware.record()} - {"hardware"})
-    column_of = {k: j for j, k in enumerate(hw_keys)}
-    per_variant = np.full((len(plan.variants), len(hw_keys)), np.nan)
-    for v in plan.variants:
-        for k, value in v.hardware.record().items():
-            if k in column_of:
-                per_variant[v.variant_id, column_of[k]] = value
-    variant_of_case = np.array([c.variant.variant_id for c in cases], dtype=np.int64)
-    job_keys = ["n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "head_dim", "vocab",
-                "seq_len", "global_batch"]
-    columns: dict[str, tuple[str, str]] = {
-        "case_id": ("", "case number"), "job": ("", "job (with overrides)"),
-        "strategy": ("", "parallelization strategy"), "n_gpus": ("", "GPU count"),
-        "variant_id": ("", "hardware variant number"), "hardware": ("", "variant label"),
-        "base": ("", "base hardware"), "swept": ("", "swept axes -> values (JSON)")}
-    data: dict[str, np.ndarray] = {
-        "case_id": np.arange(n, dtype=np.int32),
-        "job": _strings([c.job.name for c in cases]),
-        "strategy": _strings([c.strategy for c in cases]),
-        "n_gpus": np.array([c.n_gpus for c in cases], dtype=np.int64),
-        "variant_id": np.array([c.variant.variant_id for c in cases], dtype=np.int32),
-        "hardware": _strings([c.variant.label for c in cases]),
-        "base": _strings([c.variant.base for c in cases]),
-        "swept": _strings([json.dumps(dict(c.variant.swept)) for c in cases])}
-    for k in job_keys:
-        data[k] = np.array([getattr(c.job, k) for c in cases], dtype=np.int64)
-        columns[k] = ("", f"job {k}")
-    for a in axes:
-        data[f"swept_{a}"] = np.array([dict(c.variant.swept).get(a, np.nan) for c in cases])
-        columns[f"swept_{a}"] = ("", f"value of grid axis {a} (spec units; NaN = not swept)")
-    for k in hw_keys:
-        data[k] = per_variant[variant_of_case, column_of[k]]
-        unit = ("B/s" if k.endswith("bytes_per_s") else "B" if k.endswith("_bytes") else
-                "FLOP/s" if k.endswith("flops_per_s") else "s" if k.endswith("_s") else "")
-        columns[k] = (unit, f"hardware parameter {k}")
-    data["candidates"] = np.array([c.candidates for c in cases], dtype=np.int64)
-    columns["candidates"] = ("", "candidates in the case's space")
-    for k, v in counts.items():
-        data[k] = v
-        columns[k] = ("", f"candidates {k.replace('_', ' ')} (over finished units)")
-    data["complete"] = units_done >= units_total
-    columns["complete"] = ("", "every work unit of the case is finished")
-    data["best_samples_per_s"] = best
-    columns["best_samples_per_s"] = ("1/s", "throughput of the best feasible config (NaN: none)")
-    dtype = np.dtype([(k, v.dtype) for k, v in data.items()])
-    table = np.zeros(n, dtype)
-    for k, v in data.items():
-        table[k] = v
-    return Table(table, columns)
+class _CasesTable:
+    """The ``/cases`` table of a plan, built a slice of cases at a time: its columns (and
+    their widths) are fixed up front from the spec, the rows of ``[a, b)`` from those
+    cases' variants only."""
+
+    def __init__(self, plan: Plan, counts: dict[str, np.ndarray], complete: np.ndarray
+                 ) -> None:
+        self.plan, self.counts, self.complete = plan, counts, complete
+        spec, variants = plan.spec, plan.variants
+        self.axes = variants.axis_names()
+        # union over variants: generations may carry different calibration parameters
+        self.hw_keys = [k for k in variants.record_keys() if k != "hardware"]
+        width = variants.widths()
+        text = {"job": max(len(j.name.encode()) for j in spec.jobs),
+                "strategy": max(len(s.encode()) for s in spec.strategies),
+                "hardware": width["hardware"], "base": width["base"], "swept": width["swept"]}
+        columns: dict[str, tuple[str, str]] = {
+            "case_id": ("", "case number"), "job": ("", "job (with overrides)"),
+            "strategy": ("", "parallelization strategy"), "n_gpus": ("", "GPU count"),
+            "variant_id": ("", "hardware variant number"), "hardware": ("", "variant label"),
+            "base": ("", "base hardware"), "swept": ("", "swept axes -> values (JSON)")}
+        types: dict[str, str] = {"case_id": "i4", "n_gpus": "i8", "variant_id": "i4"}
+        types |= {k: f"S{max(w, 1)}" for k, w in text.items()}
+        for k in _JOB_KEYS:
+            columns[k], types[k] = ("", f"job {k}"), "i8"
+        for a in self.axes:
+            columns[f"swept_{a}"] = ("", f"value of grid axis {a} (spec units; NaN = not "
+                                         f"swept)")
+            types[f"swept_{a}"] = "f8"
+        for k in self.hw_keys:
+            unit = ("B/s" if k.endswith("bytes_per_s") else "B" if k.endswith("_bytes") else
+                    "FLOP/s" if k.endswith("flops_per_s") else "s" if k.endswith("_s") else "")
+            columns[k], types[k] = (unit, f"hardware parameter {k}"), "f8"
+        columns["candidates"], types["candidates"] = ("", "candidates in the case's space"), "i8"
+        for k in counts:
+            columns[k] = ("", f"candidates {k.replace('_', ' ')} (over finished units)")
+            types[k] = "i8"
+        columns["complete"] = ("", "every work unit of the case is finished")
+        columns["best_samples_per_s"] = ("1/s", "throughput of the best feasible config "
+                                                "(NaN: none)")
+        types |= {"complete": "?", "best_samples_per_s": "f8"}
+        self.columns = columns
+        self.dtype = np.dtype([(k, types[k]) for k in columns])
+
+    def rows(self, a: int, b: int, top: np.ndarray) -> np.ndarray:
+        """Rows of cases ``[a, b)``; ``top`` holds (at least) their merged /top rows."""
+        plan, cases = self.plan, self.plan.cases
+        out = np.zeros(b - a, self.dtype)
+        ids = np.arange(a, b, dtype=np.int64)
+        j, v, s, g = np.unravel_index(ids, cases.shape)
+        spec = plan.spec
+        out["case_id"] = ids
+        out["job"] = np.array([x.name.encode() for x in spec.jobs])[j]
+        out["strategy"] = np.array([x.encode() for x in spec.strategies])[s]
+        out["n_gpus"] = np.array(spec.gpus, dtype=np.int64)[g]
+        out["variant_id"] = v
+        for k in _JOB_KEYS:
+            out[k] = np.array([getattr(x, k) for x in spec.jobs], dtype=np.int64)[j]
+        # every variant of the slice once, in id order (cheap: Variants keeps its prefix)
+        vids, which = np.unique(v, return_inverse=True)
+        per = [plan.variants[int(i)] for i in vids]
+        out["hardware"] = np.array([x.label.encode() for x in per])[which]
+        out["base"] = np.array([x.base.encode() for x in per])[which]
+        out["swept"] = np.array([json.dumps(dict(x.swept)).encode() for x in per])[which]
+        for ax in self.axes:
+            out[f"swept_{ax}"] = np.array([dict(x.swept).get(ax, np.nan) for x in per])[which]
+        records = [x.hardware.record() for x in per]
+        for k in self.hw_keys:
+            out[k] = np.array([r.get(k, np.nan) for r in records], dtype=np.float64)[which]
+        out["candidates"] = cases.candidates[a:b]
+        for k, counts in self.counts.items():
+            out[k] = counts[a:b]
+        out["complete"] = self.complete[a:b]
+        best = np.full(b - a, np.nan)
+        first = top[(top["place"] == 0) & (top["case_id"] >= a) & (top["case_id"] < b)]
+        best[first["case_id"] - a] = first["samples_per_s"]
+        out["best_samples_per_s"] = best
+        return out
 
 
 def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True,
@@ -193,23 +220,27 @@ def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True,
 
 def _reduce(run_dir: Path, partial: bool, loaded: tuple[Plan, str, str] | None = None
             ) -> ReduceSummary:
+    """Merge in slices of cases: every part's finished units are read whole (72 B a
+    unit), its /top a slice of cases at a time (PartTops), and sweep.h5 is written as the
+    slices are merged (ResultsWriter), so memory stays about ROWS_PER_SLICE rows of each
+    table plus the per-unit and per-case counts, whatever the size of the run."""
     plan, text, sha = loaded or load_run_plan(run_dir)
     parts = list_parts(run_dir)
     if not parts:
         raise StoreError(f"{run_dir}: no part files (part-00000.h5, ...) to reduce")
-    done_list, top_list, written, sizes = [], [], [], set()
+    done_list, written, sizes = [], [], set()
     for p in parts:
-        attrs, done, top = read_part(p)
+        attrs, done = read_part_done(p)
         if attrs.get("spec_sha256") != sha:
             raise StoreError(f"{p}: written for another spec (sha256 "
                              f"{attrs.get('spec_sha256')!s:.12} vs {sha:.12} of {SPEC_NAME}); "
                              f"remove it or use another --out")
         done_list.append(done)
-        top_list.append(top)
         written.append(str(attrs.get("written_utc", "")))
         sizes.add(int(attrs.get("size", 0)))
         check_segments(plan.units, done, p)
     done = np.concatenate(done_list) if done_list else np.zeros(0, DONE_DTYPE)
+    del done_list
     units = plan.units
     # segments: whole units, or parts of one cut by a stop or a checkpoint; copies count once
     progress, keep = unit_progress(units, done)
@@ -222,19 +253,38 @@ def _reduce(run_dir: Path, partial: bool, loaded: tuple[Plan, str, str] | None =
                          f"missing from {len(parts)} part file(s); continue it with "
                          f"'sweep run {run_dir / SPEC_NAME} --out {run_dir} --resume' or "
                          f"reduce with --partial")
-    all_top = np.concatenate(top_list) if top_list else np.zeros(0, TOP_DTYPE)
-    del top_list  # the parts' tables are in all_top now
-    top = merge_tops(all_top, plan.spec.top_n)
-    del all_top
-    cases = _cases_table(plan, done, finished, top)
+    n = len(plan.cases)
+    counts = {k: np.bincount(done["case_id"], weights=done[k], minlength=n).astype(np.int64)
+              for k in ("evaluated", "feasible", "out_of_memory", "other_infeasible")}
+    complete = (np.bincount(units["case_id"][finished], minlength=n)
+                >= np.bincount(units["case_id"], minlength=n))
+    table = _CasesTable(plan, counts, complete)
+    evaluated = int(done["evaluated"].sum())
     attrs = {"name": plan.spec.name, "sweep_version": __version__,
              "cost_model": plan.spec.cost_model, "spec": text, "spec_sha256": sha,
              "created_utc": max(written) if written else "",
              "ranks": json.dumps(sorted(sizes)), "complete": missing == 0,
-             "top_n": plan.spec.top_n, "n_cases": len(plan.cases), "n_units": len(units),
+             "top_n": plan.spec.top_n, "n_cases": n, "n_units": len(units),
              "n_units_done": len(units) - missing, "candidates_total": plan.total_candidates,
-             "candidates_evaluated": int(done["evaluated"].sum())}
+             "candidates_evaluated": evaluated}
+    tops = [PartTops(p) for p in parts]
+    top_rows = sum(len(t.case_id) for t in tops)  # at most (copies are dropped)
+    size = (n * table.dtype.itemsize + top_rows * TOP_DTYPE.itemsize
+            + len(done) * DONE_DTYPE.itemsize + 2**20)
+    step = max(1, ROWS_PER_SLICE // max(plan.spec.top_n, 1))
     out = run_dir / RESULTS_NAME
-    write_results(out, attrs, cases, top, done)
-    return ReduceSummary(out, missing == 0, len(plan.cases), len(units), len(units) - missing,
-                         plan.total_candidates, int(done["evaluated"].sum()), len(parts))
+    with ResultsWriter(out, attrs, size) as w:
+        w.create("cases", table.dtype, table.columns, rows=n)
+        w.create("top", rows=top_rows)
+        w.create("units", rows=len(done))
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            rows = [t.until(b) for t in tops]
+            merged = merge_tops(np.concatenate(rows), plan.spec.top_n)
+            del rows
+            w.append("top", merged)
+            w.append("cases", table.rows(a, b, merged))
+        w.append("units", done)
+        w.commit()
+    return ReduceSummary(out, missing == 0, n, len(units), len(units) - missing,
+                         plan.total_candidates, evaluated, len(parts))

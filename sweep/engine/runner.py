@@ -60,6 +60,7 @@ from .store import (
     CorruptFileError,
     list_parts,
     part_path,
+    part_worker,
     read_part,
     read_results_attrs,
     write_part,
@@ -201,8 +202,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
     sha = hashlib.sha256(text.encode()).hexdigest()
     if options.shard is not None:
         index = options.shard[0]
-        parts = [p for p in (part_path(out, index * size + r) for r in range(size))
-                 if p.exists()]
+        parts = list_parts(out, {index * size + r for r in range(size)})
     done = []
     for p in parts:
         try:
@@ -221,13 +221,28 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
     return text, str(out), segments, warnings, resume
 
 
+#: top-N rows (plus finished units) a rank holds before it seals them into a part file of
+#: their own (part-<rank>-<n>.h5) and starts afresh: a rank's memory for results stays
+#: about SEAL_ROWS x 0.5 KB (~50 MB) whatever the number of cases it searches
+SEAL_ROWS = 100_000
+
+
 class _State:
-    """One rank's finished units and per-case top-N."""
+    """One rank's finished units and per-case top-N since its last seal."""
 
     def __init__(self, top_n: int) -> None:
         self.top_n = top_n
         self.done: list[tuple] = []
         self.tops: dict[int, np.ndarray] = {}
+        self.rows = 0  # top rows held
+
+    @property
+    def held(self) -> int:
+        """Rows held: top-N rows and finished segments."""
+        return self.rows + len(self.done)
+
+    def clear(self) -> None:
+        self.done, self.tops, self.rows = [], {}, 0
 
     def load(self, done: np.ndarray, top: np.ndarray) -> None:
         self.done = [tuple(r) for r in done]
@@ -238,6 +253,7 @@ class _State:
         ids, first = np.unique(top["case_id"], return_index=True)
         for cid, rows in zip(ids, np.split(res, first[1:])):
             self.tops[int(cid)] = rows
+        self.rows = len(res)
 
     def add(self, unit: np.void, start: int, result, seconds: float, rank: int) -> None:
         """Record the segment ``[start, result.stop)`` of ``unit`` as searched."""
@@ -250,6 +266,7 @@ class _State:
         prev = self.tops.get(cid)
         self.tops[cid] = merge_top_n([prev, result.top] if prev is not None else [result.top],
                                      self.top_n)
+        self.rows += len(self.tops[cid]) - (0 if prev is None else len(prev))
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
@@ -409,25 +426,25 @@ def _batches(plan: Plan, mine: np.ndarray, block_size: int):
     """This rank's units in groups to search in one call: whole, untouched cases whose
     candidate space is small and shared (same job, GPU count, strategy and space: they
     differ only in hardware) are gathered, from a window of BATCH_WINDOW units ahead, into
-    groups of ``block_size // candidates``; every other unit comes alone. Units come out in
-    another order than ``mine``'s, each exactly once."""
-    groups: dict[tuple, list] = {}
+    groups of ``block_size // candidates``; every other unit comes alone. Yields (units,
+    their cases); units come out in another order than ``mine``'s, each exactly once."""
+    groups: dict[tuple, tuple[list, list]] = {}
     for lo in range(0, len(mine), BATCH_WINDOW):
         for unit in mine[lo:lo + BATCH_WINDOW]:
             case = plan.cases[int(unit["case_id"])]
             size = case.candidates
             whole = unit["start"] == 0 and unit["stop"] == size
             if not whole or 4 * size > block_size:
-                yield [unit]
+                yield [unit], [case]
                 continue
-            group = groups.setdefault(case.space_key, [])
-            group.append(unit)
-            if len(group) >= block_size // size:
-                yield group
-                groups[case.space_key] = []
-        for group in groups.values():
-            if group:
-                yield group
+            units, cases = groups.setdefault(case.space_key, ([], []))
+            units.append(unit)
+            cases.append(case)
+            if len(units) >= block_size // size:
+                yield units, cases
+                del groups[case.space_key]
+        for units, cases in groups.values():
+            yield units, cases
         groups.clear()
 
 
@@ -474,6 +491,34 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         done, top = state.tables()
         write_part(my_part, {**attrs, "written_utc": _now(), "complete": complete}, done, top)
 
+    sealed = [part_worker(p)[1] for p in list_parts(out, {worker})]
+    seals = 1 + max([n for n in sealed if n is not None], default=-1)
+
+    def seal_if_full() -> bool:
+        """Past SEAL_ROWS: what this rank holds goes to a sealed part of its own, and the
+        rewritten part starts empty (a copy in both, if the rank dies between the two
+        writes, counts once). Returns whether it sealed."""
+        nonlocal seals
+        if state.held < SEAL_ROWS:
+            return False
+        done, top = state.tables()
+        write_part(part_path(out, worker, seals), {**attrs, "written_utc": _now(),
+                                                   "complete": False, "sealed": True},
+                   done, top)
+        seals += 1
+        state.clear()
+        flush(False)
+        return True
+
+    def checkpoint() -> None:
+        """Seal what this rank holds if it is past SEAL_ROWS, else rewrite its part file
+        if the last write is ``checkpoint_s`` old."""
+        nonlocal last_flush
+        if seal_if_full() or time.monotonic() - last_flush >= options.checkpoint_s:
+            if state.held:
+                flush(False)
+            last_flush = time.monotonic()
+
     evaluated = 0
     busy = 0.0
     last_flush = time.monotonic()
@@ -498,13 +543,12 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             tracker.update(evaluated + n, final=False)
             return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
 
-        for batch in _batches(plan, mine, options.block_size):
+        for batch, cases in _batches(plan, mine, options.block_size):
             if fail_rank == str(comm.rank):
                 if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # a part it cannot write
                     raise StoreError(f"injected store failure on rank {comm.rank}")
                 raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
             if len(batch) > 1:  # whole small cases differing only in hardware: one search
-                cases = [plan.cases[int(u["case_id"])] for u in batch]
                 first = cases[0]
                 t0 = time.perf_counter()
                 results = search_cases(spec.cost_model, first.job,
@@ -517,14 +561,11 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                     evaluated += result.evaluated
                     state.add(u, int(u["start"]), result, dt / len(batch), worker)
                 tracker.update(evaluated, final=False)
-                if time.monotonic() - last_flush >= options.checkpoint_s:
-                    flush(False)
-                    last_flush = time.monotonic()
+                checkpoint()
                 if halted():
                     break
                 continue
-            unit = batch[0]
-            case = plan.cases[int(unit["case_id"])]
+            unit, case = batch[0], cases[0]
             position = int(unit["start"])
             while position < unit["stop"] and not halted():
                 t0 = time.perf_counter()
@@ -538,9 +579,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                 state.add(unit, position, result, dt, worker)
                 position = result.stop
                 tracker.update(evaluated, final=False)
-                if time.monotonic() - last_flush >= options.checkpoint_s:
-                    flush(False)
-                    last_flush = time.monotonic()
+                checkpoint()
             if halted():
                 break
         stopped = halted()

@@ -34,6 +34,8 @@ import hashlib
 import io
 import json
 import os
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,8 @@ from ..model.schema import CANDIDATE_FIELDS, METRIC_FIELDS, RESULT_DTYPE
 __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part",
            "read_part_done", "write_results", "read_results",
            "read_results_attrs", "Table", "part_path", "list_parts", "write_bytes_atomic",
-           "write_text_atomic", "CorruptFileError", "table_sha256"]
+           "write_text_atomic", "CorruptFileError", "table_sha256", "ResultsWriter",
+           "PartTops", "part_worker"]
 
 
 class CorruptFileError(StoreError):
@@ -85,12 +88,34 @@ class Table:
     columns: dict[str, tuple[str, str]]  # column -> (unit, description)
 
 
-def part_path(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / f"part-{rank:05d}.h5"
+def part_path(run_dir: Path, rank: int, sealed: int | None = None) -> Path:
+    """``part-<rank>.h5``, the part file a worker rewrites; with ``sealed``, the worker's
+    sealed part ``part-<rank>-<sealed>.h5`` (written once, when its results grew past
+    the runner's bound, and never changed again)."""
+    tail = "" if sealed is None else f"-{sealed:04d}"
+    return Path(run_dir) / f"part-{rank:05d}{tail}.h5"
 
 
-def list_parts(run_dir: Path) -> list[Path]:
-    return sorted(Path(run_dir).glob("part-[0-9][0-9][0-9][0-9][0-9].h5"))
+_PART_NAME = re.compile(r"part-(\d{5,})(?:-(\d{4,}))?\.h5")
+
+
+def part_worker(path: Path) -> tuple[int, int | None]:
+    """(worker, sealed number or None) of a part file's name."""
+    m = _PART_NAME.fullmatch(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path}: not a part file name")
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def list_parts(run_dir: Path, workers: set[int] | None = None) -> list[Path]:
+    """Every part file of a run folder (of ``workers`` only, if given), sealed ones
+    included, in (worker, sealed number) order."""
+    found = []
+    for p in Path(run_dir).glob("part-*.h5"):
+        m = _PART_NAME.fullmatch(p.name)
+        if m and (workers is None or int(m.group(1)) in workers):
+            found.append((int(m.group(1)), -1 if m.group(2) is None else int(m.group(2)), p))
+    return [p for _, _, p in sorted(found)]
 
 
 def _attr(value: Any) -> Any:
@@ -112,6 +137,8 @@ def _attrs_sha256(attrs: dict[str, Any]) -> str:
 
 #: bytes per chunk of a table (HDF5 checks one Fletcher32 sum per chunk)
 CHUNK_BYTES = 256 * 1024
+#: results files up to this size (uncompressed) are built in memory (ResultsWriter)
+IMAGE_BYTES = 256 * 2**20
 
 
 def table_sha256(data: np.ndarray) -> str:
@@ -165,14 +192,207 @@ def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
         if isinstance(exc, OSError):
             raise _cannot_write(path, exc) from None
         raise
-    try:  # make the rename durable; some file systems cannot fsync a folder
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync_folder(path.parent)
+
+
+class ResultsWriter:
+    """``sweep.h5`` written a slice at a time, for results too large to build at once.
+
+    Tables are appended to in order; each one's ``sha256`` attribute is the hash of all its
+    rows, computed as they go (the same as that of the whole table at once)::
+
+        with ResultsWriter(path, attrs, size_bytes) as w:
+            w.create("top", rows=n)
+            w.append("top", rows)  # any number of times
+            w.commit()
+
+    Where the file goes while it is written depends on ``size_bytes``, an upper bound of its
+    size (the tables uncompressed): up to IMAGE_BYTES it is built in memory and written
+    atomically at :meth:`commit` like every other sweep file, so a full disk cannot leave
+    HDF5 in a broken state; a larger file is written straight to a fresh temporary file
+    next to ``path``, once the folder is seen to have ``size_bytes`` free (refused with a
+    one-line error otherwise), then synced and renamed onto ``path``. Either way a reader
+    sees the previous file or the new complete one, and leaving the ``with`` block on an
+    error leaves no temporary file.
+    """
+
+    def __init__(self, path: Path, attrs: dict[str, Any], size_bytes: float) -> None:
+        self.path = Path(path)
+        self.tmp: Path | None = None
+        self.buf: io.BytesIO | None = None
+        self._hash: dict[str, Any] = {}
+        try:
+            if size_bytes <= IMAGE_BYTES:
+                self.buf = io.BytesIO()
+                target: Any = self.buf
+            else:
+                free = shutil.disk_usage(self.path.parent).free
+                if free < size_bytes + 2**20:
+                    raise OSError(errno.ENOSPC, f"No space left on device (the results need "
+                                                f"up to {size_bytes / 1e9:.3g} GB, "
+                                                f"{free / 1e9:.3g} GB free)")
+                fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                           dir=self.path.parent)
+                os.fchmod(fd, 0o666 & ~_umask())
+                os.close(fd)
+                self.tmp = target = Path(tmp)
+            self.f = h5py.File(target, "w", libver="latest")
+            attrs = {"schema_version": SCHEMA_VERSION, "kind": "results", **attrs}
+            for k, v in attrs.items():
+                self.f.attrs[k] = _attr(v)
+            self.f.attrs["attrs_sha256"] = _attrs_sha256(dict(self.f.attrs))
+        except BaseException as exc:
+            self.discard()
+            if isinstance(exc, OSError):
+                raise _cannot_write(self.path, exc) from None
+            raise
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            self.discard()
+
+    def create(self, name: str, dtype: np.dtype | None = None,
+               columns: dict[str, tuple[str, str]] | None = None, rows: int = 0) -> None:
+        """An empty table to append rows to (chunked, Fletcher32; gzip beyond 256 rows, as
+        in every sweep file), ``rows`` the most it will hold; ``top`` and ``units`` have
+        their standard columns."""
+        if dtype is None:
+            dtype, columns = {"top": (TOP_DTYPE, _TOP_COLUMNS),
+                              "units": (DONE_DTYPE, _DONE_COLUMNS)}[name]
+        chunk = max(1, min(rows, CHUNK_BYTES // max(dtype.itemsize, 1)))
+        packing = {"compression": "gzip", "shuffle": True} if rows > 256 else {}
+        try:
+            ds = self.f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype,
+                                       chunks=(chunk,), fletcher32=True, **packing)
+            ds.attrs["columns"] = json.dumps(
+                {c: {"unit": u, "description": d} for c, (u, d) in columns.items()})
+        except OSError as exc:
+            raise _cannot_write(self.path, exc) from None
+        self._hash[name] = hashlib.sha256()
+
+    def append(self, name: str, data: np.ndarray) -> None:
+        """Rows at the end of table ``name``."""
+        if not len(data):
+            return
+        ds = self.f[name]
+        data = np.ascontiguousarray(data, dtype=ds.dtype)
+        n = ds.shape[0]
+        try:
+            ds.resize((n + len(data),))
+            ds[n:] = data
+        except OSError as exc:
+            raise _cannot_write(self.path, exc) from None
+        self._hash[name].update(data.view(np.uint8))
+
+    def commit(self) -> None:
+        """Checksums in, file closed, synced and renamed onto ``path``."""
+        try:
+            for name, h in self._hash.items():
+                self.f[name].attrs["sha256"] = h.hexdigest()
+            self.f.close()
+            if self.buf is not None:
+                with self.buf.getbuffer() as view:
+                    write_bytes_atomic(self.path, view)
+                return
+            fd = os.open(self.tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.discard()
+            raise _cannot_write(self.path, exc) from None
+        _fsync_folder(self.path.parent)
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (``path`` is left as it was)."""
+        try:
+            self.f.close()
+        except Exception:  # noqa: BLE001  (already closed, or never opened)
+            pass
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (some file systems cannot fsync a folder)."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
     except OSError:
         pass
+
+
+class PartTops:
+    """A part file's ``/top`` read in case order, a slice at a time (rows are stored sorted
+    by case). HDF5 checks each chunk's Fletcher32 as it is read; the SHA-256 of all rows is
+    checked once the last slice is read. Only the ``case_id`` column is held in between, and
+    the file is open only while a slice is read (a reduction of thousands of parts does not
+    hold thousands of files open)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        with self._open() as f:
+            ds = f["top"]
+            stored = ds.attrs.get("sha256")
+            if stored is None:
+                raise CorruptFileError(f"{path}: /top has no checksum (written by an older "
+                                       f"sweep version); delete the file and its work units "
+                                       f"are redone by --resume")
+            self.stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+            self.case_id = self._checked(lambda: ds.fields("case_id")[()])
+        if np.any(np.diff(self.case_id) < 0):
+            raise CorruptFileError(f"{path}: corrupt: /top rows are not in case order")
+        self.position = 0
+        self._hash = hashlib.sha256()
+        if len(self.case_id) == 0:
+            self._verify()
+
+    def _open(self) -> h5py.File:
+        try:
+            return h5py.File(self.path, "r", locking=False)
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: no such file") from None
+        except OSError as exc:
+            raise CorruptFileError(f"{self.path}: unreadable or corrupt HDF5 file ({exc})"
+                                   ) from None
+
+    def _checked(self, read):
+        try:
+            return read()
+        except OSError as exc:  # the chunk's Fletcher32 sum, checked by HDF5
+            raise CorruptFileError(f"{self.path}: corrupt: checksum of /top does not match "
+                                   f"(HDF5 Fletcher32 check failed: {exc})") from None
+        except (KeyError, ValueError) as exc:
+            raise CorruptFileError(f"{self.path}: corrupt: /top cannot be read ({exc})"
+                                   ) from None
+
+    def until(self, case_stop: int) -> np.ndarray:
+        """The rows not read yet whose case is below ``case_stop``."""
+        hi = int(np.searchsorted(self.case_id, case_stop, side="left"))
+        if hi <= self.position:
+            return np.zeros(0, TOP_DTYPE)
+        with self._open() as f:
+            rows = self._checked(lambda: f["top"][self.position:hi])
+        self._hash.update(np.ascontiguousarray(rows).view(np.uint8))
+        self.position = hi
+        if hi == len(self.case_id):
+            self._verify()
+        return rows.astype(TOP_DTYPE, copy=False)
+
+    def _verify(self) -> None:
+        actual = self._hash.hexdigest()
+        if actual != self.stored:
+            raise CorruptFileError(f"{self.path}: corrupt: checksum of /top does not match "
+                                   f"its data (sha256 {actual[:12]}... vs "
+                                   f"{self.stored[:12]}... stored)")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..model.hardware import Hardware, apply_overrides
-from .spec import SweepSpec
+import numpy as np
 
-__all__ = ["Variant", "expand_variants"]
+from ..model.hardware import Hardware, apply_overrides, override_field
+from .spec import HardwareGroup, SweepSpec
+
+__all__ = ["Variant", "Variants", "expand_variants"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,130 @@ def _apply_point(hw: Hardware, axis, i: int, spec: SweepSpec) -> Hardware:
     if direct:
         hw = dataclasses.replace(hw, **direct)
     return hw
+
+
+class Variants(Sequence[Variant]):
+    """The hardware variants of a spec by id, each built when asked for (never all held).
+
+    A variant's hardware is its base with the points of its axes applied in grid order, as
+    :func:`expand_variants` builds them; the hardware after the first ``d`` axes of the last
+    variant asked for is kept, so walking the ids in order costs about one override per
+    variant. Memory: a few hardware records, whatever the grid's size.
+    """
+
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        # (first id, group, base name, points per axis) per base of each group
+        self._blocks: list[tuple[int, HardwareGroup, str, tuple[int, ...]]] = []
+        start = 0
+        for group in spec.hardware:
+            sizes = tuple(len(ax.points) for ax in group.axes)
+            for base in group.bases:
+                self._blocks.append((start, group, base, sizes))
+                start += math.prod(sizes)
+        self._len = start
+        self._firsts = np.array([b[0] for b in self._blocks], dtype=np.int64)
+        self._last: tuple[int, tuple[int, ...], list[Hardware]] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        i = int(i)
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"variant {i} of {self._len}")
+        b = int(np.searchsorted(self._firsts, i, side="right")) - 1
+        first, group, base, sizes = self._blocks[b]
+        combo = tuple(int(x) for x in np.unravel_index(i - first, sizes)) if sizes else ()
+        axes = group.axes
+        if self._last is not None and self._last[0] == b:
+            _, previous, prefix = self._last
+            changed = next((d for d, (x, y) in enumerate(zip(previous, combo)) if x != y),
+                           len(axes))
+        else:
+            prefix, changed = [self.spec.bases[base]] * (len(axes) + 1), 0
+        prefix = list(prefix)
+        for d in range(changed, len(axes)):
+            prefix[d + 1] = _apply_point(prefix[d], axes[d], combo[d], self.spec)
+        self._last = (b, combo, prefix)
+        swept = tuple((ax.name, float(ax.labels[k])) for ax, k in zip(axes, combo))
+        label = base + ("[" + ",".join(f"{a}={_fmt(v)}" for a, v in swept) + "]"
+                        if swept else "")
+        return Variant(i, label, base, swept, dataclasses.replace(prefix[-1], name=label))
+
+    def axis_names(self) -> list[str]:
+        """Every swept axis name, sorted."""
+        return sorted({ax.name for _, group, _, _ in self._blocks for ax in group.axes})
+
+    def widths(self) -> dict[str, int]:
+        """Longest label, base name and swept-values JSON of any variant, in UTF-8 bytes
+        (each part of a label takes its longest value independently of the others, and
+        the grid holds every combination, so the longest combination is a variant)."""
+        out = {"hardware": 1, "base": 1, "swept": 1}
+        for _, group, base, _ in self._blocks:
+            axes = group.axes
+            parts = [max(len(f"{ax.name}={_fmt(float(v))}".encode()) for v in ax.labels)
+                     for ax in axes]
+            label = len(base.encode()) + (2 + sum(parts) + len(parts) - 1 if axes else 0)
+            pairs = [max(len(f"{json.dumps(ax.name)}: {json.dumps(float(v))}".encode())
+                         for v in ax.labels) for ax in axes]
+            swept = 2 + sum(pairs) + 2 * max(len(pairs) - 1, 0)
+            out = {"hardware": max(out["hardware"], label),
+                   "base": max(out["base"], len(base.encode())),
+                   "swept": max(out["swept"], swept)}
+        return out
+
+    def record_keys(self) -> list[str]:
+        """Every key of the variants' hardware records (Hardware.record), sorted: a base's
+        variants share the keys of its first (overrides change values, not keys)."""
+        keys: set[str] = set()
+        for first, _, _, _ in self._blocks:
+            keys |= set(self[first].hardware.record())
+        return sorted(keys)
+
+    def block_of(self, variant_id: int) -> int:
+        """The (group, base) block a variant belongs to."""
+        return int(np.searchsorted(self._firsts, variant_id, side="right")) - 1
+
+    def per_variant(self, fields: frozenset[str], value) -> tuple[np.ndarray, list]:
+        """``value(hardware)`` of every variant, computed once per distinct combination of
+        the grid axes that set any of ``fields`` (Hardware field names: every other axis
+        leaves them as they are, overrides setting absolute values) rather than once per
+        variant. Returns ((V,) int64 index into the distinct values, the distinct values).
+        """
+        index = np.empty(self._len, dtype=np.int64)
+        values: list = []
+        for first, group, base, sizes in self._blocks:
+            count = math.prod(sizes)
+            axes = group.axes
+            touching = [d for d, ax in enumerate(axes) if _sets_any(ax, fields)]
+            sub = tuple(sizes[d] for d in touching)
+            local = np.arange(count, dtype=np.int64)
+            position = np.unravel_index(local, sizes) if sizes else ()
+            sub_index = (np.ravel_multi_index([position[d] for d in touching], sub)
+                         if touching else np.zeros(count, dtype=np.int64))
+            offset = len(values)
+            for combo in itertools.product(*[range(n) for n in sub]):
+                hw = self.spec.bases[base]
+                for d, k in zip(touching, combo):
+                    hw = _apply_point(hw, axes[d], k, self.spec)
+                values.append(value(hw))
+            index[first:first + count] = offset + sub_index
+        return index, values
+
+
+def _sets_any(axis, fields: frozenset[str]) -> bool:
+    """Whether any point of ``axis`` sets one of the Hardware ``fields``."""
+    for point in axis.points:
+        for key in point:
+            field = key[1:] if key.startswith("=") else override_field(key)
+            if field is None or field in fields:  # unknown: assume it might
+                return True
+    return False
 
 
 def expand_variants(spec: SweepSpec) -> list[Variant]:

@@ -35,8 +35,8 @@ from typing import Any
 from ..errors import SpecError
 from .units import brief, finite_float, parse_quantity, split_unit_key
 
-__all__ = ["Hardware", "parse_hardware", "apply_overrides", "interpolate", "DTYPES",
-           "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
+__all__ = ["Hardware", "parse_hardware", "apply_overrides", "override_field", "interpolate",
+           "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
 
 #: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
 #: enumeration lists every ordered factorisation of the domain size, which grows quickly.
@@ -362,6 +362,20 @@ OVERRIDABLE = {
                          "nvlink_half_bandwidth_per_rank_MiB, "
                          "scaleout_half_bandwidth_per_rank_MiB",
 }
+
+
+def override_field(key: str) -> str | None:
+    """The Hardware field a grid override key sets (None: not an override key)."""
+    if key in ("nvlink_domain", "nics_per_gpu", "nvlink_efficiency", "scaleout_efficiency",
+               "matrix_sustained_fraction"):
+        return key
+    canon = _canonical(key)
+    if canon is None:
+        return None
+    name = canon[0]
+    if name.endswith("_peaks"):
+        return "matrix_flops_per_s" if name.startswith("matrix") else "vector_flops_per_s"
+    return _FIELD_OF[name]
 
 
 def _scaled_peaks(peaks: Mapping[str, float], new16: float) -> dict[str, float]:

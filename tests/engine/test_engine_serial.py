@@ -362,3 +362,44 @@ def test_running_a_finished_spec_again_shows_its_results(finished, tmp_path):
     (again / "spec.yaml").write_text((again / "spec.yaml").read_text() + "# edited\n")
     with pytest.raises(StoreError, match="changed since this run started|holds an earlier"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again))
+
+
+def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypatch):
+    """Sealed part files (a rank past SEAL_ROWS), a reduction in slices of a few cases and a
+    results file streamed to disk give the tables of the plain run, also across a SIGTERM
+    and a resume with sealed parts on disk."""
+    from sweep.engine import reduce as reduce_module
+    from sweep.engine import runner as runner_module
+    from sweep.engine import store as store_module
+
+    out, _ = finished
+    monkeypatch.setattr(runner_module, "SEAL_ROWS", 25)
+    monkeypatch.setattr(reduce_module, "ROWS_PER_SLICE", 7)
+    monkeypatch.setattr(store_module, "IMAGE_BYTES", 0)
+    run = tmp_path / "bounded"
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run))
+    sealed = sorted(p.name for p in run.glob("part-00000-*.h5"))
+    assert len(sealed) >= 3 and sealed[0] == "part-00000-0000.h5"
+    assert summary.reduced.complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
+    with h5py.File(run / "sweep.h5", "r") as a, h5py.File(out / "sweep.h5", "r") as b:
+        assert len(a["units"]) == len(b["units"])
+        assert a["top"].attrs["sha256"] == b["top"].attrs["sha256"]
+        assert a["cases"].attrs["sha256"] == b["cases"].attrs["sha256"]
+    assert not list(run.glob(".sweep.h5.*"))  # no temporary file left
+
+    again = tmp_path / "bounded-resumed"
+    calls = []
+
+    def progress(p):
+        calls.append(p)
+        if len(calls) == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, progress=progress))
+    before = sorted(p.name for p in again.glob("part-00000-*.h5"))
+    assert before  # sealed parts on disk when it stopped
+    resumed = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, resume=True))
+    after = sorted(p.name for p in again.glob("part-00000-*.h5"))
+    assert after[:len(before)] == before and len(after) > len(before)  # numbered on
+    assert resumed.reduced.complete and _same_tables(again / "sweep.h5", out / "sweep.h5")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -251,3 +253,59 @@ def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
     assert exc.value.code == 2 and "in bytes" in capsys.readouterr().err
     assert main(["run", str(SMALL), "--serial", "--out", str(tmp_path / "ok"), "--quiet",
                  "--max-memory", "8GiB"]) == 0
+
+
+MIXED_GRID = """
+name: mixed
+cost_model: calibrated
+jobs: [bert_large]
+gpus: [8]
+strategies: [1d]
+hardware:
+  - base: [H100-SXM, B200]
+    grid:
+      hbm_GBps: [2000, 4000, 8000]
+      pair: {zip: {nvlink_domain: [4, 8], host_memory_GiB: [0.5, 512]}}
+      nics_per_gpu: [1, 2]
+  - base: A100-80GB
+    grid:
+      gen: {interpolate: [A100-80GB, H100-SXM], points_per_segment: 3,
+            keys: [hbm_bandwidth, matrix_flops]}
+      nvlink_domain: [2, 8]
+"""
+
+
+@pytest.mark.parametrize("source", ["specs/nersc-flops-capacity.yaml",
+                                    "specs/nersc-generations-gpt3_1T.yaml",
+                                    "specs/nersc-b200-hbm-grid.yaml", "mixed"])
+def test_lazy_variants_equal_the_expanded_list(source, tmp_path):
+    """Variants built by id (in any order) are those of expand_variants; the per-variant
+    space fields, label widths and record keys computed without building every variant
+    agree with building them all."""
+    from sweep.engine.variants import Variants
+
+    if source == "mixed":
+        path = tmp_path / "mixed.yaml"
+        path.write_text(MIXED_GRID)
+    else:
+        path = REPO / source
+    spec = load_spec(str(path))
+    expected = expand_variants(spec)
+    lazy = Variants(spec)
+    assert len(lazy) == len(expected) and list(lazy) == expected
+    order = np.random.default_rng(1).permutation(len(expected))
+    assert all(lazy[int(i)] == expected[int(i)] for i in order)
+    assert lazy[-1] == expected[-1] and lazy[1:3] == expected[1:3]
+    which, values = lazy.per_variant(frozenset({"nvlink_domain", "host_memory_bytes"}),
+                                     lambda h: (h.nvlink_domain, h.host_memory_bytes > 0))
+    assert [values[i] for i in which] == [(v.hardware.nvlink_domain,
+                                           v.hardware.host_memory_bytes > 0) for v in expected]
+    widths = lazy.widths()
+    assert widths["hardware"] == max(len(v.label.encode()) for v in expected)
+    assert widths["swept"] == max(len(json.dumps(dict(v.swept)).encode()) for v in expected)
+    assert lazy.record_keys() == sorted({k for v in expected for k in v.hardware.record()})
+    plan = make_plan(spec)  # the cases' candidate counts: as each case's own space says
+    from sweep.engine.plan import SpaceCache
+    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    assert all(plan.cases[i].candidates == cache.of(plan.cases[i]).size
+               for i in range(len(plan.cases)))
