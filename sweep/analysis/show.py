@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.store import read_results
+from ..engine.store import read_results, read_results_cases
 from ..errors import StoreError
 from . import fmt
 
@@ -43,11 +43,14 @@ def _records(table: np.ndarray) -> list[dict]:
 def load_rows(path: Path, top: int = 1, case: int | None = None,
               limit: int | None = None) -> tuple[dict, list[dict]]:
     """(root attributes, rows) with the ``top`` best configs of each case (or of ``case``;
-    of the first ``limit`` cases only, if given). Linear in the size of the file.
+    of the first ``limit`` cases only, if given, read without the rest of the file).
 
     Cases without any feasible configuration appear once with ``place = None``.
     """
-    attrs, data = read_results(Path(path))
+    if case is None and limit is not None:  # the head only (sweep run's printout)
+        attrs, data = read_results_cases(Path(path), 0, limit)
+    else:
+        attrs, data = read_results(Path(path))
     cases, rows = data["cases"], data["top"]
     if case is not None:
         if not (cases["case_id"] == case).any():

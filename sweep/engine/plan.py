@@ -23,7 +23,7 @@ from .spec import SweepSpec
 from .variants import Variant, Variants
 
 __all__ = ["Case", "Cases", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
-           "measure_working_set", "rss_bytes", "refuse_over"]
+           "measure_working_set", "rss_bytes", "refuse_over", "SEAL_ROWS"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -169,16 +169,24 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
     return Plan(spec, variants, cases, units)
 
 
-#: bytes a rank holds per top-N row of its results while it runs: the per-case top-N
-#: arrays and, at a checkpoint, the part file's tables and its HDF5 image (measured with
-#: /usr/bin/time on scale-80k-variants and a 20,000-variant cut of it, one rank, without
-#: the reduction: 0.92 - 0.93 KB per row)
+#: top-N rows (plus finished units) a rank holds before it seals them into a part file of
+#: their own (part-<rank>-<n>.h5) and starts afresh (runner.py): a rank's memory for
+#: results stays under SEAL_ROWS x RUN_BYTES_PER_ROW whatever the number of its cases
+SEAL_ROWS = 100_000
+#: bytes a rank holds per row of results it keeps (a top-N row or a finished work unit:
+#: the per-case top-N arrays, the unit records and, at a checkpoint, the part file's tables
+#: and its HDF5 image); a rank keeps at most SEAL_ROWS rows before it seals them
+#: into a part file of their own (measured with /usr/bin/time on scale-80k-variants and
+#: scale-1m-variants)
 RUN_BYTES_PER_ROW = 930
-#: bytes the reduction needs per top-N row of the whole sweep (every part's rows, the
-#: merged table, the file image) and per case (the /cases table with every hardware
-#: parameter); measured as above with sweep reduce alone: 0.75 - 0.8 KB per row
-REDUCE_BYTES_PER_ROW = 800
-REDUCE_BYTES_PER_CASE = 800
+#: what the reduction holds per work unit (the finished-unit records of every part, sorted
+#: and deduplicated) and per case (its counts and the plan's candidate counts), beyond one
+#: slice of reduce.ROWS_PER_SLICE rows of each table
+REDUCE_BYTES_PER_UNIT = 300
+REDUCE_BYTES_PER_CASE = 80
+#: bytes of one slice of the reduction: ROWS_PER_SLICE rows of /top and /cases with their
+#: copies while merged and written
+REDUCE_SLICE_BYTES = 160e6
 #: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
 MPI_BYTES = 16 * 2**20
 
@@ -188,32 +196,44 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     """Peak memory per rank of running ``plan`` on ``ranks`` ranks (pure arithmetic).
 
     ``base_bytes`` is the process before planning (interpreter, numpy, h5py, sweep),
-    ``plan_bytes`` what building the plan added (variants, cases, candidate spaces: every
-    rank builds it), ``working_bytes`` the cost core's peak over one block, ``mpi_bytes``
-    what MPI adds on more than one rank (0 if ``base_bytes`` was measured with it). Results are
-    counted as if every case with candidates kept its full top-N (an upper bound: a case
-    with no feasible configuration keeps none). Rank 0 also merges the part files.
-    Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial`` (one rank that also
-    reduces).
+    ``plan_bytes`` what building the plan added (the work-unit table, candidate counts and
+    spaces: every rank builds it), ``working_bytes`` the cost core's peak over one block,
+    ``mpi_bytes`` what MPI adds on more than one rank (0 if ``base_bytes`` was measured with
+    it). A rank holds its results up to SEAL_ROWS rows (every case with candidates
+    counted with its full top-N and one work unit: an upper bound), then seals them to disk,
+    so its memory does not grow with the number of cases; rank 0 also merges the part files,
+    in slices, holding every finished work unit (REDUCE_BYTES_PER_UNIT) and a few numbers
+    per case, and the results file itself if it is small enough to be built in memory
+    (store.IMAGE_BYTES). Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial``
+    (one rank that also reduces).
     """
+    from .store import IMAGE_BYTES
+
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
-    fixed = base_bytes + plan_bytes + working_bytes + (mpi_bytes if ranks > 1 else 0.0)
-    run_share = RUN_BYTES_PER_ROW * rows / max(1, ranks)
-    reduce = REDUCE_BYTES_PER_ROW * rows + REDUCE_BYTES_PER_CASE * len(plan.cases)
-    # rank 0 lets go of its results (written to its part file) before it reduces
-    serial = base_bytes + plan_bytes + working_bytes + max(RUN_BYTES_PER_ROW * rows, reduce)
-    return {"rank": fixed + run_share, "rank0": fixed + max(run_share, reduce),
-            "serial": serial, "ranks": ranks, "rows": rows}
+    fixed = base_bytes + plan_bytes + working_bytes
+
+    def held(share: float) -> float:
+        return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS)
+
+    units = len(plan.units)
+    image = rows * 281.0 + len(plan.cases) * 740.0 + units * 72.0  # uncompressed tables
+    reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * len(plan.cases)
+              + REDUCE_SLICE_BYTES + (image if image <= IMAGE_BYTES else 0.0))
+    mpi = mpi_bytes if ranks > 1 else 0.0
+    run = held((rows + units) / max(1, ranks))
+    return {"rank": fixed + mpi + run, "rank0": fixed + mpi + max(run, reduce),
+            "serial": fixed + max(held(rows + units), reduce), "ranks": ranks, "rows": rows}
 
 
 def measure_working_set(plan, cache, cases: int = 3) -> float:
     """Peak bytes the cost core allocates over one block (``DEFAULT_BLOCK`` candidates) of
     the ``cases`` largest candidate spaces of ``plan``, traced by tracemalloc (numpy reports
-    its buffers to it): what a rank needs on top of its plan and results while it searches."""
+    its buffers to it): what a rank needs on top of its plan and results while it searches.
+    A small space fills its block with variants, as a run batches them (search_cases)."""
     import tracemalloc
 
-    from ..model.search import DEFAULT_BLOCK, search_range
+    from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
     # the largest cases first (a bounded look: many cases share a space)
     ranked = np.argsort(-plan.cases.candidates, kind="stable")[:4096]
@@ -225,9 +245,14 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
         seen.add(key)
         tracemalloc.start()
         try:
-            search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
-                         case.n_gpus, cache.of(case), 0, min(case.candidates, DEFAULT_BLOCK),
-                         plan.spec.top_n)
+            if 4 * case.candidates <= DEFAULT_BLOCK:
+                search_cases(plan.spec.cost_model, case.job,
+                             [case.variant.hardware] * (DEFAULT_BLOCK // case.candidates),
+                             case.strategy, case.n_gpus, cache.of(case), plan.spec.top_n)
+            else:
+                search_range(plan.spec.cost_model, case.job, case.variant.hardware,
+                             case.strategy, case.n_gpus, cache.of(case), 0,
+                             min(case.candidates, DEFAULT_BLOCK), plan.spec.top_n)
             peak = max(peak, tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()

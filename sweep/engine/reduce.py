@@ -118,6 +118,18 @@ _JOB_KEYS = ("n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "head_
              "seq_len", "global_batch")
 
 
+def _field_of(record_key: str) -> str:
+    """The Hardware field a key of Hardware.record comes from."""
+    for prefix in ("matrix_", "vector_"):
+        if record_key.startswith(prefix) and record_key.endswith("_flops_per_s"):
+            return prefix + "flops_per_s"
+    if record_key in ("gemm_tile_m", "gemm_tile_n"):
+        return "gemm_tile"
+    if record_key.startswith("calibration_"):
+        return "calibration"
+    return record_key
+
+
 class _CasesTable:
     """The ``/cases`` table of a plan, built a slice of cases at a time: its columns (and
     their widths) are fixed up front from the spec, the rows of ``[a, b)`` from those
@@ -161,6 +173,16 @@ class _CasesTable:
         types |= {"complete": "?", "best_samples_per_s": "f8"}
         self.columns = columns
         self.dtype = np.dtype([(k, types[k]) for k in columns])
+        # hardware columns by the Hardware field they come from: each looked up per
+        # combination of the axes that set that field, not built per variant
+        by_field: dict[str, list[str]] = {}
+        for k in self.hw_keys:
+            by_field.setdefault(_field_of(k), []).append(k)
+        self.hw_tables = []
+        for field, keys in by_field.items():
+            found = variants.lookup(frozenset({field}), lambda hw, keys=keys: [
+                hw.record().get(k, np.nan) for k in keys])
+            self.hw_tables.append((keys, found, np.array(found.values, dtype=np.float64)))
 
     def rows(self, a: int, b: int, top: np.ndarray) -> np.ndarray:
         """Rows of cases ``[a, b)``; ``top`` holds (at least) their merged /top rows."""
@@ -176,17 +198,17 @@ class _CasesTable:
         out["variant_id"] = v
         for k in _JOB_KEYS:
             out[k] = np.array([getattr(x, k) for x in spec.jobs], dtype=np.int64)[j]
-        # every variant of the slice once, in id order (cheap: Variants keeps its prefix)
+        # every variant of the slice once, without building its hardware
         vids, which = np.unique(v, return_inverse=True)
-        per = [plan.variants[int(i)] for i in vids]
-        out["hardware"] = np.array([x.label.encode() for x in per])[which]
-        out["base"] = np.array([x.base.encode() for x in per])[which]
-        out["swept"] = np.array([json.dumps(dict(x.swept)).encode() for x in per])[which]
+        text = plan.variants.labels(vids)
+        for k in ("hardware", "base", "swept"):
+            out[k] = np.array([x.encode() for x in text[k]])[which]
         for ax in self.axes:
-            out[f"swept_{ax}"] = np.array([dict(x.swept).get(ax, np.nan) for x in per])[which]
-        records = [x.hardware.record() for x in per]
-        for k in self.hw_keys:
-            out[k] = np.array([r.get(k, np.nan) for r in records], dtype=np.float64)[which]
+            out[f"swept_{ax}"] = text[f"swept_{ax}"][which]
+        for keys, found, table in self.hw_tables:
+            rows = table[found.index(vids)][which]
+            for i, k in enumerate(keys):
+                out[k] = rows[:, i]
         out["candidates"] = cases.candidates[a:b]
         for k, counts in self.counts.items():
             out[k] = counts[a:b]

@@ -44,6 +44,7 @@ from ..model.topn import merge_top_n
 from .lock import RunLock
 from .partition import assign_units, imbalance, shard_workers, unit_progress
 from .plan import (
+    SEAL_ROWS,
     Plan,
     SpaceCache,
     estimate_memory,
@@ -219,12 +220,6 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
         done.append(units)
     segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
     return text, str(out), segments, warnings, resume
-
-
-#: top-N rows (plus finished units) a rank holds before it seals them into a part file of
-#: their own (part-<rank>-<n>.h5) and starts afresh: a rank's memory for results stays
-#: about SEAL_ROWS x 0.5 KB (~50 MB) whatever the number of cases it searches
-SEAL_ROWS = 100_000
 
 
 class _State:

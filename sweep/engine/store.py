@@ -51,7 +51,7 @@ __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part
            "read_part_done", "write_results", "read_results",
            "read_results_attrs", "Table", "part_path", "list_parts", "write_bytes_atomic",
            "write_text_atomic", "CorruptFileError", "table_sha256", "ResultsWriter",
-           "PartTops", "part_worker"]
+           "PartTops", "part_worker", "read_results_cases"]
 
 
 class CorruptFileError(StoreError):
@@ -559,6 +559,30 @@ def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not p.is_file():
         raise StoreError(f"{p}: no such results file")
     return _read(p, "results")
+
+
+def read_results_cases(path: Path, start: int, stop: int
+                       ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(attrs, {"cases", "top"}) of cases ``[start, stop)`` of a reduced file: their
+    ``/cases`` rows and their ``/top`` rows, read without the rest of the tables (what
+    ``sweep run`` prints of a million-case file). The root attributes' checksum is
+    verified; the rows read are checked by HDF5's per-chunk Fletcher32 sums (the tables'
+    SHA-256 covers whole tables only, see :func:`read_results`).
+
+    Raises:
+        CorruptFileError: damaged. StoreError: missing, or not a results file.
+    """
+    p = Path(path)
+    attrs, _ = _read(p, "results", ())
+    try:
+        with h5py.File(p, "r", locking=False) as f:
+            cases = f["cases"][start:stop]
+            ids = f["top"].fields("case_id")[()]
+            lo, hi = np.searchsorted(ids, [start, stop], side="left")
+            top = f["top"][int(lo):int(hi)]
+    except (OSError, KeyError, ValueError) as exc:
+        raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
+    return attrs, {"cases": cases, "top": top}
 
 
 def read_columns(path: Path) -> dict[str, dict[str, Any]]:

@@ -25,7 +25,7 @@ import numpy as np
 from ..model.hardware import Hardware, apply_overrides, override_field
 from .spec import HardwareGroup, SweepSpec
 
-__all__ = ["Variant", "Variants", "expand_variants"]
+__all__ = ["Variant", "Variants", "Lookup", "expand_variants"]
 
 
 @dataclass(frozen=True)
@@ -142,31 +142,93 @@ class Variants(Sequence[Variant]):
         """The (group, base) block a variant belongs to."""
         return int(np.searchsorted(self._firsts, variant_id, side="right")) - 1
 
-    def per_variant(self, fields: frozenset[str], value) -> tuple[np.ndarray, list]:
-        """``value(hardware)`` of every variant, computed once per distinct combination of
-        the grid axes that set any of ``fields`` (Hardware field names: every other axis
-        leaves them as they are, overrides setting absolute values) rather than once per
-        variant. Returns ((V,) int64 index into the distinct values, the distinct values).
-        """
-        index = np.empty(self._len, dtype=np.int64)
+    def lookup(self, fields: frozenset[str], value) -> Lookup:
+        """``value(hardware)`` of any variant, computed once per distinct combination of the
+        grid axes that set any of ``fields`` (Hardware field names) rather than once per
+        variant: every other axis leaves those fields as they are, and an axis sets a field
+        from that field's own value (absolute values, or peaks scaled by their ratio), so
+        the base with only those axes applied has the variant's values of ``fields``."""
         values: list = []
-        for first, group, base, sizes in self._blocks:
-            count = math.prod(sizes)
+        layout = []
+        for _, group, base, sizes in self._blocks:
             axes = group.axes
             touching = [d for d, ax in enumerate(axes) if _sets_any(ax, fields)]
             sub = tuple(sizes[d] for d in touching)
-            local = np.arange(count, dtype=np.int64)
-            position = np.unravel_index(local, sizes) if sizes else ()
-            sub_index = (np.ravel_multi_index([position[d] for d in touching], sub)
-                         if touching else np.zeros(count, dtype=np.int64))
-            offset = len(values)
+            layout.append((touching, sub, len(values)))
             for combo in itertools.product(*[range(n) for n in sub]):
                 hw = self.spec.bases[base]
                 for d, k in zip(touching, combo):
                     hw = _apply_point(hw, axes[d], k, self.spec)
                 values.append(value(hw))
-            index[first:first + count] = offset + sub_index
-        return index, values
+        return Lookup(self, layout, values)
+
+    def per_variant(self, fields: frozenset[str], value) -> tuple[np.ndarray, list]:
+        """(index of every variant's value in the distinct values, the distinct values) of
+        ``value(hardware)``; see :meth:`lookup`."""
+        found = self.lookup(fields, value)
+        return found.index(np.arange(self._len, dtype=np.int64)), found.values
+
+    def points(self, variant_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Per (group, base) block holding some of ``variant_ids``: (block, positions of
+        those ids in ``variant_ids``) - vectorised grouping for per-axis lookups."""
+        ids = np.asarray(variant_ids, dtype=np.int64)
+        block = np.searchsorted(self._firsts, ids, side="right") - 1
+        return [(int(b), np.flatnonzero(block == b)) for b in np.unique(block)]
+
+    def axis_points(self, block: int, variant_ids: np.ndarray) -> tuple:
+        """The point index of each axis of ``block`` for variants of that block."""
+        first, _, _, sizes = self._blocks[block]
+        if not sizes:
+            return ()
+        return np.unravel_index(np.asarray(variant_ids, dtype=np.int64) - first, sizes)
+
+    def block_info(self, block: int) -> tuple[HardwareGroup, str]:
+        """(group, base name) of a block."""
+        return self._blocks[block][1], self._blocks[block][2]
+
+    def labels(self, variant_ids: np.ndarray) -> dict[str, list]:
+        """Label, base, swept JSON and each swept axis' value of ``variant_ids`` without
+        building their hardware (strings in lists; axis values per axis name, NaN where
+        a variant's group does not sweep it)."""
+        ids = np.asarray(variant_ids, dtype=np.int64)
+        n = len(ids)
+        out: dict[str, list] = {"hardware": [""] * n, "base": [""] * n, "swept": [""] * n}
+        values: dict[str, np.ndarray] = {a: np.full(n, np.nan) for a in self.axis_names()}
+        for block, at in self.points(ids):
+            group, base = self.block_info(block)
+            position = self.axis_points(block, ids[at])
+            parts, pairs = [], []
+            for ax, k in zip(group.axes, position):
+                labels = np.array([float(v) for v in ax.labels])
+                values[ax.name][at] = labels[k]
+                parts.append([f"{ax.name}={_fmt(float(v))}" for v in labels[k]])
+                pairs.append([f"{json.dumps(ax.name)}: {json.dumps(float(v))}"
+                              for v in labels[k]])
+            for i, j in enumerate(at.tolist()):
+                out["base"][j] = base
+                out["hardware"][j] = (base + "[" + ",".join(p[i] for p in parts) + "]"
+                                      if parts else base)
+                out["swept"][j] = "{" + ", ".join(p[i] for p in pairs) + "}"
+        return {**out, **{f"swept_{a}": v for a, v in values.items()}}
+
+
+class Lookup:
+    """Values per distinct combination of the axes that set some fields (Variants.lookup),
+    and which one each variant has."""
+
+    def __init__(self, variants: Variants, layout: list, values: list) -> None:
+        self.variants, self.layout, self.values = variants, layout, values
+
+    def index(self, variant_ids: np.ndarray) -> np.ndarray:
+        """Position in ``values`` of each of ``variant_ids`` (vectorised)."""
+        ids = np.asarray(variant_ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=np.int64)
+        for block, at in self.variants.points(ids):
+            touching, sub, offset = self.layout[block]
+            position = self.variants.axis_points(block, ids[at])
+            out[at] = offset + (np.ravel_multi_index([position[d] for d in touching], sub)
+                                if touching else 0)
+        return out
 
 
 def _sets_any(axis, fields: frozenset[str]) -> bool:

@@ -207,13 +207,16 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
         assert len(err) == 1 and message in err[0], (bad, err)
 
 
-def test_memory_estimate_by_hand():
-    """estimate_memory: the plan on every rank, each rank's share of the top-N rows, and
-    rank 0's reduction (after it lets go of its own rows), in bytes."""
+def test_memory_estimate_by_hand(monkeypatch):
+    """estimate_memory: the plan on every rank, each rank's share of the results it holds
+    (top-N rows and work units, at most SEAL_ROWS), and rank 0's reduction (every work
+    unit, a few numbers per case, one slice, the in-memory results file), in bytes."""
+    from sweep.engine import plan as plan_module
     from sweep.engine.plan import (
         MPI_BYTES,
         REDUCE_BYTES_PER_CASE,
-        REDUCE_BYTES_PER_ROW,
+        REDUCE_BYTES_PER_UNIT,
+        REDUCE_SLICE_BYTES,
         RUN_BYTES_PER_ROW,
         estimate_memory,
     )
@@ -221,16 +224,25 @@ def test_memory_estimate_by_hand():
     plan = make_plan(load_spec(str(SMALL)))
     with_rows = sum(1 for c in plan.cases if c.candidates > 0)
     rows = with_rows * plan.spec.top_n
+    units, cases = len(plan.units), len(plan.cases)
     m = estimate_memory(plan, 4, base_bytes=50e6, plan_bytes=10e6, working_bytes=5e6)
     fixed = 65e6 + MPI_BYTES
     assert m["rows"] == rows
-    assert m["rank"] == pytest.approx(fixed + RUN_BYTES_PER_ROW * rows / 4)
-    reduce = REDUCE_BYTES_PER_ROW * rows + REDUCE_BYTES_PER_CASE * len(plan.cases)
-    assert m["rank0"] == pytest.approx(fixed + max(RUN_BYTES_PER_ROW * rows / 4, reduce))
-    assert m["serial"] == pytest.approx(65e6 + max(RUN_BYTES_PER_ROW * rows, reduce))
+    held = RUN_BYTES_PER_ROW * (rows + units) / 4
+    assert m["rank"] == pytest.approx(fixed + held)
+    image = rows * 281.0 + cases * 740.0 + units * 72.0  # small: built in memory
+    reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * cases
+              + REDUCE_SLICE_BYTES + image)
+    assert m["rank0"] == pytest.approx(fixed + max(held, reduce))
+    assert m["serial"] == pytest.approx(65e6 + max(RUN_BYTES_PER_ROW * (rows + units),
+                                                   reduce))
     # more ranks never need more memory per rank
     per = [estimate_memory(plan, r, 50e6, 10e6, 5e6)["rank"] for r in (2, 4, 8, 64)]
     assert per == sorted(per, reverse=True)
+    # a rank seals what it holds past SEAL_ROWS: its share stops growing there
+    monkeypatch.setattr(plan_module, "SEAL_ROWS", 10)
+    sealed = estimate_memory(plan, 1, 50e6, 10e6, 5e6)
+    assert sealed["rank"] == pytest.approx(65e6 + RUN_BYTES_PER_ROW * 10)
 
 
 def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
