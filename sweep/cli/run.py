@@ -243,7 +243,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
           f"{st['candidates_done']:,} of {st['candidates']:,} candidates")
     if st["parts"]:
         rows = [[p["file"], f"{p['worker']}/{p['workers']}", p["shard"] or "-",
-                 f"{p['units']:,}", "yes" if p["complete"] else "no", p["written_utc"]]
+                 f"{p['units']:,}",
+                 "sealed" if p["sealed"] else "yes" if p["complete"] else "no", p["written_utc"]]
                 + ([] if p["this_spec"] else ["another spec: remove it"])
                 for p in st["parts"]]
         print(fmt.table(["part file", "worker", "shard", "units", "finished", "written (UTC)"],

@@ -259,8 +259,9 @@ class _State:
                           seconds, rank))
         cid = int(unit["case_id"])
         prev = self.tops.get(cid)
-        self.tops[cid] = merge_top_n([prev, result.top] if prev is not None else [result.top],
-                                     self.top_n)
+        # a search's top-N is already one (best first, at most top_n rows): kept as it is
+        self.tops[cid] = (result.top if prev is None
+                          else merge_top_n([prev, result.top], self.top_n))
         self.rows += len(self.tops[cid]) - (0 if prev is None else len(prev))
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:

@@ -48,7 +48,8 @@ def run_status(run_dir: Path) -> dict:
         ours = attrs.get("spec_sha256") == sha
         parts.append({"file": path.name, "worker": int(attrs.get("rank", -1)),
                       "workers": int(attrs.get("size", 0)), "shard": str(attrs.get("shard", "")),
-                      "complete": bool(attrs.get("complete")), "units": len(table),
+                      "complete": bool(attrs.get("complete")),
+                      "sealed": bool(attrs.get("sealed")), "units": len(table),
                       "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours})
         if ours:
             done.append(table)

@@ -315,3 +315,31 @@ def test_read_only_folder_as_a_user(tmp_path):
         assert os.listdir(tmp_path) == ["part-00000.h5"]
     finally:
         tmp_path.chmod(0o755)
+
+
+def test_a_large_results_file_needs_room_first(run, tmp_path, monkeypatch, capsys):
+    """Results too large to build in memory go straight to disk, but only once the folder
+    has room for the tables uncompressed: otherwise one line, exit 2, no temporary file,
+    the earlier sweep.h5 untouched."""
+    from collections import namedtuple
+
+    from sweep.engine import store as store_module
+
+    folder = tmp_path / "big"
+    shutil.copytree(run, folder)
+    before = (folder / "sweep.h5").read_bytes()
+    monkeypatch.setattr(store_module, "IMAGE_BYTES", 0)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(store_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6, 4096))
+    assert main(["reduce", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sweep.h5: cannot write: No space left on device (the " \
+        "results need up to" in err
+    assert (folder / "sweep.h5").read_bytes() == before
+    assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
+    monkeypatch.undo()
+    monkeypatch.setattr(store_module, "IMAGE_BYTES", 0)
+    assert main(["reduce", str(folder)]) == 0  # with room: streamed, same tables
+    with h5py.File(folder / "sweep.h5") as a, h5py.File(run / "sweep.h5") as b:
+        assert a["top"].attrs["sha256"] == b["top"].attrs["sha256"]
+        assert a["cases"][()].tobytes() == b["cases"][()].tobytes()
