@@ -37,7 +37,7 @@ FINGERPRINTS = DATA / "results_fingerprints.json"
 #: id -> (spec, --set overrides, slow)
 SPECS = {
     "nersc-quickstart": ("nersc-quickstart", (), False),
-    "quickstart": ("quickstart", (), False),
+    "quickstart": ("quickstart", (), True),
     "nersc-generations-gpt3_1T": ("nersc-generations-gpt3_1T", (), False),
     "nersc-flops-capacity": ("nersc-flops-capacity", (), True),
     "scale-1m-variants-cut": ("scale-1m-variants", (
