@@ -185,8 +185,12 @@ RUN_BYTES_PER_ROW = 930
 REDUCE_BYTES_PER_UNIT = 300
 REDUCE_BYTES_PER_CASE = 80
 #: bytes of one slice of the reduction: ROWS_PER_SLICE rows of /top and /cases with their
-#: copies while merged and written
-REDUCE_SLICE_BYTES = 160e6
+#: copies while merged and written (fitted with the two above to `sweep reduce` alone:
+#: scale-80k-variants 130 MB, scale-1m-variants 450 MB, /usr/bin/time)
+REDUCE_SLICE_BYTES = 60e6
+#: an in-memory results file (store.IMAGE_BYTES) holds its tables gzip-compressed: 11x
+#: (scale-80k-variants) to 16x (scale-1m-variants) smaller; counted at a quarter
+IMAGE_FRACTION = 0.25
 #: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
 MPI_BYTES = 16 * 2**20
 
@@ -219,7 +223,8 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     units = len(plan.units)
     image = rows * 281.0 + len(plan.cases) * 740.0 + units * 72.0  # uncompressed tables
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * len(plan.cases)
-              + REDUCE_SLICE_BYTES + (image if image <= IMAGE_BYTES else 0.0))
+              + REDUCE_SLICE_BYTES + (IMAGE_FRACTION * image if image <= IMAGE_BYTES
+                                      else 0.0))
     mpi = mpi_bytes if ranks > 1 else 0.0
     run = held((rows + units) / max(1, ranks))
     return {"rank": fixed + mpi + run, "rank0": fixed + mpi + max(run, reduce),

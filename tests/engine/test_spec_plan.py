@@ -216,6 +216,7 @@ def test_memory_estimate_by_hand(monkeypatch):
         MPI_BYTES,
         REDUCE_BYTES_PER_CASE,
         REDUCE_BYTES_PER_UNIT,
+        IMAGE_FRACTION,
         REDUCE_SLICE_BYTES,
         RUN_BYTES_PER_ROW,
         estimate_memory,
@@ -232,7 +233,7 @@ def test_memory_estimate_by_hand(monkeypatch):
     assert m["rank"] == pytest.approx(fixed + held)
     image = rows * 281.0 + cases * 740.0 + units * 72.0  # small: built in memory
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * cases
-              + REDUCE_SLICE_BYTES + image)
+              + REDUCE_SLICE_BYTES + IMAGE_FRACTION * image)
     assert m["rank0"] == pytest.approx(fixed + max(held, reduce))
     assert m["serial"] == pytest.approx(65e6 + max(RUN_BYTES_PER_ROW * (rows + units),
                                                    reduce))
