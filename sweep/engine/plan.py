@@ -188,9 +188,6 @@ REDUCE_BYTES_PER_CASE = 80
 #: copies while merged and written (fitted with the two above to `sweep reduce` alone:
 #: scale-80k-variants 130 MB, scale-1m-variants 450 MB, /usr/bin/time)
 REDUCE_SLICE_BYTES = 60e6
-#: an in-memory results file (store.IMAGE_BYTES) holds its tables gzip-compressed: 11x
-#: (scale-80k-variants) to 16x (scale-1m-variants) smaller; counted at a quarter
-IMAGE_FRACTION = 0.25
 #: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
 MPI_BYTES = 16 * 2**20
 
@@ -211,7 +208,7 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     (store.IMAGE_BYTES). Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial``
     (one rank that also reduces).
     """
-    from .store import IMAGE_BYTES
+    from .store import COMPRESSED_FRACTION, IMAGE_BYTES
 
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
@@ -222,13 +219,15 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
 
     units = len(plan.units)
     image = rows * 281.0 + len(plan.cases) * 740.0 + units * 72.0  # uncompressed tables
+    compressed = COMPRESSED_FRACTION * image
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * len(plan.cases)
-              + REDUCE_SLICE_BYTES + (IMAGE_FRACTION * image if image <= IMAGE_BYTES
-                                      else 0.0))
+              + REDUCE_SLICE_BYTES + (compressed if compressed <= IMAGE_BYTES else 0.0))
     mpi = mpi_bytes if ranks > 1 else 0.0
     run = held((rows + units) / max(1, ranks))
-    return {"rank": fixed + mpi + run, "rank0": fixed + mpi + max(run, reduce),
-            "serial": fixed + max(held(rows + units), reduce), "ranks": ranks, "rows": rows}
+    # rank 0 does not get all of its run's memory back before it reduces (measured: the
+    # peak is about the sum)
+    return {"rank": fixed + mpi + run, "rank0": fixed + mpi + run + reduce,
+            "serial": fixed + held(rows + units) + reduce, "ranks": ranks, "rows": rows}
 
 
 def measure_working_set(plan, cache, cases: int = 3) -> float:
@@ -284,5 +283,6 @@ def refuse_over(memory: dict, limit_bytes: float | None) -> None:
     if limit_bytes is not None and memory["rank0"] > limit_bytes:
         raise SweepError(f"--max-memory: the run needs about {memory['rank0'] / 1e9:.3g} GB "
                          f"on rank 0 of {memory['ranks']} (with the reduction), more than "
-                         f"{limit_bytes / 1e9:.3g} GB; use more ranks, fewer variants or a "
-                         f"smaller top_n (sweep plan --ranks N estimates it)")
+                         f"{limit_bytes / 1e9:.3g} GB; use fewer variants or a smaller "
+                         f"top_n, or more ranks where the search is what needs it (sweep "
+                         f"plan --ranks N estimates it)")

@@ -31,6 +31,7 @@ from .store import (
     ResultsWriter,
     list_parts,
     read_part_done,
+    remove_temporaries,
 )
 
 __all__ = ["reduce_run", "ReduceSummary", "load_run_plan", "merge_tops", "check_segments",
@@ -247,6 +248,7 @@ def _reduce(run_dir: Path, partial: bool, loaded: tuple[Plan, str, str] | None =
     slices are merged (ResultsWriter), so memory stays about ROWS_PER_SLICE rows of each
     table plus the per-unit and per-case counts, whatever the size of the run."""
     plan, text, sha = loaded or load_run_plan(run_dir)
+    remove_temporaries(run_dir)  # of a reduction or run killed here (we hold the lock)
     parts = list_parts(run_dir)
     if not parts:
         raise StoreError(f"{run_dir}: no part files (part-00000.h5, ...) to reduce")

@@ -64,6 +64,7 @@ from .store import (
     part_worker,
     read_part,
     read_results_attrs,
+    remove_temporaries,
     write_part,
     write_text_atomic,
 )
@@ -179,6 +180,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                     resume: bool) -> tuple[str, str, np.ndarray, list[str], bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
+    remove_temporaries(out)  # left by a process killed while writing (we hold the lock)
     parts = list_parts(out)
     if options.force:
         for p in parts + [out / RESULTS_NAME, stored]:
@@ -223,21 +225,36 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
 
 
 class _State:
-    """One rank's finished units and per-case top-N since its last seal."""
+    """One rank's finished units and per-case top-N since its last seal. ``units_left``
+    counts, per case, this rank's units not yet finished: a case with none left is
+    *final* here, and only final cases are sealed (a case's top-N is never cut in two on
+    one rank, so sealing adds no rows, whatever top_n is)."""
 
-    def __init__(self, top_n: int) -> None:
+    def __init__(self, top_n: int, units_left: np.ndarray | None = None) -> None:
         self.top_n = top_n
         self.done: list[tuple] = []
         self.tops: dict[int, np.ndarray] = {}
         self.rows = 0  # top rows held
+        self.units_left = units_left
+        self.final: list[int] = []  # cases final here since the last seal
+        self.final_held = 0  # their top rows and segments
 
     @property
     def held(self) -> int:
         """Rows held: top-N rows and finished segments."""
         return self.rows + len(self.done)
 
-    def clear(self) -> None:
-        self.done, self.tops, self.rows = [], {}, 0
+    def pop_final(self) -> _State:
+        """The final cases' rows and segments, taken out of this state."""
+        final = set(self.final)
+        out = _State(self.top_n)
+        out.done = [d for d in self.done if d[1] in final]
+        self.done = [d for d in self.done if d[1] not in final]
+        out.tops = {cid: self.tops.pop(cid) for cid in self.final if cid in self.tops}
+        out.rows = sum(len(v) for v in out.tops.values())
+        self.rows -= out.rows
+        self.final, self.final_held = [], 0
+        return out
 
     def load(self, done: np.ndarray, top: np.ndarray) -> None:
         self.done = [tuple(r) for r in done]
@@ -263,6 +280,11 @@ class _State:
         self.tops[cid] = (result.top if prev is None
                           else merge_top_n([prev, result.top], self.top_n))
         self.rows += len(self.tops[cid]) - (0 if prev is None else len(prev))
+        if self.units_left is not None and int(result.stop) == int(unit["stop"]):
+            self.units_left[cid] -= 1
+            if self.units_left[cid] == 0:
+                self.final.append(cid)
+                self.final_held += len(self.tops[cid]) + 1
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
@@ -473,7 +495,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         pending = units[open_ & ours]
         mine = units[open_ & (owner == worker)]
         resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
-    state = _State(spec.top_n)
+    state = _State(spec.top_n, np.bincount(mine["case_id"], minlength=len(plan.cases)))
     my_part = part_path(out, worker)
     if resume and my_part.exists():  # keep what this worker's part holds
         _, old_done, old_top = read_part(my_part)
@@ -491,18 +513,17 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     seals = 1 + max([n for n in sealed if n is not None], default=-1)
 
     def seal_if_full() -> bool:
-        """Past SEAL_ROWS: what this rank holds goes to a sealed part of its own, and the
-        rewritten part starts empty (a copy in both, if the rank dies between the two
-        writes, counts once). Returns whether it sealed."""
+        """Once the final cases hold SEAL_ROWS rows, they go to a sealed part of their own
+        and the rewritten part keeps the rest (a copy in both, if the rank dies between
+        the two writes, counts once). Returns whether it sealed."""
         nonlocal seals
-        if state.held < SEAL_ROWS:
+        if state.final_held < SEAL_ROWS:
             return False
-        done, top = state.tables()
+        done, top = state.pop_final().tables()
         write_part(part_path(out, worker, seals), {**attrs, "written_utc": _now(),
                                                    "complete": False, "sealed": True},
                    done, top)
         seals += 1
-        state.clear()
         flush(False)
         return True
 
@@ -510,9 +531,10 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         """Seal what this rank holds if it is past SEAL_ROWS, else rewrite its part file
         if the last write is ``checkpoint_s`` old."""
         nonlocal last_flush
-        if seal_if_full() or time.monotonic() - last_flush >= options.checkpoint_s:
-            if state.held:
-                flush(False)
+        if seal_if_full():
+            last_flush = time.monotonic()
+        elif time.monotonic() - last_flush >= options.checkpoint_s:
+            flush(False)
             last_flush = time.monotonic()
 
     evaluated = 0
@@ -592,8 +614,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard
                  else "--resume")
         raise Interrupted(f"stopped by signal {stopped} after saving progress to {out} (one "
-                          f"part file per rank); continue with 'sweep run {spec_path} --out "
-                          f"{out} {again}' (any number of ranks)")
+                          f"part file per rank); continue with 'sweep run {out / SPEC_NAME} "
+                          f"--out {out} {again}' (any number of ranks)")
     tracker.finish(timeout_s=30.0)  # every final post was sent before the agreement
     stats = comm.gather((evaluated, busy, total_mine), root=0)
     summary = RunSummary(out, plan, comm.size, len(mine), evaluated,

@@ -51,7 +51,7 @@ __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part
            "read_part_done", "write_results", "read_results",
            "read_results_attrs", "Table", "part_path", "list_parts", "write_bytes_atomic",
            "write_text_atomic", "CorruptFileError", "table_sha256", "ResultsWriter",
-           "PartTops", "part_worker", "read_results_cases"]
+           "PartTops", "part_worker", "read_results_cases", "remove_temporaries"]
 
 
 class CorruptFileError(StoreError):
@@ -137,8 +137,11 @@ def _attrs_sha256(attrs: dict[str, Any]) -> str:
 
 #: bytes per chunk of a table (HDF5 checks one Fletcher32 sum per chunk)
 CHUNK_BYTES = 256 * 1024
-#: results files up to this size (uncompressed) are built in memory (ResultsWriter)
-IMAGE_BYTES = 256 * 2**20
+#: results files up to this size are built in memory (ResultsWriter), the size estimated
+#: as COMPRESSED_FRACTION of the tables' (gzip shrinks sweep.h5's tables 11 - 17 times:
+#: scale-80k-variants 16 MB of 172 MB, scale-1m-variants 70 MB of 1.1 GB)
+IMAGE_BYTES = 512 * 2**20
+COMPRESSED_FRACTION = 0.25
 
 
 def table_sha256(data: np.ndarray) -> str:
@@ -206,14 +209,16 @@ class ResultsWriter:
             w.append("top", rows)  # any number of times
             w.commit()
 
-    Where the file goes while it is written depends on ``size_bytes``, an upper bound of its
-    size (the tables uncompressed): up to IMAGE_BYTES it is built in memory and written
-    atomically at :meth:`commit` like every other sweep file, so a full disk cannot leave
-    HDF5 in a broken state; a larger file is written straight to a fresh temporary file
-    next to ``path``, once the folder is seen to have ``size_bytes`` free (refused with a
+    Where the file goes while it is written depends on ``size_bytes``, the size of its
+    tables uncompressed, of which the file is estimated at COMPRESSED_FRACTION (gzip): up
+    to IMAGE_BYTES it is built in memory (compressed) and written atomically at
+    :meth:`commit` like every other sweep file, so a full disk cannot leave HDF5 in a
+    broken state; a larger file is written straight to a fresh temporary file next to
+    ``path``, once the folder is seen to have room for the estimate (refused with a
     one-line error otherwise), then synced and renamed onto ``path``. Either way a reader
     sees the previous file or the new complete one, and leaving the ``with`` block on an
-    error leaves no temporary file.
+    error leaves no temporary file (one left by a killed process is removed by the next
+    run or reduction in the folder: remove_temporaries).
     """
 
     def __init__(self, path: Path, attrs: dict[str, Any], size_bytes: float) -> None:
@@ -222,14 +227,15 @@ class ResultsWriter:
         self.buf: io.BytesIO | None = None
         self._hash: dict[str, Any] = {}
         try:
-            if size_bytes <= IMAGE_BYTES:
+            expected = COMPRESSED_FRACTION * size_bytes
+            if expected <= IMAGE_BYTES:
                 self.buf = io.BytesIO()
                 target: Any = self.buf
             else:
                 free = shutil.disk_usage(self.path.parent).free
-                if free < size_bytes + 2**20:
-                    raise OSError(errno.ENOSPC, f"No space left on device (the results need "
-                                                f"up to {size_bytes / 1e9:.3g} GB, "
+                if free < expected + 2**20:
+                    raise OSError(errno.ENOSPC, f"No space left on device (the results "
+                                                f"need about {expected / 1e9:.3g} GB, "
                                                 f"{free / 1e9:.3g} GB free)")
                 fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                            dir=self.path.parent)
@@ -316,6 +322,18 @@ class ResultsWriter:
             pass
         if self.tmp is not None:
             self.tmp.unlink(missing_ok=True)
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporary files an atomic write left in a run folder when its process
+    was killed (``.<name>.<random>.tmp``); call it holding the folder's lock, so that no
+    write is under way. Returns what was removed."""
+    gone = []
+    for p in Path(folder).glob(".*.tmp"):
+        if p.is_file() and (p.name.startswith(".part-") or p.name.startswith(".sweep.h5.")):
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
 
 
 def _fsync_folder(folder: Path) -> None:

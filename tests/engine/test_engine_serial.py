@@ -373,7 +373,7 @@ def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypat
     from sweep.engine import store as store_module
 
     out, _ = finished
-    monkeypatch.setattr(runner_module, "SEAL_ROWS", 25)
+    monkeypatch.setattr(runner_module, "SEAL_ROWS", 10)
     monkeypatch.setattr(reduce_module, "ROWS_PER_SLICE", 7)
     monkeypatch.setattr(store_module, "IMAGE_BYTES", 0)
     run = tmp_path / "bounded"
@@ -392,7 +392,7 @@ def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypat
 
     def progress(p):
         calls.append(p)
-        if len(calls) == 12:
+        if len(calls) == 20:
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(Interrupted):

@@ -112,7 +112,11 @@ def test_a_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, capsys):
 def test_the_interrupted_message_names_the_out_folder(tmp_path):
     with pytest.raises(Interrupted) as info:
         run_sweep(SMALL, StopAfter(polls=3), RunOptions(out_dir=tmp_path / "o"))
-    assert f"sweep run {SMALL} --out {tmp_path / 'o'} --resume" in str(info.value)
+    # the folder's own resolved spec: it resumes even a run started with --set overrides
+    stored = tmp_path / "o" / "spec.yaml"
+    assert f"sweep run {stored} --out {tmp_path / 'o'} --resume" in str(info.value)
+    assert run_sweep(str(stored), SerialComm(), RunOptions(out_dir=tmp_path / "o",
+                                                           resume=True)).reduced.complete
 
 
 def segments(rows):

@@ -209,18 +209,19 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
 
 def test_memory_estimate_by_hand(monkeypatch):
     """estimate_memory: the plan on every rank, each rank's share of the results it holds
-    (top-N rows and work units, at most SEAL_ROWS), and rank 0's reduction (every work
-    unit, a few numbers per case, one slice, the in-memory results file), in bytes."""
+    (top-N rows and work units, at most SEAL_ROWS), and on rank 0 also the reduction
+    (every work unit, a few numbers per case, one slice, the in-memory results file), in
+    bytes."""
     from sweep.engine import plan as plan_module
     from sweep.engine.plan import (
         MPI_BYTES,
         REDUCE_BYTES_PER_CASE,
         REDUCE_BYTES_PER_UNIT,
-        IMAGE_FRACTION,
         REDUCE_SLICE_BYTES,
         RUN_BYTES_PER_ROW,
         estimate_memory,
     )
+    from sweep.engine.store import COMPRESSED_FRACTION
 
     plan = make_plan(load_spec(str(SMALL)))
     with_rows = sum(1 for c in plan.cases if c.candidates > 0)
@@ -233,10 +234,9 @@ def test_memory_estimate_by_hand(monkeypatch):
     assert m["rank"] == pytest.approx(fixed + held)
     image = rows * 281.0 + cases * 740.0 + units * 72.0  # small: built in memory
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * cases
-              + REDUCE_SLICE_BYTES + IMAGE_FRACTION * image)
-    assert m["rank0"] == pytest.approx(fixed + max(held, reduce))
-    assert m["serial"] == pytest.approx(65e6 + max(RUN_BYTES_PER_ROW * (rows + units),
-                                                   reduce))
+              + REDUCE_SLICE_BYTES + COMPRESSED_FRACTION * image)
+    assert m["rank0"] == pytest.approx(fixed + held + reduce)
+    assert m["serial"] == pytest.approx(65e6 + RUN_BYTES_PER_ROW * (rows + units) + reduce)
     # more ranks never need more memory per rank
     per = [estimate_memory(plan, r, 50e6, 10e6, 5e6)["rank"] for r in (2, 4, 8, 64)]
     assert per == sorted(per, reverse=True)
