@@ -43,18 +43,22 @@ def _records(table: np.ndarray) -> list[dict]:
 def load_rows(path: Path, top: int = 1, case: int | None = None,
               limit: int | None = None) -> tuple[dict, list[dict]]:
     """(root attributes, rows) with the ``top`` best configs of each case (or of ``case``;
-    of the first ``limit`` cases only, if given, read without the rest of the file).
+    of the first ``limit`` cases only, if given; these two read without the rest of the
+    file).
 
     Cases without any feasible configuration appear once with ``place = None``.
     """
-    if case is None and limit is not None:  # the head only (sweep run's printout)
+    if case is not None:  # that case's rows only, whatever the size of the file
+        attrs, data = read_results_cases(Path(path), max(case, 0), max(case, 0) + 1)
+        if case < 0 or not (data["cases"]["case_id"] == case).any():
+            n = int(attrs.get("n_cases", 0))
+            raise StoreError(f"{path}: no case {case} (case ids 0 to {n - 1})")
+    elif limit is not None:  # the head only (sweep run's printout)
         attrs, data = read_results_cases(Path(path), 0, limit)
     else:
         attrs, data = read_results(Path(path))
     cases, rows = data["cases"], data["top"]
     if case is not None:
-        if not (cases["case_id"] == case).any():
-            raise StoreError(f"{path}: no case {case} (case ids 0 to {len(cases) - 1})")
         cases = cases[cases["case_id"] == case]
     cases = cases[:limit]
     rows = rows[rows["place"] < top]
