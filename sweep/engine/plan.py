@@ -188,6 +188,8 @@ REDUCE_BYTES_PER_CASE = 80
 #: copies while merged and written (fitted with the two above to `sweep reduce` alone:
 #: scale-80k-variants 130 MB, scale-1m-variants 450 MB, /usr/bin/time)
 REDUCE_SLICE_BYTES = 60e6
+#: bytes of a /cases row with a base's 67 hardware columns (scale-80k-variants: 737)
+CASES_ROW_BYTES = 740
 #: what loading MPI adds to a rank (MPICH 5 via mpi4py: 15 MB measured)
 MPI_BYTES = 16 * 2**20
 
@@ -208,7 +210,7 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     (store.IMAGE_BYTES). Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial``
     (one rank that also reduces).
     """
-    from .store import COMPRESSED_FRACTION, IMAGE_BYTES
+    from .store import COMPRESSED_FRACTION, DONE_DTYPE, IMAGE_BYTES, TOP_DTYPE
 
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
@@ -218,7 +220,8 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
         return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS)
 
     units = len(plan.units)
-    image = rows * 281.0 + len(plan.cases) * 740.0 + units * 72.0  # uncompressed tables
+    image = (rows * TOP_DTYPE.itemsize + len(plan.cases) * CASES_ROW_BYTES
+             + units * DONE_DTYPE.itemsize)  # the results file's tables, uncompressed
     compressed = COMPRESSED_FRACTION * image
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * len(plan.cases)
               + REDUCE_SLICE_BYTES + (compressed if compressed <= IMAGE_BYTES else 0.0))

@@ -239,11 +239,6 @@ class _State:
         self.final: list[int] = []  # cases final here since the last seal
         self.final_held = 0  # their top rows and segments
 
-    @property
-    def held(self) -> int:
-        """Rows held: top-N rows and finished segments."""
-        return self.rows + len(self.done)
-
     def pop_final(self) -> _State:
         """The final cases' rows and segments, taken out of this state."""
         final = set(self.final)
@@ -528,8 +523,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         return True
 
     def checkpoint() -> None:
-        """Seal what this rank holds if it is past SEAL_ROWS, else rewrite its part file
-        if the last write is ``checkpoint_s`` old."""
+        """Seal the finished cases once they hold SEAL_ROWS rows, else rewrite the part
+        file if the last write is ``checkpoint_s`` old."""
         nonlocal last_flush
         if seal_if_full():
             last_flush = time.monotonic()

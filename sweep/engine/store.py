@@ -5,7 +5,9 @@ library in a broken state), written to a fresh temporary file with a random name
 same folder (``tempfile.mkstemp``: created exclusively, never through a planted link),
 flushed to disk and renamed, so a reader sees either the previous complete file or the new
 one, never half of one. A failed write (disk full, read-only folder) raises
-:class:`StoreError` naming the file and leaves no temporary file.
+:class:`StoreError` naming the file and leaves no temporary file. The one exception is a
+results file too large to build in memory, which :class:`ResultsWriter` writes straight
+to its temporary file after checking the folder has room.
 
 Tables are compound datasets (``pd.DataFrame(f["top"][:])`` works); each carries a
 ``columns`` attribute (JSON: column -> {unit, description}).
@@ -19,10 +21,11 @@ checksum of its own), verified too. Files written before checksums existed: part
 refused (their work is redone by ``--resume``); results files are still read, unverified,
 for backward compatibility.
 
-Part file ``part-<rank>.h5``: root attrs (schema_version, kind="part", spec_sha256, rank,
-size, sweep_version, written_utc, complete), ``/units`` (the work units this rank finished,
-with counts and seconds) and ``/top`` (its top-N rows per case, ``case_id`` + ``place`` +
-RESULT columns).
+Part file ``part-<rank>.h5`` (and the rank's sealed parts ``part-<rank>-<n>.h5``, root
+attr ``sealed``): root attrs (schema_version, kind="part", spec_sha256, rank, size,
+sweep_version, written_utc, complete), ``/units`` (the work units this rank finished, with
+counts and seconds) and ``/top`` (its top-N rows per case, sorted by ``case_id``, with
+``place`` and the RESULT columns).
 
 Reduced file ``sweep.h5``: root attrs (see reduce.py), ``/cases``, ``/top``, ``/units``.
 """
@@ -99,12 +102,18 @@ def part_path(run_dir: Path, rank: int, sealed: int | None = None) -> Path:
 _PART_NAME = re.compile(r"part-(\d{5,})(?:-(\d{4,}))?\.h5")
 
 
+def _part_name(name: str) -> tuple[int, int | None] | None:
+    m = _PART_NAME.fullmatch(name)
+    return None if m is None else (int(m.group(1)), None if m.group(2) is None
+                                   else int(m.group(2)))
+
+
 def part_worker(path: Path) -> tuple[int, int | None]:
     """(worker, sealed number or None) of a part file's name."""
-    m = _PART_NAME.fullmatch(Path(path).name)
-    if m is None:
+    parsed = _part_name(Path(path).name)
+    if parsed is None:
         raise ValueError(f"{path}: not a part file name")
-    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+    return parsed
 
 
 def list_parts(run_dir: Path, workers: set[int] | None = None) -> list[Path]:
@@ -112,9 +121,9 @@ def list_parts(run_dir: Path, workers: set[int] | None = None) -> list[Path]:
     included, in (worker, sealed number) order."""
     found = []
     for p in Path(run_dir).glob("part-*.h5"):
-        m = _PART_NAME.fullmatch(p.name)
-        if m and (workers is None or int(m.group(1)) in workers):
-            found.append((int(m.group(1)), -1 if m.group(2) is None else int(m.group(2)), p))
+        parsed = _part_name(p.name)
+        if parsed and (workers is None or parsed[0] in workers):
+            found.append((parsed[0], -1 if parsed[1] is None else parsed[1], p))
     return [p for _, _, p in sorted(found)]
 
 
@@ -555,15 +564,21 @@ def read_results_attrs(path: Path) -> dict[str, Any]:
 
 def write_results(path: Path, attrs: dict[str, Any], cases: Table, top: np.ndarray,
                   done: np.ndarray) -> None:
-    """Write the reduced results file atomically.
+    """Write a whole results file at once (the reduction writes it a slice at a time with
+    :class:`ResultsWriter`, which this uses).
 
     Raises:
         StoreError: the file cannot be written (disk full, read-only folder, ...).
     """
-    _write_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": "results", **attrs},
-                  {"cases": cases,
-                   "top": Table(top.astype(TOP_DTYPE, copy=False), _TOP_COLUMNS),
-                   "units": Table(done.astype(DONE_DTYPE, copy=False), _DONE_COLUMNS)})
+    size = cases.data.nbytes + top.nbytes + done.nbytes
+    with ResultsWriter(path, attrs, size) as w:
+        w.create("cases", cases.data.dtype, cases.columns, rows=len(cases.data))
+        w.create("top", rows=len(top))
+        w.create("units", rows=len(done))
+        w.append("cases", cases.data)
+        w.append("top", top.astype(TOP_DTYPE, copy=False))
+        w.append("units", done.astype(DONE_DTYPE, copy=False))
+        w.commit()
 
 
 def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

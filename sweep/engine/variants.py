@@ -138,10 +138,6 @@ class Variants(Sequence[Variant]):
             keys |= set(self[first].hardware.record())
         return sorted(keys)
 
-    def block_of(self, variant_id: int) -> int:
-        """The (group, base) block a variant belongs to."""
-        return int(np.searchsorted(self._firsts, variant_id, side="right")) - 1
-
     def lookup(self, fields: frozenset[str], value) -> Lookup:
         """``value(hardware)`` of any variant, computed once per distinct combination of the
         grid axes that set any of ``fields`` (Hardware field names) rather than once per
@@ -182,10 +178,6 @@ class Variants(Sequence[Variant]):
             return ()
         return np.unravel_index(np.asarray(variant_ids, dtype=np.int64) - first, sizes)
 
-    def block_info(self, block: int) -> tuple[HardwareGroup, str]:
-        """(group, base name) of a block."""
-        return self._blocks[block][1], self._blocks[block][2]
-
     def labels(self, variant_ids: np.ndarray) -> dict[str, list]:
         """Label, base, swept JSON and each swept axis' value of ``variant_ids`` without
         building their hardware (strings in lists; axis values per axis name, NaN where
@@ -195,7 +187,7 @@ class Variants(Sequence[Variant]):
         out: dict[str, list] = {"hardware": [""] * n, "base": [""] * n, "swept": [""] * n}
         values: dict[str, np.ndarray] = {a: np.full(n, np.nan) for a in self.axis_names()}
         for block, at in self.points(ids):
-            group, base = self.block_info(block)
+            _, group, base, _ = self._blocks[block]
             position = self.axis_points(block, ids[at])
             parts, pairs = [], []
             for ax, k in zip(group.axes, position):

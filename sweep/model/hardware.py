@@ -364,10 +364,14 @@ OVERRIDABLE = {
 }
 
 
+#: override keys that name a Hardware field directly (no unit suffix)
+_DIRECT_KEYS = ("nvlink_domain", "nics_per_gpu", "nvlink_efficiency", "scaleout_efficiency",
+                "matrix_sustained_fraction")
+
+
 def override_field(key: str) -> str | None:
     """The Hardware field a grid override key sets (None: not an override key)."""
-    if key in ("nvlink_domain", "nics_per_gpu", "nvlink_efficiency", "scaleout_efficiency",
-               "matrix_sustained_fraction"):
+    if key in _DIRECT_KEYS:
         return key
     canon = _canonical(key)
     if canon is None:
@@ -420,7 +424,7 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                                           f"unit suffix)")
             name, factor = canon
             if name.endswith("_peaks"):
-                attr = "matrix_flops_per_s" if name.startswith("matrix") else "vector_flops_per_s"
+                attr = override_field(key)
                 if isinstance(value, Mapping):
                     changes[attr] = {**getattr(hw, attr),
                                      **_parse_peaks(value, factor, source, path)}
@@ -430,9 +434,9 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                 if any(finite_float(v) is None for v in changes[attr].values()):
                     raise _fail(source, path, f"{brief(value)} is out of range")
             elif factor is None:
-                changes[_FIELD_OF[name]] = _quantity(value, name, source, path)
+                changes[override_field(key)] = _quantity(value, name, source, path)
             else:
-                changes[_FIELD_OF[name]] = _positive(value, source, path, scale=factor)
+                changes[override_field(key)] = _positive(value, source, path, scale=factor)
     return dataclasses.replace(hw, **changes)
 
 

@@ -40,9 +40,8 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
             packed *= span
             packed += a - lo
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        uniq = {k: a[first] for k, a in zip(keys, arrays)}
     else:
         stacked = np.stack(arrays, axis=1)
         _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
-        uniq = {k: a[first] for k, a in zip(keys, arrays)}
+    uniq = {k: a[first] for k, a in zip(keys, arrays)}
     return (uniq, inverse.ravel(), first) if return_first else (uniq, inverse.ravel())
