@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 from sweep.engine.catalog import load_hardware, load_job
+
+# The suite evaluates with numpy unless a test turns fused evaluation on (test_fuse.py and
+# the results-identity runs do): the compiled loops are checked against numpy there, and
+# the rest of the suite does not pay their compilation on a fresh machine.
+os.environ.setdefault("SWEEP_FUSE", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

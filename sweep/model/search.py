@@ -17,7 +17,7 @@ from .cost import evaluate_columns, pack_results
 from .hardware import Hardware
 from .job import Job
 from .rows import HardwareRows
-from .schema import RESULT_DTYPE, Reason
+from .schema import CANDIDATE_DTYPE, RESULT_DTYPE, Reason
 from .topn import best_positions, merge_top_n
 
 __all__ = ["SearchResult", "search_range", "search_cases", "search_case", "DEFAULT_BLOCK"]
@@ -61,9 +61,10 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
     evaluated = feasible = 0
     reasons: dict[int, int] = {}
     reached = stop
+    partial = False
     for s in range(start, stop, block_size):
         cand = space.columns(s, min(s + block_size, stop))
-        cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand)
+        cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand, scores_only=True)
         ok = cols["feasible"]
         evaluated += len(ok)
         n_ok = int(np.count_nonzero(ok))
@@ -73,10 +74,13 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
             for code, count in zip(codes.tolist(), counts.tolist()):
                 reasons[code] = reasons.get(code, 0) + count
         pos = best_positions(cols["samples_per_s"], ok, cand["index"], top_n)
-        best = merge_top_n([best, pack_results(cand, cols, pos)], top_n)
+        best = merge_top_n([best, _pack(cand, cols, pos)], top_n)
+        partial = partial or not cols["complete"]
         if yield_after is not None and s + block_size < stop and yield_after(evaluated):
             reached = s + block_size
             break
+    if len(best) and partial:  # (some rows kept hold scores alone)
+        best = _completed(profile, job, hw, strategy, n_gpus, best)
     return SearchResult(best, evaluated, feasible, reasons, stop=reached)
 
 
@@ -100,8 +104,9 @@ def search_cases(profile: str, job: Job, hws: Sequence[Hardware], strategy: str,
         k = len(chunk)
         cand = {name: np.tile(col, k) for name, col in base.items()}
         variant = np.repeat(np.arange(k, dtype=np.int64), size)
-        cols = evaluate_columns(profile, job, HardwareRows(chunk, variant), strategy, n_gpus,
-                                cand)
+        rows_hw = HardwareRows(chunk, variant)
+        cols = evaluate_columns(profile, job, rows_hw, strategy, n_gpus, cand,
+                                scores_only=True)
         ok = cols["feasible"]
         feasible = np.bincount(variant[ok], minlength=k)
         reasons: list[dict[int, int]] = [{} for _ in range(k)]
@@ -113,13 +118,36 @@ def search_cases(profile: str, job: Job, hws: Sequence[Hardware], strategy: str,
                 reasons[pair // 256][pair % 256] = count
         pos = _best_positions_by_variant(cols["samples_per_s"], ok, cand["index"], k, size,
                                          top_n)
-        rows = pack_results(cand, cols, pos)
+        rows = _pack(cand, cols, pos)
+        if not cols["complete"]:
+            rows = _completed(profile, job, rows_hw.take(pos), strategy, n_gpus, rows)
         bounds = np.searchsorted(variant[pos], np.arange(k + 1))
         for i in range(k):
             top = np.empty(bounds[i + 1] - bounds[i], RESULT_DTYPE)  # own dtype (topn.py)
             top[...] = rows[bounds[i]:bounds[i + 1]]
             out.append(SearchResult(top, size, int(feasible[i]), reasons[i], stop=size))
     return out
+
+
+def _pack(cand, cols, pos) -> np.ndarray:
+    """``RESULT_DTYPE`` rows of the candidates at ``pos``, with the metrics ``cols`` has (a
+    scores-only evaluation: the others zero until :func:`_completed`)."""
+    if cols["complete"]:
+        return pack_results(cand, cols, pos)
+    out = np.zeros(len(pos), RESULT_DTYPE)
+    for name in CANDIDATE_DTYPE.names:
+        out[name] = np.asarray(cand[name])[pos]
+    for name in ("step_time_s", "samples_per_s", "reason", "feasible"):
+        out[name] = np.asarray(cols[name])[pos]
+    return out
+
+
+def _completed(profile, job, hw, strategy, n_gpus, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (of a scores-only evaluation) with every metric: those candidates evaluated
+    again in full (evaluation is elementwise, so a row's results do not depend on the block
+    it was evaluated in; tests/model/test_fuse.py)."""
+    sub = {name: rows[name] for name in CANDIDATE_DTYPE.names}
+    return pack_results(sub, evaluate_columns(profile, job, hw, strategy, n_gpus, sub))
 
 
 def _best_positions_by_variant(score: np.ndarray, feasible: np.ndarray, index: np.ndarray,

@@ -60,7 +60,8 @@ def strategies(profile: str) -> tuple[str, ...]:
 
 
 def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
-                     candidates: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+                     candidates: Mapping[str, np.ndarray], scores_only: bool = False
+                     ) -> dict[str, np.ndarray]:
     """Evaluate a block of candidates of one case; every METRIC column as an array.
 
     Args:
@@ -71,6 +72,9 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         strategy: a strategy of the profile.
         n_gpus: GPU count of the case (= dp * tp * tp2 * cp * pp of every candidate).
         candidates: a column block (CANDIDATE field -> (n,) array) or ``CANDIDATE_DTYPE``.
+        scores_only: what a search ranks by is enough: ``samples_per_s``, ``reason`` and
+            ``feasible`` are always there; the other metrics may be missing, and then
+            ``complete`` is False (evaluate the rows kept again, in full).
     """
     n = len(candidates["index"])
     if profile == "nersc2024":
@@ -81,10 +85,15 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         if isinstance(hw, HardwareRows):  # rows of several variants (search_cases)
             x = calibrated.make_row_context(job, hw, strategy)
             columns = {k: candidates[k] for k in CANDIDATE_DTYPE.names}
-            cols = calibrated.evaluate(x, dict(columns, variant=hw.row))
+            cols = calibrated.evaluate(x, dict(columns, variant=hw.row), scores_only)
         else:
             x = calibrated.make_context(job, hw, hw.calibration, strategy)
-            cols = calibrated.evaluate(x, candidates)
+            cols = calibrated.evaluate(x, candidates, scores_only)
+        if scores_only and "mem_bytes" not in cols:
+            step = np.broadcast_to(cols["step_time_s"], (n,))
+            reason = np.broadcast_to(cols["reason"], (n,)).astype(np.int8)
+            return {"step_time_s": step, "samples_per_s": job.global_batch / step,
+                    "reason": reason, "feasible": reason == Reason.OK, "complete": False}
         capacity = np.inf  # calibrated.evaluate sets its own reasons (HBM and host tiers)
         peak = x["peak16_flops_per_s"]
     else:
@@ -104,6 +113,7 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY),
                               np.broadcast_to(cols["reason"], (n,))).astype(np.int8)
     cols["feasible"] = cols["reason"] == Reason.OK
+    cols["complete"] = True
     return cols
 
 

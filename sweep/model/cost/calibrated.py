@@ -38,6 +38,7 @@ from ..rows import HardwareRows
 from ..schema import Reason, Recompute
 from . import moe
 from .dedup import unique_rows
+from .fuse import as_array, fused
 from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
 __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
@@ -306,7 +307,7 @@ def make_row_context(job: Job, hw: HardwareRows, strategy: str = "1d") -> dict:
     for k, first in contexts[0].items():
         values = [ctx[k] for ctx in contexts]
         same = all(v == first for v in values[1:])
-        out[k] = first if same else np.asarray(values, dtype=np.float64)[hw.row]
+        out[k] = first if same else as_array(values, dtype=np.float64)[hw.row]
     return out
 
 
@@ -322,8 +323,8 @@ VOCAB_PAD = 128
 
 def padded_vocab(vocab, t):
     """Vocabulary rows after Megatron's padding to a multiple of VOCAB_PAD x TP."""
-    unit = VOCAB_PAD * np.asarray(t, dtype=np.float64)
-    return np.ceil(np.asarray(vocab, dtype=np.float64) / unit) * unit
+    unit = VOCAB_PAD * as_array(t, dtype=np.float64)
+    return np.ceil(as_array(vocab, dtype=np.float64) / unit) * unit
 
 
 # ------------------------------------------------------------------------------ one layer
@@ -365,7 +366,9 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     T tokens (DeepSeek-V2, arXiv 2405.04434, eqs. 9-13)."""
     e, H, qr, kvr = x["e"], x["H"], x["q_lora"], x["kv_lora"]
     d_qk, d_v, dr = x["d_qk"], x["d_v"], x["d_rope"]
-    q_compressed = qr > 0
+    # (an array, so that ~ negates it: on a Python bool ~True is -2, which np.where takes
+    # as true, and costed both query projections in a scalar context)
+    q_compressed = as_array(qr) > 0
     shapes = [(Ta, np.maximum(qr, 1.0), e), (T, H * d_qk / t, np.maximum(qr, 1.0)),
               (T, H * d_qk / t, e), (Ta, kvr + dr, e), (T, H * (d_qk - dr + d_v) / t, kvr)]
     use = [q_compressed, q_compressed, ~q_compressed, True, True]
@@ -400,7 +403,7 @@ def _layer(x, c, lay):
     # the four GEMMs of a block as (output width, input width)
     full = [(w_qkv, e), (e, w_o), (f_up, e), (e, f)]
     if summa:
-        nb = np.asarray(c["nb"], dtype=np.float64)
+        nb = as_array(c["nb"], dtype=np.float64)
         parts = [_summa_gemm(T, N, K, x, c, peak_lin, eff, nb, t, t2) for N, K in full]
         gemm_each = [p[0] for p in parts]
         gemm_b_each = [p[1] for p in parts]
@@ -565,21 +568,21 @@ def _layout(x, c):
     """How one layer's work is split: 1D Megatron TP (tokens T per TP rank, Ta in the norm
     region, queries split over cp) or 2D SUMMA (tokens over tp2, widths over tp; queries
     over tp2 with K/V all-gathered, as the NERSC 2D strategy's attention)."""
-    t, t2, cp, b = (np.asarray(c[k], dtype=np.float64) for k in ("tp", "tp2", "cp", "mbs"))
+    t, t2, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "tp2", "cp", "mbs"))
     s = x["s"]
-    summa = bool(np.any(np.asarray(x.get("summa", 0.0)) > 0))
+    summa = bool(np.any(as_array(x.get("summa", 0.0)) > 0))
     if summa:
         T = b * s / t2
         return {"b": b, "t": t, "t2": t2, "summa": True, "T": T, "Ta": T / t,
                 "sp": np.ones(np.shape(T), dtype=bool), "q_split": t2, "kv_group": t2,
-                "kv_domain": np.asarray(c["nv_tp2"], dtype=np.float64),
+                "kv_domain": as_array(c["nv_tp2"], dtype=np.float64),
                 "kv_allgather": np.ones(np.shape(T), dtype=bool)}
-    sp = (np.asarray(c["sp"]) > 0) & (t > 1)
+    sp = (as_array(c["sp"]) > 0) & (t > 1)
     T = b * s / cp
     return {"b": b, "t": t, "t2": np.ones_like(t), "summa": False, "T": T,
             "Ta": np.where(sp, T / t, T), "sp": sp, "q_split": cp, "kv_group": cp,
-            "kv_domain": np.asarray(c["nv_cp"], dtype=np.float64),
-            "kv_allgather": np.asarray(c["cp_comm"]) > 0}
+            "kv_domain": as_array(c["nv_cp"], dtype=np.float64),
+            "kv_allgather": as_array(c["cp_comm"]) > 0}
 
 
 def _layer_terms(x, c):
@@ -624,7 +627,7 @@ MOE_PREFIX = "moe:"
 
 
 def _has_moe(x) -> bool:
-    return bool(np.any(np.asarray(x["moe"]) > 0))
+    return bool(np.any(as_array(x["moe"]) > 0))
 
 
 #: keys of an MoE block's attention and shared-expert terms (before the routed experts)
@@ -639,7 +642,7 @@ def _shared_block(x, c, lo):
     xs = dict(x, f=x["fs"])
     lay = _layer(xs, c, lo)
     router_f, router_b = moe.router_s(x, Ta)
-    policy = np.asarray(c["recompute"])
+    policy = as_array(c["recompute"])
     lay.update(
         router_f=router_f, router_b=router_b,
         act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
@@ -657,12 +660,12 @@ def _moe_block(x, c, lay, r):
     notes 4.5)."""
     comp_f = lay["compute_f"] + lay["router_f"] + r["compute_f"]
     comp_b = lay["compute_b"] + lay["router_b"] + r["compute_b"]
-    overlap = np.asarray(c["a2a_overlap"]) > 0
+    overlap = as_array(c["a2a_overlap"]) > 0
     ep_f = np.where(overlap, np.maximum(r["ep_f"] - comp_b, 0.0), r["ep_f"])
     ep_b = np.where(overlap, np.maximum(r["ep_b"] - comp_f, 0.0), r["ep_b"])
     fwd = lay["fwd"] + lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
     bwd = lay["bwd"] + lay["router_b"] + r["compute_b"] + r["memory_b"] + ep_b
-    policy = np.asarray(c["recompute"])
+    policy = as_array(c["recompute"])
     out = dict(lay)
     out.update(
         fwd=fwd, bwd=bwd, recompute_full=fwd, compute_f=comp_f, compute_b=comp_b,
@@ -696,21 +699,27 @@ def _routed_terms(x, c):
 def _layer_terms_dedup(x, c):
     """_layer_terms evaluated once per distinct LAYER_KEYS row and gathered back (when the
     context is scalar, i.e. one job on one hardware variant)."""
-    lay = _deduplicated(_layer_terms, x, c, LAYER_KEYS)
+    lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS)
     if not _has_moe(x):
         return lay
     # the routed experts also depend on the expert layout; nv_dp matters to them only
     # through the ETP group's placement (etp > 1)
-    c_moe = dict(c, nv_dp=np.where(np.asarray(c["etp"]) > 1, c["nv_dp"], 0))
-    routed = _deduplicated(_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS)
+    c_moe = dict(c, nv_dp=np.where(as_array(c["etp"]) > 1, c["nv_dp"], 0))
+    routed = _deduplicated(_fused_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS)
     return _with_moe(x, c, lay, routed)
+
+
+#: the per-layer terms as compiled loops (fuse.py): worth it from a few dozen rows (a
+#: block of the MoE space has about 50 distinct layers; their numpy calls cost 5 ms)
+_fused_layer_terms = fused(_layer_terms, min_rows=32)
+_fused_routed_terms = fused(_routed_terms, min_rows=32)
 
 
 def _deduplicated(terms, x, c, keys):
     """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
     back: when the context is scalar (one job on one hardware variant), or when it varies
     by row only as the variant column ``c["variant"]`` does (make_row_context)."""
-    n = len(np.asarray(c["tp"]))
+    n = len(as_array(c["tp"]))
     by_variant = isinstance(c, Mapping) and "variant" in c
     if n < 64 or (not by_variant and any(np.ndim(v) for v in x.values())):
         return terms(x, c)
@@ -722,7 +731,7 @@ def _deduplicated(terms, x, c, keys):
     sub = terms({k: v[first] if np.ndim(v) else v for k, v in x.items()}, uniq)
 
     def gather(v):
-        return np.broadcast_to(np.asarray(v, dtype=np.float64), (u,))[inverse]
+        return np.broadcast_to(as_array(v, dtype=np.float64), (u,))[inverse]
 
     return {k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
             for k, v in sub.items()}
@@ -746,18 +755,43 @@ def _tensors_per_layer(x):
     return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
 
 
-def evaluate(x: Mapping, c: Mapping) -> dict[str, np.ndarray]:
+def evaluate(x: Mapping, c: Mapping, scores_only: bool = False) -> dict[str, np.ndarray]:
     """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
-    ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones."""
-    return _step(x, c)[0]
+    ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones. The per-layer
+    terms are found once per distinct layer (numpy); the rest, elementwise, runs as one
+    compiled loop when numba is installed (fuse.py: same results). ``scores_only``: the
+    compiled loop may compute ``step_time_s`` and ``reason`` alone (what a search ranks
+    by; the other columns then for its best rows only)."""
+    lay = _layer_terms_dedup(x, c)
+    return (_fused_scores if scores_only else _fused_results)(x, c, lay)
+
+
+def _results(x: Mapping, c: Mapping, lay: Mapping) -> dict[str, np.ndarray]:
+    return _combine(x, c, lay)[0]
+
+
+def _scores(x: Mapping, c: Mapping, lay: Mapping) -> dict[str, np.ndarray]:
+    out = _combine(x, c, lay)[0]
+    return {"step_time_s": out["step_time_s"], "reason": out["reason"]}
+
+
+# (without numba the scores are all the results: numpy computes every column anyway)
+_fused_results = fused(_results)
+_fused_scores = fused(_scores, fallback=_results)
 
 
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     """(RESULT columns, the parts op_table itemises)."""
-    dp, t, cp, pp, b = (np.asarray(c[k], dtype=np.float64)
+    return _combine(x, c, _layer_terms_dedup(x, c))
+
+
+def _combine(x: Mapping, c: Mapping, lay: Mapping) -> tuple[dict[str, np.ndarray], dict]:
+    """_step from the per-layer terms ``lay``: elementwise over the candidates, and every
+    decision on the context alone (so that fuse.py can trace it)."""
+    dp, t, cp, pp, b = (as_array(c[k], dtype=np.float64)
                         for k in ("dp", "tp", "cp", "pp", "mbs"))
-    t2 = np.asarray(c["tp2"], dtype=np.float64)
-    v = np.asarray(c["vpp"], dtype=np.float64)
+    t2 = as_array(c["tp2"], dtype=np.float64)
+    v = as_array(c["vpp"], dtype=np.float64)
     L, e, B = x["L"], x["e"], x["B"]
     V = padded_vocab(x["V"], t)
     ab = x["act_bytes"]
@@ -777,9 +811,8 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # (candidates.last_stage_layers is the same rule for one candidate)
     layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
     m = B / (dp * b)  # micro-batches per iteration
-    lay = _layer_terms_dedup(x, c)
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
-    r = np.asarray(c["recompute"])
+    r = as_array(c["recompute"])
     moe_on = _has_moe(x)
     # MoE blocks on each stage (the first stage's leading blocks, the last stage's final
     # ones, and the middle stage holding the most; sweep.model.cost.moe.moe_layers_before)
@@ -830,10 +863,10 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # weights are replicated over the context-parallel ranks too, so gradients are reduced
     # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
     # data-parallel-with-context-parallel group; torchtitan's dp_shard_cp mesh)
-    zero = np.asarray(c["zero"])
+    zero = as_array(c["zero"])
     dpc = dp * cp
-    dpc_domain = np.asarray(c["nv_dp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64)
-    shard = np.where(np.asarray(c["shard_group"]) > 0, c["shard_group"] * cp, dpc)
+    dpc_domain = as_array(c["nv_dp"], dtype=np.float64) * as_array(c["nv_cp"], np.float64)
+    shard = np.where(as_array(c["shard_group"]) > 0, c["shard_group"] * cp, dpc)
     per_domain_shard = np.minimum(dpc_domain, shard)
     # ZeRO-3 / FSDP: per layer, gather the weights before forward and backward and
     # reduce-scatter the gradients, prefetched one layer ahead (Zhao et al. 2023 section 4).
@@ -847,14 +880,14 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # (etp ep) (Megatron-Core distributed_data_parallel.py: expert buffers on the
     # expert-data-parallel group)
     if moe_on:
-        ep = np.asarray(c["ep"], dtype=np.float64)
-        etp = np.asarray(c["etp"], dtype=np.float64)
+        ep = as_array(c["ep"], dtype=np.float64)
+        etp = as_array(c["etp"], dtype=np.float64)
         w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
         p_layer_moe = w_moe + norms_moe + x["E"] * e
         p_exp_layer = x["p_experts"] / (ep * etp)
         edp = dp * cp * t / (ep * etp)
-        d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
-            * np.asarray(c["nv_dp"], dtype=np.float64)
+        d_in = as_array(c["nv_tp"], dtype=np.float64) * as_array(c["nv_cp"], np.float64) \
+            * as_array(c["nv_dp"], dtype=np.float64)
         edp_domain = np.clip(d_in / (ep * etp), 1.0, edp)
     else:
         p_layer_moe = p_exp_layer = 0.0
@@ -968,7 +1001,7 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
                                         x, 10.0), 0.0)
     # offload to the second memory tier (Calculon-style): optimizer states streamed in and
     # out every step; activations and weights per layer, hidden behind that layer's compute
-    off = np.asarray(c["offload"])
+    off = as_array(c["offload"])
     host_Bps = np.maximum(x["host_Bps"], 1.0)
     opt_state = OPTIMIZER_STATE_BYTES * (p_opt + p_exp_stage / exp_shard)
     t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
@@ -1004,7 +1037,9 @@ def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     # middle stage holds one layer more and no vocabulary, and may be the larger
     mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
                   nm_first, nm_first * p_exp_layer, exp_shard)
-    if np.any(slot > 0) or moe_on:
+    # (when no candidate has embedding slots, a middle stage never holds more: fewer
+    # weights and no logits)
+    if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
         # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
         mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
                           nm_mid, nm_mid * p_exp_layer, exp_shard)
@@ -1145,7 +1180,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     core = np.where(flash, batch * (s / cp) * 4.0, scores * (ab + drop * (1 + ab)))
     mlp = T * f_up / t * ab + T * f / t * sb + drop * T * f / t  # fc1 out; fc2 in
     full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
-    r = np.asarray(recompute)
+    r = as_array(recompute)
     selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
     checkpoint = Ta * e * ab  # full recompute keeps each layer's input
     # per-op SAC keeps the block input, the attention output (and its softmax statistics)
@@ -1168,9 +1203,9 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     optimizer state sharded ``exp_shard`` ways (the expert data-parallel group)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
-    zero = np.asarray(c["zero"])
-    pp = np.asarray(c["pp"], dtype=np.float64)
-    v = np.asarray(c["vpp"], dtype=np.float64)
+    zero = as_array(c["zero"])
+    pp = as_array(c["pp"], dtype=np.float64)
+    v = as_array(c["vpp"], dtype=np.float64)
     # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
     w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_copy_bytes"]
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
@@ -1188,7 +1223,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
                       p_stage * g_b)
     opt_shard = np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
-    if np.any(np.asarray(p_exp) > 0):
+    moe_on = np.ndim(nm) > 0 or nm > 0  # (MoE blocks: their counts per candidate)
+    if moe_on:
         # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
         # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
         # pipeline parallelism, else two blocks' as for the other weights)
@@ -1209,10 +1245,9 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         # the last stage of a 1F1B pipeline runs each micro-batch's backward right after its
         # forward: one in flight (interleaved: its chunks' share as the first stage's)
         in_flight = np.where(v > 1, in_flight, 1.0)
-    r = np.asarray(c["recompute"])
+    r = as_array(c["recompute"])
     k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
-    moe_on = np.any(np.asarray(nm) > 0)
     if moe_on:
         # per block, the mean over the stage's dense and MoE blocks; the backward's working
         # set is the larger kind's
@@ -1242,14 +1277,14 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     logit_bytes = np.where(x["fused_loss"] > 0, ab * (1.0 + training), 4.0 * (1.0 + training))
     logits = np.where(vocab_stage & (x["V"] > 0),
                       T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
-    off = np.asarray(c["offload"])
+    off = as_array(c["offload"])
     host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
         + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
     optimizer = np.where(off & 4, 0.0, optimizer)
     acts = np.where(off & 2, 2 * act_layer, acts)
     weights = np.where(off & 1, 2 * p_layer * ab, weights)
     activations = acts + logits
-    other = np.broadcast_to(np.asarray(x["reserve_bytes"] + x["buffers_bytes"], dtype=np.float64),
+    other = np.broadcast_to(as_array(x["reserve_bytes"] + x["buffers_bytes"], dtype=np.float64),
                             np.shape(activations))
     total = weights + grads + optimizer + activations + other
     return {"mem_bytes": total, "mem_weights_bytes": weights, "mem_grads_bytes": grads,

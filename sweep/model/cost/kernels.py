@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .fuse import as_array
+
 __all__ = ["gemm_s", "flash_attention_s", "memory_s", "collective_s", "p2p_s", "K_TILE",
            "FLASH_BWD_FACTOR"]
 
@@ -31,7 +33,7 @@ FLASH_Q_BLOCK = 128
 
 def _ceil_div(a, b):
     """ceil(a / b), at least 1 (an empty dimension still occupies one tile)."""
-    return np.maximum(np.ceil(np.asarray(a, dtype=np.float64) / b), 1.0)
+    return np.maximum(np.ceil(as_array(a, dtype=np.float64) / b), 1.0)
 
 
 def _wave_efficiency(tiles, sm):
@@ -49,7 +51,7 @@ def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0) -> np.ndarray:
     tile and its halves the one with the best wave efficiency is taken, as cuBLAS heuristics
     do. The roofline against the operands' HBM traffic, plus one kernel's fixed overhead.
     """
-    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+    m, n, k = (as_array(v, dtype=np.float64) for v in (m, n, k))
     tm, tn, sm = x["tile_m"], x["tile_n"], x["sm_count"]
     best = 0.0
     for fm, fn in ((1, 1), (1, 2), (2, 2)):  # tile, half-width tile, quarter tile
@@ -88,7 +90,7 @@ def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_frac
 
 def memory_s(nbytes, x: Mapping, kernels=1.0) -> np.ndarray:
     """Memory-bound kernels: bytes / (HBM bandwidth x achievable fraction) + launches."""
-    return np.asarray(nbytes, dtype=np.float64) / (x["hbm_Bps"] * x["hbm_eff"]) \
+    return as_array(nbytes, dtype=np.float64) / (x["hbm_Bps"] * x["hbm_eff"]) \
         + kernels * x["kernel_s"]
 
 
@@ -111,8 +113,8 @@ def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray
     GPUs, at the bus bandwidth NCCL reaches for that size, plus (n-1) steps of latency (the
     scale-out latency once the group spans domains). Zero for a group of one.
     """
-    n = np.asarray(group, dtype=np.float64)
-    g = np.minimum(np.asarray(per_domain, dtype=np.float64), n)
+    n = as_array(group, dtype=np.float64)
+    g = np.minimum(as_array(per_domain, dtype=np.float64), n)
     bw = _bandwidth(n, g, x)
     one_domain = g >= n
     lat = np.where(one_domain, x["nvl_lat_s"], x["net_lat_s"])
@@ -124,7 +126,7 @@ def collective_s(kind: str, nbytes, group, per_domain, x: Mapping) -> np.ndarray
     # 72-rank NVL72 rings fit the same ~3.5-4 MiB; docs/notes/parameter-ranges.md) and
     # peak / 2 below it, where the latency term takes over
     half = n * np.where(one_domain, x["nvl_half_bytes"], x["net_half_bytes"])
-    nbytes = np.asarray(nbytes, dtype=np.float64)
+    nbytes = as_array(nbytes, dtype=np.float64)
     wire = nbytes + np.minimum(nbytes, half)
     if kind == "broadcast":
         # pipelined ring broadcast: the whole buffer crosses every link once (NCCL's

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .fuse import as_array
 from .kernels import TC_ALIGN, collective_s, gemm_s, memory_s
 
 __all__ = ["routed_experts", "router_s", "rows_sent", "tokens_per_expert", "a2a_bytes",
@@ -37,7 +38,7 @@ ROUTER_BYTES_PER_SCORE = 9.0
 def moe_layers_before(x: Mapping, i) -> np.ndarray:
     """MoE blocks among the first ``i`` blocks: after first_dense dense blocks, the last of
     every moe_step blocks (Job.moe_layers is the same rule for i = n_layers)."""
-    i = np.asarray(i, dtype=np.float64)
+    i = as_array(i, dtype=np.float64)
     n = np.floor(np.maximum(i - x["first_dense"], 0.0) / np.maximum(x["moe_step"], 1.0))
     return np.where(x["moe"] > 0, n, 0.0)
 
@@ -68,10 +69,10 @@ def distinct_fraction(E, k, share) -> np.ndarray:
     """Probability that a token's k distinct experts, drawn uniformly from E, include one of
     the ``share`` x E experts of a given destination: 1 - C(E - a, k) / C(E, k) with
     a = share x E (hypergeometric; notes 4.2)."""
-    E = np.asarray(E, dtype=np.float64)
-    a = np.asarray(share, dtype=np.float64) * E
-    k = np.asarray(k, dtype=np.float64)
-    miss = np.ones(np.broadcast_shapes(E.shape, a.shape, k.shape))
+    E = as_array(E, dtype=np.float64)
+    a = as_array(share, dtype=np.float64) * E
+    k = as_array(k, dtype=np.float64)
+    miss = np.ones_like(E * a * k)  # (their broadcast shape)
     for i in range(int(np.max(k, initial=0.0))):
         miss = miss * np.where(i < k, np.maximum(E - a - i, 0.0) / np.maximum(E - i, 1.0), 1.0)
     return 1.0 - miss
@@ -142,9 +143,9 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     GEMM peak of the job's format."""
     T_l = lay["Ta"]  # tokens entering the block on this GPU (its sequence-parallel shard)
     ab, sb, e = x["act_bytes"], x["saved_in_bytes"], x["e"]
-    ep = np.asarray(c["ep"], dtype=np.float64)
-    etp = np.asarray(c["etp"], dtype=np.float64)
-    g = np.asarray(c["nv_ep"], dtype=np.float64)
+    ep = as_array(c["ep"], dtype=np.float64)
+    etp = as_array(c["etp"], dtype=np.float64)
+    g = as_array(c["nv_ep"], dtype=np.float64)
     E, fe = np.maximum(x["E"], 1.0), x["fe"]
     glu = x["swiglu"]
     local = E / ep  # experts on this GPU
@@ -186,8 +187,8 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     # the outputs reduce-scattered (dispatch_postprocess / combine_preprocess; notes 4.1)
     nvl_b, net_b = a2a_bytes(x, T_l, ep, g, ab)
     one = a2a_s(nvl_b, net_b, ep, g, x)
-    d_in = np.asarray(c["nv_tp"], dtype=np.float64) * np.asarray(c["nv_cp"], np.float64) \
-        * np.asarray(c["nv_dp"], dtype=np.float64)
+    d_in = as_array(c["nv_tp"], dtype=np.float64) * as_array(c["nv_cp"], np.float64) \
+        * as_array(c["nv_dp"], dtype=np.float64)
     etp_domain = np.minimum(etp, np.maximum(d_in, 1.0))
     etp_buffer = etp * sent * e * ab
     etp_comm = collective_s("allgather", etp_buffer, etp, etp_domain, x) \

@@ -1,0 +1,593 @@
+"""Fused evaluation: run an elementwise numpy function as one compiled loop (issue 19).
+
+The cost core is written once, as numpy over columns of candidates. A numpy expression
+makes one pass over memory per operation and a temporary per result; the calibrated
+model's ~700 operations per candidate run at about 0.5 ns each that way, most of it memory
+traffic. :func:`fused` turns such a function into a single loop over candidates, compiled
+by numba, in which every intermediate stays in registers:
+
+1. **Trace.** The function runs once on tracers (:class:`Tracer`) in place of its inputs.
+   A tracer records every numpy ufunc and the few array functions the model uses
+   (``np.where``, ``np.select``, ``np.clip``, ``np.broadcast_to``...) as a node of a
+   graph. Scalar inputs (the context: job, hardware and calibration numbers) keep their
+   value, so Python-level decisions on them still work; each such decision names the
+   scalar inputs it read, and the graph is reused only for inputs that agree with it on
+   those (a *guard*). A decision on array values cannot be traced: the function then
+   runs as plain numpy.
+2. **Generate and compile.** The graph becomes Python source - scalar nodes computed
+   once before the loop, array nodes as scalar statements in it - written to the cache
+   directory and compiled by numba with its on-disk cache (``cache=True``), so a graph
+   compiles once per machine, not per run.
+3. **Call.** Later calls with the same input structure and guard values go straight to
+   the compiled loop.
+
+Results: the loop does the operations numpy does, in the same order and with numpy's
+dtypes (integer results are cast back to numpy's type; ``maximum`` / ``minimum`` follow
+numpy's rules for NaN and for signed zeros), without fast-math, so sums, products and
+quotients are bit for bit numpy's. Transcendental functions (log, exp, sqrt, pow) come
+from LLVM / the C library rather than numpy's SIMD loops and could differ in the last bit;
+on the shipped specs and the tests' blocks every column is bit for bit numpy's
+(tests/model/test_fuse.py, tests/engine/test_results_identity.py).
+
+Optional: without numba (``pip install 'sweep[fast]'``), or with ``SWEEP_FUSE=0``, every
+call runs the numpy function itself. Pure: no MPI, no printing; files only in the cache
+directory (``SWEEP_CACHE_DIR``, else ``$XDG_CACHE_HOME/sweep`` or ``~/.cache/sweep``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["fused", "Tracer", "TraceError", "available", "enabled", "as_array",
+           "cache_dir"]
+
+
+class TraceError(Exception):
+    """The function did something a trace cannot follow (a decision on array values)."""
+
+
+def available() -> bool:
+    """numba can be imported."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def enabled() -> bool:
+    """Fused evaluation is on: numba is available and ``SWEEP_FUSE`` is not 0."""
+    return os.environ.get("SWEEP_FUSE", "1").strip() not in ("0", "false", "no", "off") \
+        and available()
+
+
+def cache_dir() -> Path:
+    """Where generated kernels and numba's compiled code are kept."""
+    if os.environ.get("SWEEP_CACHE_DIR"):
+        return Path(os.environ["SWEEP_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sweep"
+
+
+def as_array(v, dtype=None):
+    """``np.asarray(v, dtype)`` that lets a :class:`Tracer` through (np.asarray cannot)."""
+    if isinstance(v, Tracer):
+        return v if dtype is None or v.dtype == np.dtype(dtype) else v.astype(dtype)
+    return np.asarray(v, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------ tracing
+
+class _Graph:
+    """Nodes of one trace. A node: (op, args, dtype, is_array); args are node ids, except
+    for op 'const' (the value), 'param' / 'input' (the leaf's position)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.nodes: list[tuple] = []
+        self.guard_leaves: set[int] = set()  # positions of scalar leaves decisions read
+        self.memo: dict[tuple, int] = {}
+
+    def add(self, op, args, dtype, is_array, value=None, leaves=frozenset()) -> Tracer:
+        dtype = np.dtype(dtype)
+        # the same operation on the same operands is one node (common subexpressions: the
+        # model computes e.g. a GEMM's tile counts again for its backward)
+        key = None
+        if op not in ("param", "input"):
+            key = (op, (type(args[0]), repr(args[0])) if op == "const" else args, dtype.str,
+                   is_array)
+            i = self.memo.get(key)
+            if i is not None:
+                return Tracer(self, i, dtype, is_array, value, leaves)
+        self.nodes.append((op, args, dtype, is_array))
+        if key is not None:
+            self.memo[key] = len(self.nodes) - 1
+        return Tracer(self, len(self.nodes) - 1, dtype, is_array, value, leaves)
+
+    def lift(self, v) -> Tracer:
+        """A tracer for an operand: tracers as they are, Python / numpy scalars as constants."""
+        if isinstance(v, Tracer):
+            if v.g is not self:
+                raise TraceError("operand of another trace")
+            return v
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            raise TraceError("an array that is not an input of the trace")
+        if isinstance(v, (bool, int, float, np.generic, np.ndarray)):
+            return self.add("const", (v,), np.asarray(v).dtype, False, v)
+        raise TraceError(f"operand of type {type(v).__name__}")
+
+
+def _sample(t: Tracer):
+    """A stand-in with the tracer's type for numpy's type resolution (the value for scalars:
+    NEP 50 types Python scalars by kind, not size)."""
+    return np.ones(1, t.dtype) if t.is_array else t.value
+
+
+class Tracer:
+    """A traced value: an array of candidates (``is_array``) or a scalar whose ``value`` is
+    known. Supports what the cost model does with numpy."""
+
+    __slots__ = ("g", "i", "dtype", "is_array", "value", "leaves")
+    __array_priority__ = 1000.0
+
+    def __init__(self, g, i, dtype, is_array, value, leaves):
+        self.g, self.i, self.dtype, self.is_array = g, i, dtype, is_array
+        self.value, self.leaves = value, leaves
+
+    @property
+    def shape(self):
+        return (self.g.n,) if self.is_array else np.shape(self.value)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def _concrete(self):
+        if self.is_array:
+            raise TraceError("a decision on array values")
+        self.g.guard_leaves.update(self.leaves)
+        return self.value
+
+    def __bool__(self):
+        return bool(self._concrete())
+
+    def __float__(self):
+        return float(self._concrete())
+
+    def __int__(self):
+        return int(self._concrete())
+
+    def __index__(self):
+        return int(self._concrete())
+
+    def astype(self, dtype):
+        value = None if self.is_array else np.asarray(self.value).astype(dtype)[()]
+        return self.g.add("cast", (self.i,), dtype, self.is_array, value, self.leaves)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None or ufunc.nout != 1 or \
+                any(k not in ("out", "dtype") for k in kwargs):
+            raise TraceError(f"{ufunc.__name__}.{method}")
+        return _apply(ufunc, inputs, kwargs.get("dtype"))
+
+    def __array_function__(self, func, types, args, kwargs):
+        handler = _FUNCTIONS.get(func)
+        if handler is None:
+            raise TraceError(f"np.{func.__name__}")
+        return handler(*args, **kwargs)
+
+    # Python operators as their ufuncs (ndarray's own operators defer to these)
+    def __add__(self, o): return np.add(self, o)
+    def __radd__(self, o): return np.add(o, self)
+    def __sub__(self, o): return np.subtract(self, o)
+    def __rsub__(self, o): return np.subtract(o, self)
+    def __mul__(self, o): return np.multiply(self, o)
+    def __rmul__(self, o): return np.multiply(o, self)
+    def __truediv__(self, o): return np.true_divide(self, o)
+    def __rtruediv__(self, o): return np.true_divide(o, self)
+    def __floordiv__(self, o): return np.floor_divide(self, o)
+    def __rfloordiv__(self, o): return np.floor_divide(o, self)
+    def __mod__(self, o): return np.remainder(self, o)
+    def __rmod__(self, o): return np.remainder(o, self)
+    def __pow__(self, o): return np.power(self, o)
+    def __rpow__(self, o): return np.power(o, self)
+    def __neg__(self): return np.negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return np.absolute(self)
+    def __invert__(self): return np.invert(self)
+    def __and__(self, o): return np.bitwise_and(self, o)
+    def __rand__(self, o): return np.bitwise_and(o, self)
+    def __or__(self, o): return np.bitwise_or(self, o)
+    def __ror__(self, o): return np.bitwise_or(o, self)
+    def __xor__(self, o): return np.bitwise_xor(self, o)
+    def __lt__(self, o): return np.less(self, o)
+    def __le__(self, o): return np.less_equal(self, o)
+    def __gt__(self, o): return np.greater(self, o)
+    def __ge__(self, o): return np.greater_equal(self, o)
+    def __eq__(self, o): return np.equal(self, o)
+    def __ne__(self, o): return np.not_equal(self, o)
+    __hash__ = None
+
+
+def _graph_of(values) -> _Graph:
+    for v in values:
+        if isinstance(v, Tracer):
+            return v.g
+    raise TraceError("no traced operand")
+
+
+def _apply(ufunc, inputs, dtype=None) -> Tracer:
+    g = _graph_of(inputs)
+    ops = [g.lift(v) for v in inputs]
+    with np.errstate(all="ignore"):
+        if not any(o.is_array for o in ops):
+            value = ufunc(*(o.value for o in ops), dtype=dtype) if dtype else \
+                ufunc(*(o.value for o in ops))
+            leaves = frozenset().union(*(o.leaves for o in ops))
+            return g.add(ufunc.__name__, tuple(o.i for o in ops), np.asarray(value).dtype,
+                         False, value, leaves)
+        out = ufunc(*(_sample(o) for o in ops), dtype=dtype) if dtype else \
+            ufunc(*(_sample(o) for o in ops))
+    return g.add(ufunc.__name__, tuple(o.i for o in ops), out.dtype, True)
+
+
+def _where(cond, a=None, b=None):
+    if a is None or b is None:
+        raise TraceError("np.where with one argument")
+    g = _graph_of((cond, a, b))
+    c, x, y = g.lift(cond), g.lift(a), g.lift(b)
+    if not (c.is_array or x.is_array or y.is_array):
+        value = np.where(c.value, x.value, y.value)
+        return g.add("where", (c.i, x.i, y.i), value.dtype, False, value,
+                     c.leaves | x.leaves | y.leaves)
+    dtype = np.where(np.ones(1, bool), _sample(x), _sample(y)).dtype
+    return g.add("where", (c.i, x.i, y.i), dtype, True)
+
+
+def _select(condlist, choicelist, default=0):
+    out = default
+    for cond, choice in reversed(list(zip(condlist, choicelist))):
+        out = _where(cond, choice, out)
+    return out
+
+
+def _clip(a, a_min, a_max, **kwargs):
+    if kwargs:
+        raise TraceError("np.clip with keywords")
+    return np.minimum(np.maximum(a, a_min), a_max)
+
+
+def _broadcast_to(a, shape, subok=False):
+    g = _graph_of((a,))
+    t = g.lift(a)
+    if t.is_array or shape == ():
+        return t
+    return g.add("broadcast", (t.i,), t.dtype, True)
+
+
+def _any(a, *args, **kwargs):
+    if args or kwargs:
+        raise TraceError("np.any with arguments")
+    t = a if isinstance(a, Tracer) else None
+    return np.any(t._concrete()) if t is not None else np.any(a)
+
+
+def _all(a, *args, **kwargs):
+    if args or kwargs:
+        raise TraceError("np.all with arguments")
+    return np.all(a._concrete()) if isinstance(a, Tracer) else np.all(a)
+
+
+def _like(fill):
+    def like(a, dtype=None, **kwargs):
+        g = _graph_of((a,))
+        t = g.lift(a)
+        dt = np.dtype(dtype) if dtype is not None else t.dtype
+        const = g.lift(np.asarray(fill, dt)[()])
+        return _broadcast_to(const, t.shape) if t.is_array else const
+    return like
+
+
+def _scalar_only(func):
+    def concrete(a, *args, **kwargs):
+        if not isinstance(a, Tracer):
+            return func(a, *args, **kwargs)
+        return func(a._concrete(), *args, **kwargs)
+    return concrete
+
+
+_FUNCTIONS: dict[Callable, Callable] = {
+    np.max: _scalar_only(np.max), np.min: _scalar_only(np.min),
+    np.where: _where, np.select: _select, np.clip: _clip, np.broadcast_to: _broadcast_to,
+    np.any: _any, np.all: _all, np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim,
+    np.ones_like: _like(1), np.zeros_like: _like(0),
+}
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def _flatten(tree, path=()):
+    """(path, leaf) of a nest of dicts / lists / tuples, in a stable order."""
+    if isinstance(tree, Mapping):
+        for k in sorted(tree, key=str):
+            yield from _flatten(tree[k], path + (k,))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _flatten(v, path + (i,))
+    else:
+        yield path, tree
+
+
+def _rebuild(tree, leaves):
+    """``tree`` with its leaves replaced, in _flatten's order."""
+    if isinstance(tree, Mapping):
+        return {k: _rebuild(tree[k], leaves) for k in sorted(tree, key=str)}
+    if isinstance(tree, (list, tuple)):
+        out = [_rebuild(v, leaves) for v in tree]
+        return out if isinstance(tree, list) else tuple(out)
+    return next(leaves)
+
+
+def _leaf_kind(v, n):
+    """('array', dtype) for a column of n, ('scalar', type) for a number, ('static', v)."""
+    if isinstance(v, np.ndarray) and v.ndim > 0:
+        if v.shape != (n,):
+            return ("static", None)  # an array of another shape: not traceable
+        return ("array", v.dtype.str)
+    if isinstance(v, (bool, np.bool_)):
+        return ("scalar", "bool")
+    if isinstance(v, (int, float, np.integer, np.floating)) or \
+            (isinstance(v, np.ndarray) and v.ndim == 0):
+        return ("scalar", np.asarray(v).dtype.str if isinstance(v, (np.generic, np.ndarray))
+                else type(v).__name__)
+    return ("static", v if isinstance(v, (str, type(None))) else id(v))
+
+
+# ------------------------------------------------------------------------------ codegen
+
+_HELPERS = '''
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _max(a, b):  # np.maximum: NaN if either is NaN, the second operand on ties (-0.0, 0.0)
+    return a if (a > b or a != a) else b
+
+
+@njit(cache=True)
+def _min(a, b):
+    return a if (a < b or a != a) else b
+
+
+@njit(cache=True)
+def _sel(c, a, b):
+    return a if c else b
+
+
+@njit(cache=True)
+def _not(a):
+    return not a
+
+
+@njit(cache=True)
+def _mod(a, b):  # np.remainder on floats: the sign of the divisor
+    return np.remainder(a, b)
+'''
+
+_BINARY = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
+           "divide": "/", "floor_divide": "//", "less": "<", "less_equal": "<=",
+           "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!=",
+           "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+           "logical_and": "&", "logical_or": "|"}
+_CALLS = {"maximum": "_max", "minimum": "_min", "fmax": "np.fmax", "fmin": "np.fmin",
+          "remainder": "_mod", "ceil": "np.ceil", "floor": "np.floor", "sqrt": "np.sqrt",
+          "log": "np.log", "log2": "np.log2", "log10": "np.log10", "exp": "np.exp",
+          "absolute": "np.abs", "isnan": "np.isnan", "isfinite": "np.isfinite",
+          "isinf": "np.isinf", "trunc": "np.trunc", "rint": "np.rint", "sign": "np.sign",
+          "square": "np.square", "reciprocal": "np.reciprocal", "negative": "-",
+          "logical_not": "_not", "positive": ""}
+
+
+def _expr(op, args, nodes, names) -> str:
+    a = [names[i] for i in args]
+    if op in _BINARY:
+        return f"({a[0]} {_BINARY[op]} {a[1]})"
+    if op == "power":
+        return f"np.power({a[0]}, {a[1]})"
+    if op == "invert":
+        return f"_not({a[0]})" if nodes[args[0]][2] == np.bool_ else f"(~{a[0]})"
+    if op == "where":
+        return f"_sel({a[0]}, {a[1]}, {a[2]})"
+    if op in ("cast", "broadcast"):
+        return a[0]
+    if op in _CALLS:
+        return f"{_CALLS[op]}({', '.join(a)})"
+    raise TraceError(f"no code for {op}")
+
+
+def _typed(expr, dtype, arg_dtypes) -> str:
+    """Cast an expression to numpy's result type where numba's scalar rules differ."""
+    if dtype == np.bool_:
+        return expr
+    if dtype.kind in "iu":
+        return f"np.{dtype.name}({expr})"
+    if dtype == np.float64 and any(d.kind != "f" for d in arg_dtypes):
+        return f"np.float64({expr})"
+    if dtype.kind == "f" and dtype != np.float64:
+        return f"np.{dtype.name}({expr})"
+    return expr
+
+
+def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int]) -> str:
+    """Python source of the kernel ``kernel(n, p0.., a0.., o0..)``."""
+    nodes = g.nodes
+    used = set(outputs)
+    for i in range(len(nodes) - 1, -1, -1):  # live nodes only
+        if i in used and nodes[i][0] not in ("const", "param", "input"):
+            used.update(nodes[i][1])
+    names: dict[int, str] = {}
+    head, body = [], []
+    params = [f"p{k}" for k in range(n_params)]
+    inputs = [f"a{k}" for k in range(n_inputs)]
+    outs = [f"o{k}" for k in range(len(outputs))]
+    for i, (op, args, dtype, is_array) in enumerate(nodes):
+        if i not in used:
+            continue
+        if op == "const":
+            v = args[0]
+            lit = repr(bool(v)) if dtype == np.bool_ else repr(v.item() if hasattr(v, "item")
+                                                             else v)
+            if dtype.kind == "f":
+                lit = f"np.float64({float(v)!r})" if dtype == np.float64 else \
+                    f"np.{dtype.name}({float(v)!r})"
+            elif dtype.kind in "iu":
+                lit = f"np.{dtype.name}({int(v)})"
+            names[i] = lit
+            continue
+        if op == "param":
+            names[i] = params[args[0]]
+            continue
+        if op == "input":
+            names[i] = f"{inputs[args[0]]}[i]"
+            continue
+        expr = _typed(_expr(op, args, nodes, names), dtype, [nodes[j][2] for j in args])
+        names[i] = f"v{i}"
+        (body if is_array else head).append(f"v{i} = {expr}")
+    lines = [_HELPERS, "", "@njit(cache=True, error_model='numpy', nogil=True)",
+             f"def kernel(n, {', '.join(params + inputs + outs) or '_'}):"]
+    lines += [f"    {s}" for s in head]
+    lines += [f"    {o}[0] = {names[j]}" for o, j in zip(outs, outputs) if not nodes[j][3]]
+    lines.append("    for i in range(n):")
+    lines += [f"        {s}" for s in body]
+    loop = [f"        {o}[i] = {names[j]}" for o, j in zip(outs, outputs) if nodes[j][3]]
+    lines += loop if body or loop else ["        pass"]
+    return "\n".join(lines) + "\n"
+
+
+def _load(source: str):
+    """Compile a kernel's source through a module file in the cache directory (so numba's
+    on-disk cache finds it again in the next process)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    folder = cache_dir() / "fused"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"k_{digest}.py"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(source)
+        os.replace(tmp, path)  # atomic: ranks compiling the same kernel agree
+    name = f"_sweep_fused_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return module.kernel
+
+
+#: statements beyond which a graph is left to numpy: numba compiles about 500 statements
+#: a second (2-core VM), once per machine (its on-disk cache), and a first run should not
+#: wait half a minute for a loop that saves a few percent
+MAX_NODES = 4000
+
+
+class _Compiled:
+    """One traced graph: its guard, the kernel and how to lay its results out again."""
+
+    def __init__(self, guard_leaves, guard_values, kernel, param_leaves, input_leaves,
+                 outputs, out_tree):
+        self.guard_leaves, self.guard_values = guard_leaves, guard_values
+        self.kernel, self.param_leaves, self.input_leaves = kernel, param_leaves, input_leaves
+        self.outputs, self.out_tree = outputs, out_tree  # (array|scalar, dtype) | (static, v)
+
+
+class fused:
+    """``fused(fn)(*args)`` computes ``fn(*args)`` through a compiled loop when it can (see
+    the module docstring), else ``fallback(*args)`` (default ``fn``; a fallback may return
+    more). ``fn`` must be elementwise over its array arguments (all of the same length n)
+    and return a nest of dicts / lists of arrays and scalars. Calls on fewer than
+    ``min_rows`` rows run the fallback (the loop's call costs tens of microseconds)."""
+
+    def __init__(self, fn: Callable, min_rows: int = 2048, fallback: Callable | None = None,
+                 max_nodes: int = MAX_NODES):
+        self.fn, self.min_rows, self.max_nodes = fn, min_rows, max_nodes
+        self.fallback = fallback or fn  # what runs when the loop cannot (same results)
+        self._cache: dict[tuple, list[_Compiled]] = {}
+        self._untraceable: set[tuple] = set()
+        self.traces = 0  # graphs traced (tests)
+
+    def __call__(self, *args):
+        leaves = list(_flatten(args))
+        n = next((v.shape[0] for _, v in leaves if isinstance(v, np.ndarray) and v.ndim),
+                 0)
+        if n < self.min_rows or not enabled():
+            return self.fallback(*args)
+        kinds = tuple((p, _leaf_kind(v, n)) for p, v in leaves)
+        if kinds in self._untraceable or any(k[0] == "static" and k[1] is None
+                                             for _, k in kinds):
+            return self.fallback(*args)
+        values = [v for _, v in leaves]
+        entries = self._cache.setdefault(kinds, [])
+        for entry in entries:
+            if tuple(values[j] for j in entry.guard_leaves) == entry.guard_values:
+                return self._run(entry, values, n)
+        try:
+            entry = self._trace(args, leaves, kinds, n)
+        except TraceError:
+            self._untraceable.add(kinds)
+            return self.fallback(*args)
+        entries.append(entry)
+        return self._run(entry, values, n)
+
+    def _trace(self, args, leaves, kinds, n) -> _Compiled:
+        self.traces += 1
+        g = _Graph(n)
+        traced, param_leaves, input_leaves = [], [], []
+        for j, ((_, v), (_, kind)) in enumerate(zip(leaves, kinds)):
+            if kind[0] == "array":
+                traced.append(g.add("input", (len(input_leaves),), v.dtype, True))
+                input_leaves.append(j)
+            elif kind[0] == "scalar":
+                traced.append(g.add("param", (len(param_leaves),), np.asarray(v).dtype,
+                                    False, v, frozenset((j,))))
+                param_leaves.append(j)
+            else:
+                traced.append(v)
+        result = self.fn(*_rebuild(args, iter(traced)))
+        out_leaves = list(_flatten(result))
+        outputs, ids = [], []
+        for _, v in out_leaves:
+            if isinstance(v, Tracer) and (v.is_array or v.leaves):
+                # a column, or a scalar computed from the inputs (by the kernel's head)
+                outputs.append(("array" if v.is_array else "scalar", v.dtype))
+                ids.append(v.i)
+            elif isinstance(v, Tracer):
+                outputs.append(("static", v.value))
+            elif isinstance(v, np.ndarray) and v.ndim:
+                raise TraceError("an array result that is not traced")
+            else:
+                outputs.append(("static", v))
+        guard = tuple(sorted(g.guard_leaves))
+        source = _generate(g, len(param_leaves), len(input_leaves), ids)
+        if source.count("\n") > self.max_nodes:
+            raise TraceError(f"{source.count(chr(10))} statements: too long to compile")
+        kernel = _load(source)
+        return _Compiled(guard, tuple(leaves[j][1] for j in guard), kernel, param_leaves,
+                         input_leaves, outputs, result)
+
+    @staticmethod
+    def _run(entry: _Compiled, values, n):
+        outs = [np.empty(n if kind == "array" else 1, dtype) for kind, dtype in entry.outputs
+                if kind != "static"]
+        entry.kernel(n, *(values[j] for j in entry.param_leaves),
+                     *(values[j] for j in entry.input_leaves), *outs)
+        it = iter(outs)
+        flat = [value if kind == "static" else next(it) for kind, value in entry.outputs]
+        flat = [v[0] if kind == "scalar" else v for (kind, _), v in zip(entry.outputs, flat)]
+        return _rebuild(entry.out_tree, iter(flat))

@@ -1,0 +1,220 @@
+"""Fused evaluation (sweep.model.cost.fuse): the compiled loop gives numpy's results.
+
+Small hand-made functions exercise what the tracer must get right (numpy's dtypes, NaN in
+maximum, where / select, guards on scalar inputs, a fallback for what it cannot follow);
+then the calibrated model, fused against numpy on whole blocks of real search spaces, bit
+for bit, and a search ranked on scores alone against one with every column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sweep.engine.catalog import load_hardware, load_job
+from sweep.model.candidates import enumerate_space
+from sweep.model.cost import calibrated, evaluate_columns, fuse
+from sweep.model.rows import HardwareRows
+from sweep.model.search import search_cases, search_range
+
+needs_numba = pytest.mark.skipif(not fuse.available(), reason="numba is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _fused_on(monkeypatch):
+    """(tests/conftest.py turns fused evaluation off for the rest of the suite)"""
+    monkeypatch.setenv("SWEEP_FUSE", "1")
+
+
+def _same(a, b) -> None:
+    """Bit for bit: values, NaN positions, signs of zeros and dtype."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype
+    assert a.shape == b.shape
+    if a.dtype.kind == "f":
+        assert np.array_equal(a.view(np.uint64), b.view(np.uint64))
+    else:
+        assert np.array_equal(a, b)
+
+
+def _same_tree(ref, got) -> None:
+    ref_leaves, got_leaves = list(fuse._flatten(ref)), list(fuse._flatten(got))
+    assert [p for p, _ in ref_leaves] == [p for p, _ in got_leaves]
+    for (path, a), (_, b) in zip(ref_leaves, got_leaves):
+        if np.ndim(a) or np.ndim(b):
+            _same(np.broadcast_to(a, np.shape(b)) if np.ndim(b) else a, b)
+        else:
+            assert float(a) == float(b) or (np.isnan(a) and np.isnan(b)), path
+
+
+def _toy(x, c):
+    """A bit of everything the cost model does."""
+    a = fuse.as_array(c["a"], dtype=np.float64)
+    k = fuse.as_array(c["k"])  # int8
+    both = np.maximum(a, x["floor"])  # NaN propagates
+    low = np.minimum(a, -0.0) + np.maximum(-0.0, np.minimum(a, 0.0))  # signed zeros on ties
+    picked = np.select([k == 0, k == 1], [a * 2.0, a / x["d"]], default=np.sqrt(np.abs(a)))
+    bits = (k & 4) > 0
+    flag = ~bits | (a > 1.0)
+    scale = x["s"] * 3.0 if x["mode"] > 0 else x["s"] - 1.0  # a decision on a scalar input
+    return {"both": both, "low": low, "picked": picked, "flag": flag,
+            "k2": k * 2, "ceil": np.ceil(a / 3.0), "clip": np.clip(a, 0.5, 2.0),
+            "scaled": a * scale, "rem": np.remainder(a, 0.7),
+            "where": np.where(flag, k, 1.5), "const": 7.0, "scalar": x["s"] * x["d"],
+            "list": [a + 1.0, np.ones_like(a)]}
+
+
+def _toy_inputs(n=4096, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(0.0, 2.0, n)
+    a[::97] = np.nan
+    a[1::89] = 0.0
+    a[2::83] = -0.0
+    a[3::79] = np.inf
+    return {"a": a, "k": rng.integers(0, 8, n).astype(np.int8)}
+
+
+@needs_numba
+def test_toy_function_fused_equals_numpy_bit_for_bit():
+    f = fuse.fused(_toy, min_rows=1)
+    c = _toy_inputs()
+    for x in ({"floor": 0.25, "d": 3.0, "s": 1.5, "mode": 1},
+              {"floor": np.nan, "d": 0.0, "s": -2.0, "mode": 0}):
+        with np.errstate(all="ignore"):
+            ref = _toy(x, c)
+            got = f(x, c)
+        _same_tree(ref, got)
+    assert f.traces == 2  # the two modes take different paths: two graphs
+    assert len(f._cache) == 1 and len(next(iter(f._cache.values()))) == 2
+
+
+@needs_numba
+def test_graph_reused_for_other_values_of_inputs_no_decision_reads():
+    f = fuse.fused(_toy, min_rows=1)
+    c = _toy_inputs()
+    for floor in (0.1, 0.2, 0.3):
+        got = f({"floor": floor, "d": 2.0, "s": 1.0, "mode": 1}, c)
+        with np.errstate(all="ignore"):
+            _same_tree(_toy({"floor": floor, "d": 2.0, "s": 1.0, "mode": 1}, c), got)
+    assert f.traces == 1
+
+
+@needs_numba
+def test_decision_on_array_values_falls_back_to_numpy():
+    def branchy(c):
+        return c["a"] * 2.0 if np.any(c["a"] > 0) else c["a"]
+
+    f = fuse.fused(branchy, min_rows=1)
+    c = {"a": np.arange(5000.0)}
+    _same(f(c), branchy(c))
+    assert f._untraceable
+
+
+def test_off_without_numba_or_when_disabled(monkeypatch):
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    assert not fuse.enabled()
+    f = fuse.fused(_toy, min_rows=1)
+    c = _toy_inputs()
+    x = {"floor": 0.25, "d": 3.0, "s": 1.5, "mode": 1}
+    with np.errstate(all="ignore"):
+        _same_tree(_toy(x, c), f(x, c))
+    assert f.traces == 0
+
+
+def test_tracer_refuses_what_it_cannot_follow():
+    g = fuse._Graph(8)
+    t = g.add("input", (0,), np.float64, True)
+    with pytest.raises(fuse.TraceError):
+        bool(t > 0)
+    with pytest.raises(fuse.TraceError):
+        np.cumsum(t)
+    with pytest.raises(fuse.TraceError):
+        t + np.arange(8.0)  # an array that is not an input
+
+
+# ---------------------------------------------------------------- the calibrated model
+
+def _block(job_name, hw_name, nvs, n_gpus, size=20000, offload=False):
+    job = load_job(job_name)
+    hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs)
+    space = enumerate_space("calibrated", job, n_gpus, "1d", nvs, offload)
+    return job, hw, space, space.columns(0, min(space.size, size))
+
+
+def _both(monkeypatch, fn):
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    ref = fn()
+    monkeypatch.setenv("SWEEP_FUSE", "1")
+    return ref, fn()
+
+
+@needs_numba
+@pytest.mark.parametrize("case", [
+    ("llama3_8b", "H100-SXM", 8, 64),
+    # (the MoE graphs take 5 - 12 s to compile on a fresh machine: with -m slow)
+    pytest.param(("deepseek_v3", "GB200-NVL72", 72, 64), marks=pytest.mark.slow),
+    pytest.param(("qwen3_30b_a3b", "B200", 8, 32), marks=pytest.mark.slow)])
+def test_calibrated_fused_equals_numpy(monkeypatch, case):
+    job, hw, _, cand = _block(*case)
+    ref, got = _both(monkeypatch, lambda: evaluate_columns("calibrated", job, hw, "1d",
+                                                           case[3], cand))
+    for k in ref:
+        _same(ref[k], got[k])
+
+
+@needs_numba
+def test_calibrated_fused_equals_numpy_on_a_batch_of_variants(monkeypatch):
+    job, hw, space, _ = _block("llama3_8b", "H100-SXM", 8, 16)
+    hws = [dataclasses.replace(hw, hbm_bytes_per_s=bw, hbm_capacity_bytes=cap)
+           for bw in (2e12, 3.35e12, 5e12) for cap in (40e9, 80e9)]
+    ref, got = _both(monkeypatch, lambda: search_cases("calibrated", job, hws, "1d", 16,
+                                                       space, 25))
+    for a, b in zip(ref, got):
+        _same(a.top, b.top)
+        assert (a.evaluated, a.feasible, a.reasons) == (b.evaluated, b.feasible, b.reasons)
+
+
+@needs_numba
+def test_search_on_scores_alone_equals_search_with_every_column(monkeypatch):
+    """Ranked on step time and feasibility alone, then the kept rows evaluated in full: the
+    same top rows, bit for bit, as evaluating every column of every candidate."""
+    job, hw, space, _ = _block("llama3_8b", "H100-SXM", 8, 64)
+    ref, got = _both(monkeypatch, lambda: search_range("calibrated", job, hw, "1d", 64, space,
+                                                       0, 30000, 50, block_size=7000))
+    _same(ref.top, got.top)
+    assert (ref.evaluated, ref.feasible, ref.reasons) == (got.evaluated, got.feasible,
+                                                          got.reasons)
+    assert np.all(got.top["mem_bytes"] > 0) and np.all(got.top["t_compute_s"] > 0)
+
+
+def test_scalar_context_equals_stacked_context_for_mla():
+    """MLA with query compression: one context per run (validation) and one context for the
+    block (a search) cost the same projections (a Python bool negated with ~ once made the
+    scalar context count both query projections)."""
+    job, hw, _, cand = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=300)
+    x = calibrated.make_context(job, hw, hw.calibration, "1d")
+    one = calibrated.evaluate(x, cand)
+    stacked = calibrated.evaluate(calibrated.stack_contexts([x] * 300), cand)
+    for k in ("step_time_s", "hardware_flops", "mem_bytes"):
+        np.testing.assert_allclose(one[k], stacked[k], rtol=1e-12)
+
+
+def test_rows_keep_their_results_outside_their_block():
+    """Evaluation is elementwise: a row's results do not depend on the block it is in (what
+    the scores-only search relies on when it evaluates the kept rows again)."""
+    job, hw, _, cand = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=5000)
+    full = evaluate_columns("calibrated", job, hw, "1d", 64, cand)
+    pick = np.array([0, 17, 999, 4321, 4999])
+    sub = {k: np.asarray(v)[pick] for k, v in cand.items()}
+    few = evaluate_columns("calibrated", job, hw, "1d", 64, sub)
+    for k in ("step_time_s", "mem_bytes", "t_ep_comm_s", "hardware_flops", "reason"):
+        _same(np.asarray(full[k])[pick], few[k])
+
+
+def test_hardware_rows_are_taken_with_their_candidates():
+    hw = load_hardware("H100-SXM")
+    rows = HardwareRows([hw, dataclasses.replace(hw, hbm_bytes_per_s=1e12)],
+                        np.array([0, 1, 1, 0]))
+    assert rows.take(np.array([1, 3])).row.tolist() == [1, 0]
