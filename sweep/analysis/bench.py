@@ -16,6 +16,7 @@ systems x 3 NVLink sizes x 2 models x 3 strategies x 13 GPU counts).
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import platform
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 from .. import __version__
 from ..engine.catalog import load_hardware, load_job
 from ..model.candidates import enumerate_space
+from ..model.cost import fuse
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
 __all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
@@ -113,7 +115,9 @@ def run_bench(repeat: int = 5, full: bool = False) -> dict:
                      "us_per_case": 1e6 * seconds / len(w.cases)})
     std = [r for r in rows if r["workload"] in {w.name for w in STANDARD}]
     total = sum(r["candidates"] for r in std) / sum(r["cpu_seconds"] for r in std)
-    return {"sweep_version": __version__, "python": platform.python_version(),
+    fused = ("on: numba " + importlib.metadata.version("numba")) if fuse.enabled() else (
+        "off: SWEEP_FUSE=0" if fuse.available() else "off: numba not installed")
+    return {"sweep_version": __version__, "python": platform.python_version(), "fused": fused,
             "numpy": np.__version__, "machine": platform.machine(),
             "processor": platform.processor() or platform.machine(), "repeat": repeat,
             "workloads": rows, "standard_candidates_per_core_second": total,

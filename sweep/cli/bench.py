@@ -17,7 +17,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     print(f"sweep {report['sweep_version']} bench: one core, CPU time, best of "
-          f"{report['repeat']} (numpy {report['numpy']}, {report['processor']})")
+          f"{report['repeat']} (numpy {report['numpy']}, {report['processor']}; fused "
+          f"evaluation {report['fused']})")
     rows = [[w["workload"], w["cases"], f"{w['candidates']:,}", f"{w['cpu_seconds']:.4f}",
              f"{w['candidates_per_core_second']:,.0f}"] for w in report["workloads"]]
     print(fmt.table(["workload", "cases", "candidates", "cpu [s]", "candidates/core-s"], rows))
