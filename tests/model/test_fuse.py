@@ -102,6 +102,23 @@ def test_graph_reused_for_other_values_of_inputs_no_decision_reads():
 
 
 @needs_numba
+def test_gathered_terms_are_read_through_their_index():
+    """A per-layer term given as its distinct rows and an index (fuse.Gathered) gives what
+    the taken array gives, fused or not."""
+    def combine(c, lay):
+        return {"t": c["a"] * lay["w"] + np.maximum(lay["w"], 1.0), "w": lay["w"] * 2.0}
+
+    rng = np.random.default_rng(3)
+    c = {"a": rng.random(5000)}
+    lay = {"w": fuse.Gathered(rng.random(40), rng.integers(0, 40, 5000))}
+    want = combine(c, {"w": lay["w"].array()})
+    for env in ("1", "0"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SWEEP_FUSE", env)
+            _same_tree(want, fuse.fused(combine, min_rows=1)(c, lay))
+
+
+@needs_numba
 def test_decision_on_array_values_falls_back_to_numpy():
     def branchy(c):
         return c["a"] * 2.0 if np.any(c["a"] > 0) else c["a"]
@@ -109,6 +126,19 @@ def test_decision_on_array_values_falls_back_to_numpy():
     f = fuse.fused(branchy, min_rows=1)
     c = {"a": np.arange(5000.0)}
     _same(f(c), branchy(c))
+    assert f._untraceable
+
+
+@needs_numba
+def test_an_unwritable_cache_directory_means_numpy(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(blocked))
+    f = fuse.fused(_toy, min_rows=1)
+    c = _toy_inputs(seed=1)
+    x = {"floor": 0.5, "d": 1.0, "s": 2.0, "mode": 1}
+    with np.errstate(all="ignore"):
+        _same_tree(_toy(x, c), f(x, c))
     assert f._untraceable
 
 

@@ -38,7 +38,8 @@ from ..rows import HardwareRows
 from ..schema import Reason, Recompute
 from . import moe
 from .dedup import unique_rows
-from .fuse import as_array, fused
+from .fuse import Gathered, as_array, fused
+from .fuse import enabled as fuse_enabled
 from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
 __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
@@ -696,17 +697,19 @@ def _routed_terms(x, c):
     return moe.routed_experts(x, c, _layout(x, c), _gemm_rate(x)[0])
 
 
-def _layer_terms_dedup(x, c):
-    """_layer_terms evaluated once per distinct LAYER_KEYS row and gathered back (when the
-    context is scalar, i.e. one job on one hardware variant)."""
-    lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS)
+def _layer_terms_dedup(x, c, lazy=False):
+    """(_layer_terms, and for an MoE job _routed_terms or else None) evaluated once per
+    distinct LAYER_KEYS (and MOE_LAYER_KEYS) row and gathered back (when the context is
+    scalar, i.e. one job on one hardware variant); ``lazy``: gathered by the compiled loop
+    that reads them (fuse.Gathered). _combine adds the routed part to an MoE block."""
+    lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS, lazy)
     if not _has_moe(x):
-        return lay
+        return lay, None
     # the routed experts also depend on the expert layout; nv_dp matters to them only
     # through the ETP group's placement (etp > 1)
     c_moe = dict(c, nv_dp=np.where(as_array(c["etp"]) > 1, c["nv_dp"], 0))
-    routed = _deduplicated(_fused_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS)
-    return _with_moe(x, c, lay, routed)
+    return lay, _deduplicated(_fused_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS,
+                              lazy)
 
 
 #: the per-layer terms as compiled loops (fuse.py): worth it from a few dozen rows (a
@@ -715,10 +718,11 @@ _fused_layer_terms = fused(_layer_terms, min_rows=32)
 _fused_routed_terms = fused(_routed_terms, min_rows=32)
 
 
-def _deduplicated(terms, x, c, keys):
+def _deduplicated(terms, x, c, keys, lazy=False):
     """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
     back: when the context is scalar (one job on one hardware variant), or when it varies
-    by row only as the variant column ``c["variant"]`` does (make_row_context)."""
+    by row only as the variant column ``c["variant"]`` does (make_row_context). ``lazy``:
+    each term a fuse.Gathered (its distinct rows and where each candidate's is)."""
     n = len(as_array(c["tp"]))
     by_variant = isinstance(c, Mapping) and "variant" in c
     if n < 64 or (not by_variant and any(np.ndim(v) for v in x.values())):
@@ -731,7 +735,8 @@ def _deduplicated(terms, x, c, keys):
     sub = terms({k: v[first] if np.ndim(v) else v for k, v in x.items()}, uniq)
 
     def gather(v):
-        return np.broadcast_to(as_array(v, dtype=np.float64), (u,))[inverse]
+        rows = np.broadcast_to(as_array(v, dtype=np.float64), (u,))
+        return Gathered(np.ascontiguousarray(rows), inverse) if lazy else rows[inverse]
 
     return {k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
             for k, v in sub.items()}
@@ -762,16 +767,16 @@ def evaluate(x: Mapping, c: Mapping, scores_only: bool = False) -> dict[str, np.
     compiled loop when numba is installed (fuse.py: same results). ``scores_only``: the
     compiled loop may compute ``step_time_s`` and ``reason`` alone (what a search ranks
     by; the other columns then for its best rows only)."""
-    lay = _layer_terms_dedup(x, c)
-    return (_fused_scores if scores_only else _fused_results)(x, c, lay)
+    lay, routed = _layer_terms_dedup(x, c, lazy=fuse_enabled())
+    return (_fused_scores if scores_only else _fused_results)(x, c, lay, routed)
 
 
-def _results(x: Mapping, c: Mapping, lay: Mapping) -> dict[str, np.ndarray]:
-    return _combine(x, c, lay)[0]
+def _results(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarray]:
+    return _combine(x, c, lay, routed)[0]
 
 
-def _scores(x: Mapping, c: Mapping, lay: Mapping) -> dict[str, np.ndarray]:
-    out = _combine(x, c, lay)[0]
+def _scores(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarray]:
+    out = _combine(x, c, lay, routed)[0]
     return {"step_time_s": out["step_time_s"], "reason": out["reason"]}
 
 
@@ -782,12 +787,16 @@ _fused_scores = fused(_scores, fallback=_results)
 
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
     """(RESULT columns, the parts op_table itemises)."""
-    return _combine(x, c, _layer_terms_dedup(x, c))
+    return _combine(x, c, *_layer_terms_dedup(x, c))
 
 
-def _combine(x: Mapping, c: Mapping, lay: Mapping) -> tuple[dict[str, np.ndarray], dict]:
-    """_step from the per-layer terms ``lay``: elementwise over the candidates, and every
-    decision on the context alone (so that fuse.py can trace it)."""
+def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
+             ) -> tuple[dict[str, np.ndarray], dict]:
+    """_step from the per-layer terms ``lay`` (and an MoE block's ``routed`` terms):
+    elementwise over the candidates, and every decision on the context alone (so that
+    fuse.py can trace it)."""
+    if routed is not None:
+        lay = _with_moe(x, c, lay, routed)
     dp, t, cp, pp, b = (as_array(c[k], dtype=np.float64)
                         for k in ("dp", "tp", "cp", "pp", "mbs"))
     t2 = as_array(c["tp2"], dtype=np.float64)

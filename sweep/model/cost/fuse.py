@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["fused", "Tracer", "TraceError", "available", "enabled", "as_array",
+__all__ = ["fused", "Tracer", "TraceError", "Gathered", "available", "enabled", "as_array",
            "cache_dir"]
 
 
@@ -80,6 +80,30 @@ def as_array(v, dtype=None):
     return np.asarray(v, dtype=dtype)
 
 
+class Gathered:
+    """``values[index]`` not yet taken: a per-layer term on a block's distinct layers and
+    the distinct layer of each candidate. The compiled loop reads ``values[index[i]]``
+    itself (one pass less over memory per term); anything else gets :meth:`array`."""
+
+    __slots__ = ("values", "index")
+
+    def __init__(self, values: np.ndarray, index: np.ndarray):
+        self.values, self.index = values, index
+
+    def array(self) -> np.ndarray:
+        return self.values[self.index]
+
+
+def _materialized(tree):
+    """``tree`` with every :class:`Gathered` taken."""
+    if isinstance(tree, Mapping):
+        return {k: _materialized(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        out = [_materialized(v) for v in tree]
+        return out if isinstance(tree, list) else tuple(out)
+    return tree.array() if isinstance(tree, Gathered) else tree
+
+
 # ------------------------------------------------------------------------------ tracing
 
 class _Graph:
@@ -97,7 +121,7 @@ class _Graph:
         # the same operation on the same operands is one node (common subexpressions: the
         # model computes e.g. a GEMM's tile counts again for its backward)
         key = None
-        if op not in ("param", "input"):
+        if op not in ("param", "input", "take"):
             key = (op, (type(args[0]), repr(args[0])) if op == "const" else args, dtype.str,
                    is_array)
             i = self.memo.get(key)
@@ -333,10 +357,16 @@ def _rebuild(tree, leaves):
 
 
 def _leaf_kind(v, n):
-    """('array', dtype) for a column of n, ('scalar', type) for a number, ('static', v)."""
+    """('array', dtype) for a column of n, ('take', dtypes) for a Gathered one, ('scalar',
+    type) for a number, ('static', v) for anything else, ('bad',) for arrays of another
+    length (not traceable)."""
+    if isinstance(v, Gathered):
+        if v.index.shape != (n,) or v.values.ndim != 1:
+            return ("bad",)
+        return ("take", v.values.dtype.str, v.index.dtype.str)
     if isinstance(v, np.ndarray) and v.ndim > 0:
         if v.shape != (n,):
-            return ("static", None)  # an array of another shape: not traceable
+            return ("bad",)  # an array of another shape: not traceable
         return ("array", v.dtype.str)
     if isinstance(v, (bool, np.bool_)):
         return ("scalar", "bool")
@@ -428,7 +458,7 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int]) -> st
     nodes = g.nodes
     used = set(outputs)
     for i in range(len(nodes) - 1, -1, -1):  # live nodes only
-        if i in used and nodes[i][0] not in ("const", "param", "input"):
+        if i in used and nodes[i][0] not in ("const", "param", "input", "take"):
             used.update(nodes[i][1])
     names: dict[int, str] = {}
     head, body = [], []
@@ -455,6 +485,9 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int]) -> st
         if op == "input":
             names[i] = f"{inputs[args[0]]}[i]"
             continue
+        if op == "take":
+            names[i] = f"{inputs[args[0]]}[{inputs[args[0] + 1]}[i]]"
+            continue
         expr = _typed(_expr(op, args, nodes, names), dtype, [nodes[j][2] for j in args])
         names[i] = f"v{i}"
         (body if is_array else head).append(f"v{i} = {expr}")
@@ -474,13 +507,16 @@ def _load(source: str):
     on-disk cache finds it again in the next process)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     folder = cache_dir() / "fused"
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"k_{digest}.py"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(source)
-        os.replace(tmp, path)  # atomic: ranks compiling the same kernel agree
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(source)
+            os.replace(tmp, path)  # atomic: ranks compiling the same kernel agree
+    except OSError as e:  # (a read-only home on a cluster: numpy it is)
+        raise TraceError(f"cache directory {folder}: {e.strerror}") from e
     name = f"_sweep_fused_{digest}"
     module = sys.modules.get(name)
     if module is None:
@@ -495,6 +531,8 @@ def _load(source: str):
 #: a second (2-core VM), once per machine (its on-disk cache), and a first run should not
 #: wait half a minute for a loop that saves a few percent
 MAX_NODES = 4000
+#: graphs kept per input structure (one per combination of the values decisions read)
+MAX_GRAPHS = 64
 
 
 class _Compiled:
@@ -527,32 +565,36 @@ class fused:
         n = next((v.shape[0] for _, v in leaves if isinstance(v, np.ndarray) and v.ndim),
                  0)
         if n < self.min_rows or not enabled():
-            return self.fallback(*args)
+            return self.fallback(*_materialized(args))
         kinds = tuple((p, _leaf_kind(v, n)) for p, v in leaves)
-        if kinds in self._untraceable or any(k[0] == "static" and k[1] is None
-                                             for _, k in kinds):
-            return self.fallback(*args)
+        if kinds in self._untraceable or any(k[0] == "bad" for _, k in kinds):
+            return self.fallback(*_materialized(args))
         values = [v for _, v in leaves]
         entries = self._cache.setdefault(kinds, [])
         for entry in entries:
             if tuple(values[j] for j in entry.guard_leaves) == entry.guard_values:
                 return self._run(entry, values, n)
+        if len(entries) >= MAX_GRAPHS:  # inputs whose decisions vary without end
+            return self.fallback(*_materialized(args))
         try:
             entry = self._trace(args, leaves, kinds, n)
         except TraceError:
             self._untraceable.add(kinds)
-            return self.fallback(*args)
+            return self.fallback(*_materialized(args))
         entries.append(entry)
         return self._run(entry, values, n)
 
     def _trace(self, args, leaves, kinds, n) -> _Compiled:
         self.traces += 1
         g = _Graph(n)
-        traced, param_leaves, input_leaves = [], [], []
+        traced, param_leaves, input_leaves = [], [], []  # (inputs: (leaf, part))
         for j, ((_, v), (_, kind)) in enumerate(zip(leaves, kinds)):
             if kind[0] == "array":
                 traced.append(g.add("input", (len(input_leaves),), v.dtype, True))
-                input_leaves.append(j)
+                input_leaves.append((j, None))
+            elif kind[0] == "take":  # two kernel arguments: the values and the index
+                traced.append(g.add("take", (len(input_leaves),), v.values.dtype, True))
+                input_leaves += [(j, "values"), (j, "index")]
             elif kind[0] == "scalar":
                 traced.append(g.add("param", (len(param_leaves),), np.asarray(v).dtype,
                                     False, v, frozenset((j,))))
@@ -586,7 +628,8 @@ class fused:
         outs = [np.empty(n if kind == "array" else 1, dtype) for kind, dtype in entry.outputs
                 if kind != "static"]
         entry.kernel(n, *(values[j] for j in entry.param_leaves),
-                     *(values[j] for j in entry.input_leaves), *outs)
+                     *(values[j] if part is None else getattr(values[j], part)
+                       for j, part in entry.input_leaves), *outs)
         it = iter(outs)
         flat = [value if kind == "static" else next(it) for kind, value in entry.outputs]
         flat = [v[0] if kind == "scalar" else v for (kind, _), v in zip(entry.outputs, flat)]
