@@ -34,20 +34,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     serial = estimate_memory(plan, 1, **estimate["memory"])["serial"]
     refuse_over(memory, args.max_memory)
     if args.json:
-        print(json.dumps({
-            "name": spec.name, "cost_model": spec.cost_model, "jobs": [j.name for j in spec.jobs],
-            "variants": [{"variant_id": v.variant_id, "label": v.label, "swept": dict(v.swept)}
-                         for v in plan.variants],
-            "strategies": list(spec.strategies), "gpus": list(spec.gpus),
-            "cases": [{"case_id": c.case_id, "job": c.job.name, "hardware": c.variant.label,
-                       "strategy": c.strategy, "n_gpus": c.n_gpus, "candidates": c.candidates}
-                      for c in cases],
+        _write_plan_json(sys.stdout, spec, plan, {
             "work_units": len(plan.units), "candidates": plan.total_candidates,
             "candidates_per_core_second": rate, "estimated_core_seconds": core_s,
             "units_timed": estimate["units_timed"], "plan_seconds": plan_s,
             "memory_bytes": {"ranks": args.ranks, "per_rank": memory["rank"],
                              "rank0_with_reduction": memory["rank0"], "serial": serial,
-                             **estimate["memory"]}}, indent=1))
+                             **estimate["memory"]}})
         return 0
     print(f"sweep {spec.name}: cost model {spec.cost_model}, top {spec.top_n} per case")
     print(f"  {len(spec.jobs)} job(s) x {len(plan.variants)} hardware variant(s) x "
@@ -72,6 +65,62 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if len(shown) < len(cases):
         print(f"... {len(cases) - len(shown)} more cases (--all lists every case)")
     return 0
+
+
+#: variants or cases written at a time by sweep plan --json (a million-variant plan streams)
+_JSON_SLICE = 10_000
+
+
+def _write_plan_json(out, spec, plan, tail: dict) -> None:
+    """The plan as one JSON object - name, cost model, jobs, variants, strategies, GPU counts,
+    cases, then ``tail`` - written a slice of variants and cases at a time (the labels come
+    from Variants.labels, without building each variant's hardware)."""
+    import numpy as np
+
+    def field(key, value, last=False):
+        out.write(f" {json.dumps(key)}: {json.dumps(value)}" + ("\n" if last else ",\n"))
+
+    def array(key, items):
+        out.write(f" {json.dumps(key)}: [")
+        first = True
+        for text in items:
+            out.write(("\n  " if first else ",\n  ") + text)
+            first = False
+        out.write("\n ],\n" if not first else "],\n")
+
+    def variant_rows():
+        for lo in range(0, len(plan.variants), _JSON_SLICE):
+            ids = np.arange(lo, min(lo + _JSON_SLICE, len(plan.variants)))
+            names = plan.variants.labels(ids)
+            for i, label, swept in zip(ids.tolist(), names["hardware"], names["swept"]):
+                yield f'{{"variant_id": {i}, "label": {json.dumps(label)}, "swept": {swept}}}'
+
+    def case_rows():
+        cases = plan.cases
+        for lo in range(0, len(cases), _JSON_SLICE):
+            hi = min(lo + _JSON_SLICE, len(cases))
+            ids = np.arange(lo, hi)
+            job, _, strategy, gpus = np.unravel_index(ids, cases.shape)
+            labels = plan.variants.labels(cases.variant_ids(lo, hi))["hardware"]
+            for k, i in enumerate(ids.tolist()):
+                yield json.dumps({"case_id": i, "job": spec.jobs[job[k]].name,
+                                  "hardware": labels[k],
+                                  "strategy": spec.strategies[strategy[k]],
+                                  "n_gpus": spec.gpus[gpus[k]],
+                                  "candidates": int(cases.candidates[i])})
+
+    out.write("{\n")
+    field("name", spec.name)
+    field("cost_model", spec.cost_model)
+    field("jobs", [j.name for j in spec.jobs])
+    array("variants", variant_rows())
+    field("strategies", list(spec.strategies))
+    field("gpus", list(spec.gpus))
+    array("cases", case_rows())
+    items = list(tail.items())
+    for k, (key, value) in enumerate(items):
+        field(key, value, last=k == len(items) - 1)
+    out.write("}\n")
 
 
 # --------------------------------------------------------------------------- run / reduce / show
@@ -283,10 +332,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from ..analysis.show import format_rows, load_rows
+    from ..analysis.show import format_rows, iter_rows, load_rows, write_rows
 
-    attrs, rows = load_rows(args.results, top=args.top, case=args.case)
-    print(format_rows(attrs, rows, args.format))
+    if args.case is not None:
+        attrs, rows = load_rows(args.results, top=args.top, case=args.case)
+        print(format_rows(attrs, rows, args.format))
+        return 0
+    # a slice of cases at a time: a million-case file prints in bounded memory
+    write_rows(sys.stdout, iter_rows(args.results, top=args.top), args.format)
     return 0
 
 

@@ -32,6 +32,7 @@ Reduced file ``sweep.h5``: root attrs (see reduce.py), ``/cases``, ``/top``, ``/
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -40,6 +41,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +56,8 @@ __all__ = ["SCHEMA_VERSION", "DONE_DTYPE", "TOP_DTYPE", "write_part", "read_part
            "read_part_done", "write_results", "read_results",
            "read_results_attrs", "Table", "part_path", "list_parts", "write_bytes_atomic",
            "write_text_atomic", "CorruptFileError", "table_sha256", "ResultsWriter",
-           "PartTops", "part_worker", "read_results_cases", "remove_temporaries"]
+           "PartTops", "part_worker", "read_results_cases", "iter_results_cases",
+           "remove_temporaries"]
 
 
 class CorruptFileError(StoreError):
@@ -606,6 +609,8 @@ def read_results_cases(path: Path, start: int, stop: int
         CorruptFileError: damaged. StoreError: missing, or not a results file.
     """
     p = Path(path)
+    if not p.is_file():
+        raise StoreError(f"{p}: no such results file")
     attrs, _ = _read(p, "results", ())
     try:
         with h5py.File(p, "r", locking=False) as f:
@@ -616,6 +621,72 @@ def read_results_cases(path: Path, start: int, stop: int
     except (OSError, KeyError, ValueError) as exc:
         raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
     return attrs, {"cases": cases, "top": top}
+
+
+def iter_results_cases(path: Path, slice_cases: int
+                       ) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
+    """(attrs, {"cases", "top"}) of every case of a reduced file, ``slice_cases`` cases at a
+    time with their ``/top`` rows: each row read once, memory bounded by the slice (what
+    ``sweep show`` streams). Checked as :func:`read_results`: the root attributes first,
+    each table's SHA-256 as its slices are read, verified before the last slice is given
+    (a file of one slice: before anything is). A file of no cases gives one empty slice.
+
+    Raises:
+        CorruptFileError: damaged. StoreError: missing, or not a results file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise StoreError(f"{p}: no such results file")
+    attrs, _ = _read(p, "results", ())
+    per_case = int(attrs.get("top_n", 0))  # /top holds at most top_n rows of a case
+    with _open_results(p) as f:
+        tables = {name: f[name] for name in ("cases", "top")}
+        hashes = {name: hashlib.sha256() for name in tables}
+        n, rows = len(tables["cases"]), len(tables["top"])
+        cursor = 0  # /top is sorted by case id, and case ids are /cases row numbers
+        for lo in range(0, max(n, 1), max(slice_cases, 1)):
+            hi = min(lo + slice_cases, n)
+            end = rows if per_case <= 0 else min(rows, cursor + (hi - lo) * per_case)
+            ids = _read_slice(p, tables["top"], cursor, end, "case_id")
+            a, b = np.searchsorted(ids, [lo, hi], side="left")
+            if a:  # (rows of no case before this slice: the table is not as written)
+                raise CorruptFileError(f"{p}: corrupt: /top is not sorted by case id")
+            data = {"cases": _read_slice(p, tables["cases"], lo, hi),
+                    "top": _read_slice(p, tables["top"], cursor, cursor + int(b))}
+            cursor += int(b)
+            for name, part in data.items():
+                hashes[name].update(np.ascontiguousarray(part).view(np.uint8))
+            if hi == n:  # the whole of both tables has been read
+                if cursor != rows:
+                    raise CorruptFileError(f"{p}: corrupt: /top holds rows of no case")
+                for name, ds in tables.items():
+                    stored = ds.attrs.get("sha256")
+                    stored = stored.decode() if isinstance(stored, bytes) else stored
+                    if stored is not None and hashes[name].hexdigest() != str(stored):
+                        raise CorruptFileError(
+                            f"{p}: corrupt: checksum of /{name} does not match its data "
+                            f"(sha256 {hashes[name].hexdigest()[:12]}... vs "
+                            f"{str(stored)[:12]}... stored)")
+            yield attrs, data
+
+
+@contextlib.contextmanager
+def _open_results(p: Path):
+    try:
+        f = h5py.File(p, "r", locking=False)
+    except OSError as exc:
+        raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
+    with f:
+        yield f
+
+
+def _read_slice(p: Path, ds, lo: int, hi: int, field: str | None = None) -> np.ndarray:
+    """Rows [lo, hi) of a table (one field of them), HDF5's chunk checksums verified."""
+    try:
+        return (ds.fields(field) if field else ds)[lo:hi]
+    except (OSError, KeyError, ValueError) as exc:
+        raise CorruptFileError(f"{p}: corrupt: checksum of /{ds.name.lstrip('/')} does not "
+                               f"match (HDF5 Fletcher32 check failed: {exc})") from None
 
 
 def read_columns(path: Path) -> dict[str, dict[str, Any]]:

@@ -160,6 +160,33 @@ def test_plan_estimates_from_sampled_units(capsys):
     assert "sampled work units searched here at" in capsys.readouterr().out
 
 
+def test_plan_json_streams_what_the_plan_objects_say(capsys, monkeypatch):
+    """sweep plan --json writes variants and cases a slice at a time from labels alone: the
+    same records as the Variant and Case objects of the plan (several groups, zipped axes,
+    slices of 7)."""
+    import json
+
+    from sweep.cli import main
+    from sweep.cli import run as cli_run
+    from sweep.engine.plan import make_plan
+
+    monkeypatch.setattr(cli_run, "_JSON_SLICE", 7)
+    spec = REPO / "specs" / "nersc-generations-gpt3_1T.yaml"
+    assert main(["plan", str(spec), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    from sweep.engine.spec import load_spec
+
+    plan = make_plan(load_spec(str(spec)))
+    assert report["variants"] == [{"variant_id": v.variant_id, "label": v.label,
+                                   "swept": dict(v.swept)} for v in plan.variants]
+    assert report["cases"] == [{"case_id": c.case_id, "job": c.job.name,
+                                "hardware": c.variant.label, "strategy": c.strategy,
+                                "n_gpus": c.n_gpus, "candidates": c.candidates}
+                               for c in plan.cases]
+    assert list(report)[:7] == ["name", "cost_model", "jobs", "variants", "strategies",
+                                "gpus", "cases"]
+
+
 def test_each_variant_equals_its_axes_applied_from_the_base():
     """Variants reuse the hardware of a grid prefix; each must equal applying its points to
     the base one by one, in grid order, also where two axes touch the same peak."""

@@ -345,3 +345,48 @@ def test_a_large_results_file_needs_room_first(run, tmp_path, monkeypatch, capsy
     with h5py.File(folder / "sweep.h5") as a, h5py.File(run / "sweep.h5") as b:
         assert a["top"].attrs["sha256"] == b["top"].attrs["sha256"]
         assert a["cases"][()].tobytes() == b["cases"][()].tobytes()
+
+
+def test_show_streams_a_file_slice_by_slice(run):
+    """Slices of a few cases give, together, the rows and the CSV / JSON of the whole file
+    read at once (what sweep show does with a file of more than SLICE_CASES cases)."""
+    import io
+    import itertools
+    import json
+
+    from sweep.analysis.show import format_rows, iter_rows, load_rows, write_rows
+
+    path = run / "sweep.h5"
+    attrs, whole = load_rows(path, top=3)
+    for size in (1, 2, 5, 1000):
+        sliced = list(iter_rows(path, top=3, slice_cases=size))
+        assert len(sliced) == -(-attrs["n_cases"] // size)
+        streamed_rows = list(itertools.chain.from_iterable(r for _, r in sliced))
+        assert repr(streamed_rows) == repr(whole)  # (repr: NaN equals NaN)
+        for kind in ("csv", "json", "table"):
+            out = io.StringIO()
+            write_rows(out, sliced, kind)
+            streamed, at_once = out.getvalue().rstrip("\n"), format_rows(attrs, whole, kind)
+            if kind == "json":
+                assert json.loads(streamed) == json.loads(at_once)
+            elif kind == "csv" or size == 1000:
+                assert streamed == at_once
+            else:  # the table keeps its first slice's widths: the same cells
+                def cells(text):
+                    lines = text.splitlines()
+                    return [line.split() for line in lines[:1] + lines[2:]]  # (not the rule)
+                assert cells(streamed) == cells(at_once)
+
+
+def test_a_corrupt_file_streamed_is_refused_before_its_last_slice(run, tmp_path):
+    from sweep.analysis.show import iter_rows
+
+    path = tmp_path / "sweep.h5"
+    shutil.copy(run / "sweep.h5", path)
+    with h5py.File(path, "r") as f:
+        best = float(f["cases"]["best_samples_per_s"][3])
+    _flip_float_on_disk(path, "cases", best, best * 10)
+    sliced = iter_rows(path, slice_cases=2)
+    with pytest.raises(CorruptFileError, match=r"corrupt: checksum of /cases"):
+        for _ in sliced:
+            pass
