@@ -90,6 +90,8 @@ _PLAIN = {
     "matrix_sustained_fraction": "best-shape GEMM throughput measured on this GPU (power and "
                                  "clock limits; e.g. a MAMF search) / its datasheet peak, in "
                                  "(0, 1]; default: the generation's",
+    "matrix_flops_per_exp": "16-bit tensor-core FLOPs per special-function exponential, per "
+                            "SM and clock (attention's softmax); default: the generation's",
 }
 
 
@@ -122,6 +124,8 @@ class Hardware:
     gemm_tile: tuple[int, int] = (128, 128)  # output tile (M, N) of typical GEMM kernels
     # best-shape GEMM throughput this GPU sustains / its datasheet peak (0 = its generation's)
     matrix_sustained_fraction: float = 0.0
+    # 16-bit tensor-core FLOPs per SFU exponential, per SM and clock (0 = its generation's)
+    matrix_flops_per_exp: float = 0.0
     source: str = ""
 
     def matrix_peak(self, dtype: str) -> float:
@@ -307,6 +311,8 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
                        for v in tile)):
         raise _fail(source, "gemm_tile", f"expected [M, N] positive integers (at most "
                                          f"{MAX_HW_COUNT}), got {brief(tile)}")
+    flops_per_exp = (_positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
+                     if "matrix_flops_per_exp" in values else 0.0)
     generation = str(values.get("generation", ""))
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
@@ -324,6 +330,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         nvlink_efficiency=eff["nvlink_efficiency"],
         scaleout_efficiency=eff["scaleout_efficiency"],
         matrix_sustained_fraction=eff["matrix_sustained_fraction"],
+        matrix_flops_per_exp=flops_per_exp,
         host_memory_bytes=values.get("host_memory", 0.0),
         host_link_bytes_per_s=values.get("host_link", 0.0),
         nvlink_half_bandwidth_per_rank_bytes=values.get("nvlink_half_bandwidth_per_rank", 0.0),

@@ -15,7 +15,7 @@ import pytest
 
 from sweep.engine.catalog import load_hardware, load_job
 from sweep.model.candidates import enumerate_calibrated, enumerate_space, last_stage_layers
-from sweep.model.cost import calibrated, evaluate_columns, op_table
+from sweep.model.cost import calibrated, evaluate_columns, kernels, op_table
 from sweep.model.cost.kernels import collective_s, flash_attention_s, gemm_s, p2p_s
 from sweep.model.hardware import parse_hardware
 from sweep.model.job import Job
@@ -111,6 +111,53 @@ def test_flash_attention_forward_and_backward():
     d80 = flash_attention_s(1, 8, 1280, 1280, 80, x, 0.5, False)
     d96 = flash_attention_s(1, 8, 1280, 1280, 96, x, 0.5, False)
     assert d80 == pytest.approx(d96, rel=1e-12) and d96 == pytest.approx(0.75 * fwd, rel=1e-12)
+
+
+def test_softmax_exponentials_by_hand():
+    """Attention pays for the SFU exponentials it does not hide (kernels.softmax_exp_factor):
+    at head dim 128 on its generation's reference ratio nothing changes; Blackwell Ultra's
+    doubled exponentials give cuDNN's measured GB300 / GB200 speed-ups, forward 1.18 and
+    backward 1.08 (1574 -> 1856 and 1332 -> 1435 TFLOP/s, bf16 causal, d = 128, s = 8192);
+    a 64-wide head pays more per FLOP."""
+    g = kernels.EXP_EXPOSED
+    b200 = dataclasses.replace(TOY, generation="blackwell")
+    ultra = dataclasses.replace(b200, matrix_flops_per_exp=256.0)
+    x, xu = ctx(hw=b200), ctx(hw=ultra)
+    assert x["flops_per_exp"] == x["flops_per_exp_ref"] == 512.0  # 8192 FLOPs / 16 exp2
+    assert xu["flops_per_exp"] == 256.0 and xu["flops_per_exp_ref"] == 512.0
+
+    def fa(x, d, backward):
+        return flash_attention_s(1, 8, 1280, 1280, d, x, 0.5, backward) - x["kernel_s"]
+
+    flops = 4 * 8 * 1280**2 * 128 * 0.5
+    assert fa(x, 128, False) == pytest.approx(flops / (100e12 * 0.5 * 0.8), rel=1e-12)
+    # forward: one exponential per 4 d = 512 FLOPs, 512 FLOPs per exponential: r = 1 -> 1/2
+    assert fa(x, 128, False) / fa(xu, 128, False) == pytest.approx((1 + g) / (1 + g / 2),
+                                                                  rel=1e-12)
+    assert fa(x, 128, False) / fa(xu, 128, False) == pytest.approx(1856 / 1574, abs=0.002)
+    # backward: 2.5 x the FLOPs, the same exponentials: r = 0.4 -> 0.2
+    assert fa(x, 128, True) / fa(xu, 128, True) == pytest.approx(
+        (1 + 0.4 * g) / (1 + 0.2 * g), rel=1e-12)
+    assert fa(x, 128, True) / fa(xu, 128, True) == pytest.approx(1435 / 1332, abs=0.005)
+    # d = 64: half the FLOPs per exponential, r = 2 forward
+    per_flop_64 = fa(x, 64, False) / (flops / 2)
+    assert per_flop_64 / (fa(x, 128, False) / flops) == pytest.approx((1 + 2 * g) / (1 + g),
+                                                                      rel=1e-12)
+    # the catalog: GB300 and GB200 differ in their exponentials only, here
+    gb200, gb300 = (ctx(hw=load_hardware(n)) for n in ("GB200-NVL72", "GB300-NVL72"))
+    assert gb200["sm_count"] == gb300["sm_count"] == 152
+    assert fa(gb200, 128, False) / fa(gb300, 128, False) == pytest.approx(1.179, abs=1e-3)
+
+
+def test_more_exponential_throughput_is_never_slower():
+    for d in (32, 64, 96, 128, 192, 256):
+        times = [flash_attention_s(2, 16, 4096, 4096, d, ctx(hw=dataclasses.replace(
+            TOY, generation="hopper", matrix_flops_per_exp=fpe)), 0.5, bwd)
+            for bwd in (False, True) for fpe in (1024.0, 512.0, 256.0, 128.0, 64.0)]
+        for a, b in zip(times[:5], times[1:5]):
+            assert b <= a
+        for a, b in zip(times[5:], times[6:]):
+            assert b <= a
 
 
 def test_ring_collectives_inside_and_across_domains():
@@ -359,7 +406,7 @@ def test_gemms_run_at_the_gpus_sustained_rate_attention_does_not():
     # a hardware file without its own measurement takes its generation's (H100 SXM MAMF)
     hopper = dataclasses.replace(TOY, generation="hopper")
     assert ctx(hw=hopper)["gemm_sustained"] == calibrated.SUSTAINED_FRACTION["hopper"]
-    assert ctx(hw=load_hardware("GB300-NVL72"))["gemm_sustained"] == 0.83
+    assert ctx(hw=load_hardware("GB300-NVL72"))["gemm_sustained"] == 0.849
 
 
 def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():

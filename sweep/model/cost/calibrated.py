@@ -57,6 +57,17 @@ STRATEGIES = ("1d", "2d")
 SUSTAINED_FRACTION = {"volta": 0.869, "ampere": 0.869, "hopper": 0.803, "blackwell": 0.776}
 
 
+#: 16-bit tensor-core FLOPs per SFU exponential, per SM and clock, of hardware files that do
+#: not state their own (Hardware.matrix_flops_per_exp): dense bf16/fp16 tensor FLOPs per SM
+#: per clock (V100 1024, A100 2048, H100 4096, B200 8192: datasheet peak / (SMs x boost
+#: clock)) over 16 exp2 per SM per clock on every generation (CUDA C++ Programming Guide,
+#: "Arithmetic Instructions" throughput table; FA3 paper, arXiv 2407.08608, section 3: H100
+#: 989 TFLOPS matmul against 3.9 TFLOPS of special functions). Blackwell Ultra doubles the
+#: exponentials (32 per SM per clock: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025), set in
+#: the B300 / GB300 files.
+FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
+
+
 def sustained_fraction(hw: Hardware) -> float:
     """The fraction of its datasheet tensor peak ``hw`` sustains on its best GEMM shape
     (power and clock limits): its own measurement, else its generation's, else 1."""
@@ -278,6 +289,10 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "net_half_bytes": hw.scaleout_half_bandwidth_per_rank_bytes,
         "nics": hw.nics_per_gpu, "sm_count": float(hw.sm_count),
         "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
+        # the softmax's exponentials against the tensor cores (kernels.flash_attention_s):
+        # this GPU's ratio and its generation's, at which the attention efficiencies hold
+        "flops_per_exp": hw.matrix_flops_per_exp or FLOPS_PER_EXP.get(hw.generation, 0.0),
+        "flops_per_exp_ref": FLOPS_PER_EXP.get(hw.generation, hw.matrix_flops_per_exp),
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],

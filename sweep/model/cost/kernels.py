@@ -29,6 +29,14 @@ TC_ALIGN = 8
 FLASH_HEAD_ALIGN = 32
 #: query rows per FlashAttention thread block (parallelised over batch x heads x blocks)
 FLASH_Q_BLOCK = 128
+#: share of the softmax exponentials' special-function-unit time that the tensor-core work
+#: does not hide: the one number that gives cuDNN's measured GB300 / GB200 attention speed-up
+#: from the doubled exponential rate alone, forward 1.18 (this model: 1.179) and backward
+#: 1.08 (1.080) at equal tensor peaks (bf16, causal, d = 128, s = 8192, 64 / 8 heads; cuDNN
+#: 9.22: forward 1856 / 1574, backward 1435 / 1332 TFLOP/s; NVIDIA/cudnn-frontend
+#: benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}); FA4 (arXiv 2603.05451)
+#: finds B200's forward pass as bound by the exponentials as by the MMAs at d = 128
+EXP_EXPOSED = 0.436
 
 
 def _ceil_div(a, b):
@@ -85,7 +93,21 @@ def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_frac
     # arXiv 2407.08608, figures 5-7: FA2 vs FA3 / cuDNN)
     kernel_eff = np.where(x["fused_attn"] > 0, x["fused_attn_eff"], x["attn_eff"])
     eff = kernel_eff * d_pad * _wave_efficiency(blocks, x["sm_count"])
-    return flops / (x["peak16_flops_per_s"] * eff) + x["kernel_s"]
+    return flops * softmax_exp_factor(head_dim, x, backward) / (
+        x["peak16_flops_per_s"] * eff) + x["kernel_s"]
+
+
+def softmax_exp_factor(head_dim, x: Mapping, backward: bool):
+    """Attention time with the softmax's exponentials against the same at head dimension
+    128 on the generation's reference GPU, where the calibrated attention efficiencies are
+    measured: (1 + g r) / (1 + g r_ref), r the exponentials' SFU time over the MMA time.
+    One exponential per score element against 4 d MMA FLOPs forward and 2.5 x that backward,
+    so r = FLOPs per exponential / (4 d) forward, / (10 d) backward (EXP_EXPOSED = g). Small
+    heads pay more (GPT-OSS, d = 64); Blackwell Ultra's doubled exponentials pay less."""
+    per_score = 4.0 * (FLASH_BWD_FACTOR if backward else 1.0)
+    ratio = x["flops_per_exp"] / (per_score * head_dim)
+    ratio_ref = x["flops_per_exp_ref"] / (per_score * 128.0)
+    return (1.0 + EXP_EXPOSED * ratio) / (1.0 + EXP_EXPOSED * ratio_ref)
 
 
 def memory_s(nbytes, x: Mapping, kernels=1.0) -> np.ndarray:
