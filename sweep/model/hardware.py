@@ -35,8 +35,8 @@ from typing import Any
 from ..errors import SpecError
 from .units import brief, finite_float, parse_quantity, split_unit_key
 
-__all__ = ["Hardware", "parse_hardware", "apply_overrides", "override_field", "interpolate",
-           "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
+__all__ = ["GENERATION_DEFAULTS", "Hardware", "parse_hardware", "apply_overrides",
+           "override_field", "interpolate", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
 
 #: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
 #: enumeration lists every ordered factorisation of the domain size, which grows quickly.
@@ -92,6 +92,26 @@ _PLAIN = {
                                  "(0, 1]; default: the generation's",
     "matrix_flops_per_exp": "16-bit tensor-core FLOPs per special-function exponential, per "
                             "SM and clock (attention's softmax); default: the generation's",
+}
+
+
+#: typical values, per generation, of the hardware facts a file may leave out (0 in a
+#: Hardware: its generation's applies; cost/calibrated.py reads them):
+#: * matrix_sustained_fraction: best-shape bf16 GEMM throughput / datasheet dense peak: A100
+#:   SXM 271.2 of 312 TFLOP/s, H100 SXM 794.5 of 989, B200 1745 of 2250 (ml-engineering,
+#:   compute/accelerator "Maximum Achievable Matmul FLOPS" table); Volta as Ampere [inferred]
+#: * matrix_flops_per_exp: dense bf16/fp16 tensor FLOPs per SM per clock (V100 1024, A100
+#:   2048, H100 4096, B200 8192: datasheet peak / (SMs x boost clock)) over 16 exp2 per SM
+#:   per clock on every generation (CUDA C++ Programming Guide, "Arithmetic Instructions"
+#:   throughput table; FA3 paper, arXiv 2407.08608, section 3: H100 989 TFLOPS matmul
+#:   against 3.9 TFLOPS of special functions); Blackwell Ultra doubles the exponentials (32
+#:   per SM per clock: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025), set in the B300 and
+#:   GB300 files
+GENERATION_DEFAULTS: dict[str, dict[str, float]] = {
+    "matrix_sustained_fraction": {"volta": 0.869, "ampere": 0.869, "hopper": 0.803,
+                                  "blackwell": 0.776},
+    "matrix_flops_per_exp": {"volta": 64.0, "ampere": 128.0, "hopper": 256.0,
+                             "blackwell": 512.0},
 }
 
 
@@ -473,5 +493,10 @@ def interpolate(a: Hardware, b: Hardware, t: float, name: str) -> Hardware:
         if f.name in changes or isinstance(va, (str, Mapping, tuple)) or f.name in (
                 "nvlink_domain", "sm_count"):
             continue
+        if f.name in GENERATION_DEFAULTS and (va == 0) != (vb == 0):
+            # one side states it, the other leaves it to its generation: interpolate
+            # between what each stands for (0 where its generation has no value)
+            typical = GENERATION_DEFAULTS[f.name]
+            va, vb = va or typical.get(a.generation, 0.0), vb or typical.get(b.generation, 0.0)
         changes[f.name] = lerp(float(va), float(vb))
     return dataclasses.replace(a, **changes)

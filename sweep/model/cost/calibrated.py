@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..hardware import Hardware
+from ..hardware import GENERATION_DEFAULTS, Hardware
 from ..job import Job
 from ..rows import HardwareRows
 from ..schema import Reason, Recompute
@@ -50,22 +50,10 @@ __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_co
 #: 2d: SUMMA over a tp x tp2 grid
 STRATEGIES = ("1d", "2d")
 
-#: best-shape bf16 GEMM throughput / datasheet dense peak of a typical GPU per generation, for
-#: hardware files that do not measure their own (Hardware.matrix_sustained_fraction): A100
-#: SXM 271.2 of 312 TFLOP/s, H100 SXM 794.5 of 989, B200 1745 of 2250 (ml-engineering,
-#: compute/accelerator "Maximum Achievable Matmul FLOPS" table); Volta as Ampere [inferred]
-SUSTAINED_FRACTION = {"volta": 0.869, "ampere": 0.869, "hopper": 0.803, "blackwell": 0.776}
-
-
-#: 16-bit tensor-core FLOPs per SFU exponential, per SM and clock, of hardware files that do
-#: not state their own (Hardware.matrix_flops_per_exp): dense bf16/fp16 tensor FLOPs per SM
-#: per clock (V100 1024, A100 2048, H100 4096, B200 8192: datasheet peak / (SMs x boost
-#: clock)) over 16 exp2 per SM per clock on every generation (CUDA C++ Programming Guide,
-#: "Arithmetic Instructions" throughput table; FA3 paper, arXiv 2407.08608, section 3: H100
-#: 989 TFLOPS matmul against 3.9 TFLOPS of special functions). Blackwell Ultra doubles the
-#: exponentials (32 per SM per clock: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025), set in
-#: the B300 / GB300 files.
-FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
+#: the generation's typical values of hardware facts a file may leave out (hardware.py
+#: GENERATION_DEFAULTS, with their sources): sustained GEMM fraction, FLOPs per exponential
+SUSTAINED_FRACTION = GENERATION_DEFAULTS["matrix_sustained_fraction"]
+FLOPS_PER_EXP = GENERATION_DEFAULTS["matrix_flops_per_exp"]
 
 
 def sustained_fraction(hw: Hardware) -> float:
