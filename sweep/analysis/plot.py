@@ -103,6 +103,30 @@ def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
     return fig, axes[:n]
 
 
+def _fit_labels(fig, labels: list) -> None:
+    """Raise each panel's y range until the rotated labels above its bars end inside it, with
+    the figure laid out as it will be saved (a label's height is fixed in points, so how
+    much room it needs depends on how tall the panel ends up); panels without labels keep
+    theirs."""
+    if not labels:
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for _, text in labels:  # (the layout must not shrink a panel around a label that
+        text.set_in_layout(False)  # overflows it: then its size would depend on the labels)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    need: dict = {}
+    for ax, text in labels:
+        height = text.get_window_extent(renderer).height / ax.get_window_extent(renderer).height
+        start = text.get_position()[1]
+        # start + height x top <= 0.97 x top: the label ends below the panel's top edge
+        need[ax] = max(need.get(ax, ax.get_ylim()[1]), start / max(0.97 - height, 0.05))
+    for ax, top in need.items():
+        ax.set_ylim(0, top)
+
+
 def _label(best, job: str, variant: int) -> str:
     row = best[(best["job"] == job) & (best["variant_id"] == variant)].iloc[0]
     return f"{job} on {row['hardware']}"
@@ -444,6 +468,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                            np.array([all_gpus.index(int(g)) for g in sub["n_gpus"]])))
         fig, axes = _grid(Figure, len(panels), 4.6, 3.8)
     rows = []
+    labels: list = []  # (axes, the layout label above a bar)
     for ax, (job, sub, ticks, xlabel, title, pos) in zip(axes, panels):
         bottom = np.zeros(len(sub))
         values = {}
@@ -471,8 +496,8 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             top = 1.0 if fractions else float(np.max(bottom)) if len(bottom) else 1.0
             for p, b, t, (_, r) in zip(pos, bottom, total, sub.iterrows()):
                 text = _layout_text(r) if fractions else f"{fmt.seconds(t)}  {_layout_text(r)}"
-                ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=6.5, ha="center",
-                        va="bottom")
+                labels.append((ax, ax.text(p, b + 0.02 * top, text, rotation=90, fontsize=6.5,
+                                           ha="center", va="bottom")))
             ax.set_ylim(0, top * (1.9 if not fractions else 1.75))  # room for the labels
             if fractions:
                 ax.set_yticks(np.linspace(0, 1, 6))
@@ -489,14 +514,6 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                          "case_id": int(cid), "strategy": str(sub["strategy"].iloc[i]),
                          **{c: float(sub[c].iloc[i] * (scale[i] if np.ndim(scale) else scale))
                             for c in recorded}})
-    if not fractions:  # panels of one job (on one base system) share their y range
-        groups = [(p[0], None if by_variant or p[1].empty else p[1]["base"].iloc[0])
-                  for p in panels]
-        for group in dict.fromkeys(groups):
-            mine = [ax for ax, g in zip(axes, groups) if g == group]
-            top = max(ax.get_ylim()[1] for ax in mine)
-            for ax in mine:
-                ax.set_ylim(0, top)
     # one legend for all panels, below them
     handles = {}
     for ax in axes:
@@ -510,6 +527,15 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
              + " of the best configuration" if what == "breakdown"
              else "memory per GPU of the best configuration")
     fig.suptitle(_title(res, title, note, int(12 * fig.get_figwidth())), fontsize=10)
+    _fit_labels(fig, labels)  # once the legend and the title take their room
+    if not fractions:  # panels of one job (on one base system) share their y range
+        groups = [(p[0], None if by_variant or p[1].empty else p[1]["base"].iloc[0])
+                  for p in panels]
+        for group in dict.fromkeys(groups):
+            mine = [ax for ax, g in zip(axes, groups) if g == group]
+            top = max(ax.get_ylim()[1] for ax in mine)
+            for ax in mine:
+                ax.set_ylim(0, top)
     return fig, rows
 
 def _breakdown(res: Results, opts: PlotOptions):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["assign_units", "shard_workers", "imbalance", "unit_progress", "UNIT_OVERHEAD",
+__all__ = ["assign_units", "shard_of_units", "shard_worker", "SHARD_STRIDE", "imbalance", "unit_progress", "UNIT_OVERHEAD",
            "CHUNKS"]
 
 #: per-unit fixed cost, in candidate-equivalents (measured: ~3.6 ms per unit at ~2 M
@@ -48,11 +48,21 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
     return run % n_ranks
 
 
-def shard_workers(sizes: np.ndarray, shards: int, ranks: int) -> np.ndarray:
-    """Worker of each unit of a plan run as ``shards`` shards of ``ranks`` ranks: the
-    partition of *all* units among ``shards * ranks`` workers, fixed whichever shards have
-    run; worker ``w`` is rank ``w % ranks`` of shard ``w // ranks``."""
-    return assign_units(sizes, shards * ranks)
+#: worker ids a shard owns: rank r of shard I is worker I * SHARD_STRIDE + r (its part file
+#: part-<worker>.h5), so shards started on different numbers of ranks never share a file
+SHARD_STRIDE = 100_000
+
+
+def shard_of_units(sizes: np.ndarray, shards: int) -> np.ndarray:
+    """Shard of each unit of a plan run as ``shards`` shards: the partition of *all* units
+    among the shards, fixed whichever shards have run and on however many ranks each (a
+    shard's ranks share its units as a run's ranks share a run's)."""
+    return assign_units(sizes, shards)
+
+
+def shard_worker(index: int, rank: int) -> int:
+    """Worker id (part file number) of rank ``rank`` of shard ``index``."""
+    return index * SHARD_STRIDE + rank
 
 
 def imbalance(loads: np.ndarray) -> float:

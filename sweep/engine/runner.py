@@ -13,10 +13,11 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
 5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
 
 A run can also be cut into ``K`` shards that start independently, at any time, e.g. the tasks
-of a Slurm job array (``RunOptions.shard = (i, K)``). With ``n`` ranks per shard there are
-``K * n`` workers; worker ``i * n + rank`` owns a fixed share of *all* work units (the same
-partition whichever shards have run), skips the units its own ``part-<worker>.h5`` already
-holds (an earlier attempt of the same shard) and writes that file. Shards never reduce:
+of a Slurm job array (``RunOptions.shard = (i, K)``). Shard ``i`` owns a fixed share of *all*
+work units (the same partition whichever shards have run, on however many ranks each); its
+ranks share what is left of that share (units an earlier attempt of the shard finished, in
+any of its part files, are skipped), and rank ``r`` writes ``part-<i * SHARD_STRIDE + r>.h5``,
+so shards never write one another's files. Shards never reduce:
 ``sweep reduce`` merges them once all have finished. The result is the same as that of one
 run on any number of ranks.
 """
@@ -42,7 +43,8 @@ from ..model.schema import RESULT_DTYPE, Reason
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
-from .partition import assign_units, imbalance, shard_workers, unit_progress
+from .partition import (SHARD_STRIDE, assign_units, imbalance, shard_of_units, shard_worker,
+                        unit_progress)
 from .plan import (
     SEAL_ROWS,
     Plan,
@@ -205,7 +207,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
     sha = hashlib.sha256(text.encode()).hexdigest()
     if options.shard is not None:
         index = options.shard[0]
-        parts = list_parts(out, {index * size + r for r in range(size)})
+        parts = [p for p in list_parts(out) if part_worker(p)[0] // SHARD_STRIDE == index]
     done = []
     for p in parts:
         try:
@@ -399,6 +401,9 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     if options.shard is not None and not 0 <= options.shard[0] < options.shard[1]:
         raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting "
                                      f"I/K with 0 <= I < K"))
+    if options.shard is not None and comm.size > SHARD_STRIDE:
+        raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: at most "
+                                     f"{SHARD_STRIDE:,} ranks per shard, got {comm.size:,}"))
     start_wall = time.monotonic()
     setup, lock = None, None
     if comm.rank == 0:
@@ -483,12 +488,13 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         resumed = int(np.count_nonzero(~open_))
     else:
         # a fixed share of all units, so that shards starting at different times never overlap
+        # (its ranks share what is left of it afresh, as a run's ranks share a run's)
         index, count = options.shard
-        worker, workers = index * comm.size + comm.rank, count * comm.size
-        owner = shard_workers(plan.units["stop"] - plan.units["start"], count, comm.size)
-        ours = owner // comm.size == index
+        worker, workers = shard_worker(index, comm.rank), count * comm.size
+        ours = shard_of_units(plan.units["stop"] - plan.units["start"], count) == index
         pending = units[open_ & ours]
-        mine = units[open_ & (owner == worker)]
+        owner = assign_units(pending["stop"] - pending["start"], comm.size)
+        mine = pending[owner == comm.rank]
         resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
     state = _State(spec.top_n, np.bincount(mine["case_id"], minlength=len(plan.cases)))
     my_part = part_path(out, worker)

@@ -13,22 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StoreError
-from .partition import shard_workers, unit_progress
+from .partition import shard_of_units, unit_progress
 from .reduce import RESULTS_NAME, load_run_plan
 from .store import DONE_DTYPE, list_parts, read_part_done, read_results_attrs
 
 __all__ = ["run_status"]
 
 
-def _array_layout(parts: list[dict]) -> tuple[int, int]:
-    """(shards K, ranks per shard) of the newest job-array layout among the parts; (0, 0)
-    if none was written by a shard."""
+def _array_shards(parts: list[dict]) -> int:
+    """Shards K of the newest job-array layout among the parts; 0 if none was written by a
+    shard."""
     sharded = [p for p in parts if p["shard"]]
     if not sharded:
-        return 0, 0
+        return 0
     newest = max(sharded, key=lambda p: p["written_utc"])
-    count = int(newest["shard"].split("/")[1])
-    return count, max(newest["workers"] // count, 1)
+    return int(newest["shard"].split("/")[1])
 
 
 def run_status(run_dir: Path) -> dict:
@@ -59,11 +58,11 @@ def run_status(run_dir: Path) -> dict:
     progress, _ = unit_progress(units, segments)
     finished = progress == sizes
     # shards of that layout that own a unit nobody has done (the partition is fixed)
-    shards, ranks = _array_layout([p for p in parts if p["this_spec"]])
+    shards = _array_shards([p for p in parts if p["this_spec"]])
     unfinished: list[int] = []
     if shards:
         missing = ~finished
-        owner = shard_workers(sizes, shards, ranks) // ranks
+        owner = shard_of_units(sizes, shards)
         unfinished = [int(i) for i in np.unique(owner[missing])]
     results = run_dir / RESULTS_NAME
     reduced = None

@@ -607,6 +607,28 @@ def test_heatmap_names_the_generations_of_interpolated_axes(tmp_path):
     assert data["baseline"].sum() == 1
 
 
+def test_bar_labels_end_inside_their_panels(grid, monkeypatch):
+    """The rotated layout label above each bar ends below its panel's top edge (labels as
+    long as a mixture-of-experts layout's ran into the panel title), as saved."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import sweep.analysis.plot as plot
+
+    monkeypatch.setattr(plot, "_layout_text", lambda r: "1d tp1 pp4 dp64 ep8 etp1 vpp24 cp1")
+    res = open_results(grid)
+    for options in (PlotOptions(n_gpus=16), PlotOptions(), PlotOptions(fractions=True)):
+        fig, _ = draw(res, "breakdown", options)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        labelled = [ax for ax in fig.axes if ax.patches and ax.texts]
+        assert labelled
+        for ax in labelled:
+            top = ax.get_window_extent(renderer).y1
+            for text in ax.texts:
+                assert text.get_window_extent(renderer).y1 <= top + 0.5, text.get_text()
+
+
 def test_large_grids_become_small_multiples_along_the_swept_axes(grid, monkeypatch):
     """A grid with more variants than bars fit: x = the first swept axis, one panel per
     value of the second, the bars still the HDF5 numbers (issue 18: no 3432 px strips)."""

@@ -93,15 +93,35 @@ def test_rank_zero_reports_progress_of_all_ranks(tmp_path):
     assert lines[-1].endswith(f"100.0% of {total:,} candidates, 2/2 ranks done, ETA 0 s")
 
 
+def test_shards_on_different_numbers_of_ranks_share_no_part_file(tmp_path):
+    """Tasks of one array resubmitted with other --ntasks: shard 1 of 3 on one rank and
+    shards 0 and 2 on two each own the same shares and write their own files (a shard's
+    share does not depend on its ranks); together they reduce to the single run."""
+    out = tmp_path / "shards"
+    for i, ranks in ((1, 1), (2, 2), (0, 2)):
+        proc = mpiexec(ranks, "run", SMALL, "--out", str(out), "--shard", f"{i}/3", "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.glob("part-*.h5")) == [
+        f"part-{w:05d}.h5" for w in (0, 1, 100000, 200000, 200001)]
+    again = mpiexec(2, "run", SMALL, "--out", str(out), "--shard", "1/3")
+    assert again.returncode == 0 and "(shard 1/3): 0 candidates evaluated" in again.stdout, \
+        again.stdout + again.stderr
+    reduced = mpiexec(1, "reduce", str(out))
+    assert reduced.returncode == 0 and "complete" in reduced.stdout, reduced.stderr
+    single = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "single"), "--quiet")
+    a, b = tables(out / "sweep.h5"), tables(tmp_path / "single" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
+
+
 def test_two_shards_of_two_ranks_reduce_to_the_single_run(tmp_path):
-    """A job array of MPI jobs: shard I of K on n ranks writes parts I*n .. I*n+n-1."""
+    """A job array of MPI jobs: rank r of shard I of K writes part I * 100000 + r."""
     out = tmp_path / "shards"
     for i in (1, 0):
         proc = mpiexec(2, "run", SMALL, "--out", str(out), "--shard", f"{i}/2", "--quiet")
         assert proc.returncode == 0, proc.stderr
         assert f"shard {i}/2 done" in proc.stdout and not (out / "sweep.h5").exists()
     assert sorted(p.name for p in out.glob("part-*.h5")) == [
-        f"part-{w:05d}.h5" for w in range(4)]
+        f"part-{w:05d}.h5" for w in (0, 1, 100000, 100001)]
     reduced = mpiexec(1, "reduce", str(out))
     assert reduced.returncode == 0 and "complete" in reduced.stdout, reduced.stderr
     single = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "single"), "--quiet")
