@@ -597,6 +597,14 @@ def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return _read(p, "results")
 
 
+def _results_attrs(p: Path) -> dict[str, Any]:
+    """The verified root attributes of the results file ``p`` (no table read)."""
+    if not p.is_file():
+        raise StoreError(f"{p}: no such results file")
+    attrs, _ = _read(p, "results", ())
+    return attrs
+
+
 def read_results_cases(path: Path, start: int, stop: int
                        ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(attrs, {"cases", "top"}) of cases ``[start, stop)`` of a reduced file: their
@@ -609,9 +617,7 @@ def read_results_cases(path: Path, start: int, stop: int
         CorruptFileError: damaged. StoreError: missing, or not a results file.
     """
     p = Path(path)
-    if not p.is_file():
-        raise StoreError(f"{p}: no such results file")
-    attrs, _ = _read(p, "results", ())
+    attrs = _results_attrs(p)
     try:
         with h5py.File(p, "r", locking=False) as f:
             cases = f["cases"][start:stop]
@@ -635,9 +641,7 @@ def iter_results_cases(path: Path, slice_cases: int
         CorruptFileError: damaged. StoreError: missing, or not a results file.
     """
     p = Path(path)
-    if not p.is_file():
-        raise StoreError(f"{p}: no such results file")
-    attrs, _ = _read(p, "results", ())
+    attrs = _results_attrs(p)
     per_case = int(attrs.get("top_n", 0))  # /top holds at most top_n rows of a case
     with _open_results(p) as f:
         tables = {name: f[name] for name in ("cases", "top")}
