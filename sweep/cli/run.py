@@ -291,7 +291,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"done: {st['units_done']:,} of {st['units']:,} work units ({pct:.1f}%), "
           f"{st['candidates_done']:,} of {st['candidates']:,} candidates")
     if st["parts"]:
-        rows = [[p["file"], f"{p['worker']}/{p['workers']}", p["shard"] or "-",
+        rows = [[p["file"], _worker_text(p), p["shard"] or "-",
                  f"{p['units']:,}",
                  "sealed" if p["sealed"] else "yes" if p["complete"] else "no", p["written_utc"]]
                 + ([] if p["this_spec"] else ["another spec: remove it"])
@@ -329,6 +329,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"next: {again}sweep run {d}/spec.yaml --out {d} --resume (any number of ranks); "
               f"a look at what is there: sweep reduce {d} --partial")
     return 0 if complete else 1
+
+
+def _worker_text(part: dict) -> str:
+    """rank / ranks of the worker that wrote a part file: of its shard, for a shard's."""
+    from ..engine.partition import SHARD_STRIDE
+
+    if not part["shard"]:
+        return f"{part['worker']}/{part['workers']}"
+    shards = int(part["shard"].split("/")[1])
+    return f"{part['worker'] % SHARD_STRIDE}/{max(part['workers'] // max(shards, 1), 1)}"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["assign_units", "shard_of_units", "shard_worker", "SHARD_STRIDE", "imbalance", "unit_progress", "UNIT_OVERHEAD",
+__all__ = ["assign_units", "shard_of_units", "shard_worker", "SHARD_STRIDE", "MAX_SHARDS", "imbalance", "unit_progress", "UNIT_OVERHEAD",
            "CHUNKS"]
 
 #: per-unit fixed cost, in candidate-equivalents (measured: ~3.6 ms per unit at ~2 M
@@ -51,6 +51,9 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
 #: worker ids a shard owns: rank r of shard I is worker I * SHARD_STRIDE + r (its part file
 #: part-<worker>.h5), so shards started on different numbers of ranks never share a file
 SHARD_STRIDE = 100_000
+#: shards a run may be cut into: every worker id fits the int32 ``rank`` column of a part
+#: file's /units table (store.DONE_DTYPE)
+MAX_SHARDS = (2**31 - 1) // SHARD_STRIDE - 1
 
 
 def shard_of_units(sizes: np.ndarray, shards: int) -> np.ndarray:

@@ -43,7 +43,7 @@ from ..model.schema import RESULT_DTYPE, Reason
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
-from .partition import (SHARD_STRIDE, assign_units, imbalance, shard_of_units, shard_worker,
+from .partition import (MAX_SHARDS, SHARD_STRIDE, assign_units, imbalance, shard_of_units, shard_worker,
                         unit_progress)
 from .plan import (
     SEAL_ROWS,
@@ -182,7 +182,11 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                     resume: bool) -> tuple[str, str, np.ndarray, list[str], bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
-    remove_temporaries(out)  # left by a process killed while writing (we hold the lock)
+    # left by a process killed while writing: all of them when we hold the lock alone, a
+    # shard's own when it holds it shared with the other shards
+    index = None if options.shard is None else options.shard[0]
+    remove_temporaries(out, None if index is None else
+                       (lambda worker: worker // SHARD_STRIDE == index))
     parts = list_parts(out)
     if options.force:
         for p in parts + [out / RESULTS_NAME, stored]:
@@ -401,6 +405,9 @@ def run_sweep(spec_path: str, comm, options: RunOptions | None = None) -> RunSum
     if options.shard is not None and not 0 <= options.shard[0] < options.shard[1]:
         raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: expecting "
                                      f"I/K with 0 <= I < K"))
+    if options.shard is not None and options.shard[1] > MAX_SHARDS:
+        raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: at most "
+                                     f"{MAX_SHARDS:,} shards"))
     if options.shard is not None and comm.size > SHARD_STRIDE:
         raise _collective(SweepError(f"shard {options.shard[0]}/{options.shard[1]}: at most "
                                      f"{SHARD_STRIDE:,} ranks per shard, got {comm.size:,}"))

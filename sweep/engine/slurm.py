@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..errors import SweepError
 from .catalog import REPO_ROOT
+from .partition import MAX_SHARDS
 
 __all__ = ["SbatchOptions", "render_sbatch", "render_scripts", "time_limit_s", "TEMPLATE",
            "ARRAY_TEMPLATE", "REDUCE_TEMPLATE", "submit", "wait_for_job", "LAUNCHERS"]
@@ -96,6 +97,8 @@ def _check(o: SbatchOptions) -> None:
         raise SweepError("--nodes and --ntasks-per-node must be positive")
     if o.shards < 0 or o.max_running < 0:
         raise SweepError("--array and --max-running must not be negative")
+    if o.shards > MAX_SHARDS:
+        raise SweepError(f"--array {o.shards}: at most {MAX_SHARDS:,} shards")
     if o.max_running and not o.shards:
         raise SweepError("--max-running limits a job array: give --array K too")
     time_limit_s(o.time)

@@ -557,8 +557,8 @@ def _hardware_yaml(hw: Hardware) -> dict[str, Any]:
         out.update(host_memory_B=hw.host_memory_bytes, host_link_Bps=hw.host_link_bytes_per_s)
     if hw.matrix_sustained_fraction:
         out["matrix_sustained_fraction"] = hw.matrix_sustained_fraction
-    if hw.matrix_flops_per_exp:
-        out["matrix_flops_per_exp"] = hw.matrix_flops_per_exp
+    if hw.exp_per_s:
+        out["exp_per_s"] = hw.exp_per_s
     if hw.nvlink_half_bandwidth_per_rank_bytes:
         out["nvlink_half_bandwidth_per_rank_B"] = hw.nvlink_half_bandwidth_per_rank_bytes
     if hw.scaleout_half_bandwidth_per_rank_bytes:

@@ -41,7 +41,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -336,13 +336,23 @@ class ResultsWriter:
             self.tmp.unlink(missing_ok=True)
 
 
-def remove_temporaries(folder: Path) -> list[Path]:
+def remove_temporaries(folder: Path, workers=None) -> list[Path]:
     """Remove the temporary files an atomic write left in a run folder when its process
     was killed (``.<name>.<random>.tmp``); call it holding the folder's lock, so that no
-    write is under way. Returns what was removed."""
+    write is under way. ``workers``: a predicate on worker ids, to remove only the
+    temporaries of those workers' part files (a shard holds the lock shared with the other
+    shards, which may be writing theirs). Returns what was removed."""
     gone = []
     for p in Path(folder).glob(".*.tmp"):
-        if p.is_file() and (p.name.startswith(".part-") or p.name.startswith(".sweep.h5.")):
+        if not p.is_file():
+            continue
+        if workers is None:
+            ours = p.name.startswith(".part-") or p.name.startswith(".sweep.h5.")
+        else:
+            head, sep, _ = p.name[1:].partition(".h5.")
+            parsed = _part_name(head + ".h5") if sep else None
+            ours = parsed is not None and bool(workers(parsed[0]))
+        if ours:
             p.unlink(missing_ok=True)
             gone.append(p)
     return gone
@@ -632,46 +642,55 @@ def read_results_cases(path: Path, start: int, stop: int
 def iter_results_cases(path: Path, slice_cases: int
                        ) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
     """(attrs, {"cases", "top"}) of every case of a reduced file, ``slice_cases`` cases at a
-    time with their ``/top`` rows: each row read once, memory bounded by the slice (what
-    ``sweep show`` streams). Checked as :func:`read_results`: the root attributes first,
-    each table's SHA-256 as its slices are read, verified before the last slice is given
-    (a file of one slice: before anything is). A file of no cases gives one empty slice.
+    time with their ``/top`` rows, memory bounded by the slice (what ``sweep show``
+    streams). Checked as :func:`read_results` before anything is given: the root
+    attributes, then both tables read through once, a slice at a time, against their
+    SHA-256 and the case ids of /top (so a corrupt file prints nothing); then read again
+    and given. A file of no cases gives one empty slice.
 
     Raises:
         CorruptFileError: damaged. StoreError: missing, or not a results file.
     """
     p = Path(path)
     attrs = _results_attrs(p)
-    per_case = int(attrs.get("top_n", 0))  # /top holds at most top_n rows of a case
     with _open_results(p) as f:
         tables = {name: f[name] for name in ("cases", "top")}
         hashes = {name: hashlib.sha256() for name in tables}
-        n, rows = len(tables["cases"]), len(tables["top"])
-        cursor = 0  # /top is sorted by case id, and case ids are /cases row numbers
-        for lo in range(0, max(n, 1), max(slice_cases, 1)):
-            hi = min(lo + slice_cases, n)
-            end = rows if per_case <= 0 else min(rows, cursor + (hi - lo) * per_case)
-            ids = _read_slice(p, tables["top"], cursor, end, "case_id")
-            a, b = np.searchsorted(ids, [lo, hi], side="left")
-            if a:  # (rows of no case before this slice: the table is not as written)
-                raise CorruptFileError(f"{p}: corrupt: /top is not sorted by case id")
-            data = {"cases": _read_slice(p, tables["cases"], lo, hi),
-                    "top": _read_slice(p, tables["top"], cursor, cursor + int(b))}
-            cursor += int(b)
+        for data in _result_slices(p, attrs, tables, slice_cases):
             for name, part in data.items():
                 hashes[name].update(np.ascontiguousarray(part).view(np.uint8))
-            if hi == n:  # the whole of both tables has been read
-                if cursor != rows:
-                    raise CorruptFileError(f"{p}: corrupt: /top holds rows of no case")
-                for name, ds in tables.items():
-                    stored = ds.attrs.get("sha256")
-                    stored = stored.decode() if isinstance(stored, bytes) else stored
-                    if stored is not None and hashes[name].hexdigest() != str(stored):
-                        raise CorruptFileError(
-                            f"{p}: corrupt: checksum of /{name} does not match its data "
-                            f"(sha256 {hashes[name].hexdigest()[:12]}... vs "
-                            f"{str(stored)[:12]}... stored)")
+        for name, ds in tables.items():
+            stored = ds.attrs.get("sha256")
+            stored = stored.decode() if isinstance(stored, bytes) else stored
+            if stored is not None and hashes[name].hexdigest() != str(stored):
+                raise CorruptFileError(
+                    f"{p}: corrupt: checksum of /{name} does not match its data "
+                    f"(sha256 {hashes[name].hexdigest()[:12]}... vs "
+                    f"{str(stored)[:12]}... stored)")
+        for data in _result_slices(p, attrs, tables, slice_cases):
             yield attrs, data
+
+
+def _result_slices(p: Path, attrs: Mapping, tables: Mapping, slice_cases: int
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    """{"cases", "top"} of ``slice_cases`` cases at a time, each /top row read once
+    (CorruptFileError where /top is not sorted by case id or holds rows of no case)."""
+    per_case = int(attrs.get("top_n", 0))  # /top holds at most top_n rows of a case
+    n, rows = len(tables["cases"]), len(tables["top"])
+    cursor = 0  # /top is sorted by case id, and case ids are /cases row numbers
+    for lo in range(0, max(n, 1), max(slice_cases, 1)):
+        hi = min(lo + slice_cases, n)
+        end = rows if per_case <= 0 else min(rows, cursor + (hi - lo) * per_case)
+        ids = _read_slice(p, tables["top"], cursor, end, "case_id")
+        a, b = np.searchsorted(ids, [lo, hi], side="left")
+        if a:  # (rows of no case before this slice: the table is not as written)
+            raise CorruptFileError(f"{p}: corrupt: /top is not sorted by case id")
+        data = {"cases": _read_slice(p, tables["cases"], lo, hi),
+                "top": _read_slice(p, tables["top"], cursor, cursor + int(b))}
+        cursor += int(b)
+        if hi == n and cursor != rows:
+            raise CorruptFileError(f"{p}: corrupt: /top holds rows of no case")
+        yield data
 
 
 @contextlib.contextmanager

@@ -91,12 +91,16 @@ _PLAIN = {
                                  "clock limits; e.g. a MAMF search) / its datasheet peak, in "
                                  "(0, 1]; default: the generation's",
     "matrix_flops_per_exp": "16-bit tensor-core FLOPs per special-function exponential, per "
-                            "SM and clock (attention's softmax); default: the generation's",
+                            "SM and clock (attention's softmax), at this file's tensor peak; "
+                            "default: the generation's",
+    "exp_per_s": "special-function exponentials per second (instead of "
+                 "matrix_flops_per_exp; what a resolved spec records)",
 }
 
 
-#: typical values, per generation, of the hardware facts a file may leave out (0 in a
-#: Hardware: its generation's applies; cost/calibrated.py reads them):
+#: typical values, per generation, of the hardware facts a file may leave out (a sustained
+#: fraction left out is 0 in a Hardware and cost/calibrated.py applies its generation's; the
+#: FLOPs per exponential become the file's exp_per_s when it is read):
 #: * matrix_sustained_fraction: best-shape bf16 GEMM throughput / datasheet dense peak: A100
 #:   SXM 271.2 of 312 TFLOP/s, H100 SXM 794.5 of 989, B200 1745 of 2250 (ml-engineering,
 #:   compute/accelerator "Maximum Achievable Matmul FLOPS" table); Volta as Ampere [inferred]
@@ -144,8 +148,10 @@ class Hardware:
     gemm_tile: tuple[int, int] = (128, 128)  # output tile (M, N) of typical GEMM kernels
     # best-shape GEMM throughput this GPU sustains / its datasheet peak (0 = its generation's)
     matrix_sustained_fraction: float = 0.0
-    # 16-bit tensor-core FLOPs per SFU exponential, per SM and clock (0 = its generation's)
-    matrix_flops_per_exp: float = 0.0
+    # special-function-unit exponentials per second (attention's softmax; 0 = not known): a
+    # file's matrix_flops_per_exp (or its generation's) at its own 16-bit tensor peak, held
+    # when a spec sweeps the tensor peak (the SFUs are not the tensor cores)
+    exp_per_s: float = 0.0
     source: str = ""
 
     def matrix_peak(self, dtype: str) -> float:
@@ -331,9 +337,15 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
                        for v in tile)):
         raise _fail(source, "gemm_tile", f"expected [M, N] positive integers (at most "
                                          f"{MAX_HW_COUNT}), got {brief(tile)}")
-    flops_per_exp = (_positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
-                     if "matrix_flops_per_exp" in values else 0.0)
     generation = str(values.get("generation", ""))
+    if "exp_per_s" in values:
+        exp_per_s = _positive(values["exp_per_s"], source, "exp_per_s")
+    else:
+        ratio = (_positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
+                 if "matrix_flops_per_exp" in values
+                 else GENERATION_DEFAULTS["matrix_flops_per_exp"].get(generation, 0.0))
+        peak16 = values["matrix_peaks"].get("bf16", values["matrix_peaks"].get("fp16", 0.0))
+        exp_per_s = peak16 / ratio if ratio and peak16 else 0.0
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
         generation=generation, sm_count=int(sm), gemm_tile=(int(tile[0]), int(tile[1])),
@@ -350,7 +362,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         nvlink_efficiency=eff["nvlink_efficiency"],
         scaleout_efficiency=eff["scaleout_efficiency"],
         matrix_sustained_fraction=eff["matrix_sustained_fraction"],
-        matrix_flops_per_exp=flops_per_exp,
+        exp_per_s=exp_per_s,
         host_memory_bytes=values.get("host_memory", 0.0),
         host_link_bytes_per_s=values.get("host_link", 0.0),
         nvlink_half_bandwidth_per_rank_bytes=values.get("nvlink_half_bandwidth_per_rank", 0.0),

@@ -96,15 +96,20 @@ def test_overrides_and_interpolation():
     assert mid.hbm_bytes_per_s == pytest.approx((a.hbm_bytes_per_s + b.hbm_bytes_per_s) / 2)
     assert interpolate(a, b, 0.0, "a").hbm_capacity_bytes == a.hbm_capacity_bytes
     assert interpolate(a, b, 1.0, "b").matrix_peak("fp16") == pytest.approx(b.matrix_peak("fp16"))
-    # a fact one file states and the other leaves to its generation (0) is interpolated
-    # between what each stands for: B200's generation has 512 FLOPs per exponential,
-    # GB300 states 256; sustained fractions both stated; two files leaving it out keep 0
+    # exponential rates: a file's FLOPs per exponential (or its generation's) at its own
+    # tensor peak; interpolated as rates
     b200, gb300 = load_hardware("B200"), load_hardware("GB300-NVL72")
-    assert b200.matrix_flops_per_exp == 0 and gb300.matrix_flops_per_exp == 256
+    assert b200.exp_per_s == pytest.approx(2250e12 / 512)  # blackwell: 8192 / 16 per clock
+    assert gb300.exp_per_s == pytest.approx(2500e12 / 256)  # the file: 8192 / 32
     mid = interpolate(b200, gb300, 0.25, "mid")
-    assert mid.matrix_flops_per_exp == pytest.approx(512 - 0.25 * 256)
+    assert mid.exp_per_s == pytest.approx(0.75 * b200.exp_per_s + 0.25 * gb300.exp_per_s)
     assert mid.matrix_sustained_fraction == pytest.approx(0.776 + 0.25 * (0.849 - 0.776))
-    assert interpolate(a, b, 0.5, "mid").matrix_flops_per_exp == 0
+    # a sustained fraction one file leaves to its generation (0) is interpolated from the
+    # generation's value
+    v100 = load_hardware("V100")
+    assert v100.matrix_sustained_fraction == 0
+    mixed = interpolate(v100, b200, 0.5, "mixed")
+    assert mixed.matrix_sustained_fraction == pytest.approx((0.869 + 0.776) / 2)
 
 
 def test_job_defaults_and_errors():

@@ -216,6 +216,21 @@ def test_shards_in_any_order_reduce_to_the_single_run(finished, tmp_path):
     assert reduce_run(run).complete and _same_tables(run / "sweep.h5", out / "sweep.h5")
 
 
+def test_a_shard_removes_only_its_own_temporaries(tmp_path):
+    """Shards hold the folder lock shared: a starting shard must not delete the file another
+    shard is writing (.part-<worker>.h5.<random>.tmp), nor a reduction's; its own stale
+    ones it does."""
+    run = tmp_path / "shards"
+    run.mkdir()
+    others = [run / ".part-200000.h5.a1b2.tmp", run / ".part-00000.h5.c3d4.tmp",
+              run / ".sweep.h5.e5f6.tmp"]
+    own = [run / ".part-100000.h5.g7h8.tmp", run / ".part-100001-0002.h5.i9j0.tmp"]
+    for p in others + own:
+        p.write_bytes(b"half written")
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(1, 3)))
+    assert all(p.exists() for p in others) and not any(p.exists() for p in own)
+
+
 def test_a_shard_then_a_plain_resume_finishes_the_rest(finished, tmp_path):
     out, _ = finished
     run = tmp_path / "mixed"
@@ -228,6 +243,8 @@ def test_a_shard_then_a_plain_resume_finishes_the_rest(finished, tmp_path):
 def test_bad_shards_are_refused(tmp_path, capsys):
     with pytest.raises(SweepError, match="shard 2/2: expecting I/K with 0 <= I < K"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", shard=(2, 2)))
+    with pytest.raises(SweepError, match="shard 0/21474: at most 21,473 shards"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", shard=(0, 21474)))
     with pytest.raises(StoreError, match="--force cannot be used with --shard"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "b", shard=(0, 2),
                                                    force=True))

@@ -59,6 +59,7 @@ def test_an_array_has_its_scripts_and_runs_shards():
     ({"nodes": 0}, "--nodes and --ntasks-per-node must be positive"),
     ({"max_running": 2}, "--max-running limits a job array: give --array K too"),
     ({"shards": -1}, "--array and --max-running must not be negative"),
+    ({"shards": 21474}, "--array 21474: at most 21,473 shards"),
     ({"job_name": "big\n"}, "--job-name: 'big\\\\n': expected letters"),
     ({"job_name": "a b"}, "--job-name: 'a b'"),
     ({"partition": "debug\n#SBATCH --x"}, "--partition: .* contains a control character"),

@@ -120,8 +120,8 @@ def test_softmax_exponentials_by_hand():
     backward 1.08 (1574 -> 1856 and 1332 -> 1435 TFLOP/s, bf16 causal, d = 128, s = 8192);
     a 64-wide head pays more per FLOP."""
     g = kernels.EXP_EXPOSED
-    b200 = dataclasses.replace(TOY, generation="blackwell")
-    ultra = dataclasses.replace(b200, matrix_flops_per_exp=256.0)
+    b200 = dataclasses.replace(TOY, generation="blackwell", exp_per_s=100e12 / 512)
+    ultra = dataclasses.replace(b200, exp_per_s=100e12 / 256)
     x, xu = ctx(hw=b200), ctx(hw=ultra)
     assert x["flops_per_exp"] == x["flops_per_exp_ref"] == 512.0  # 8192 FLOPs / 16 exp2
     assert xu["flops_per_exp"] == 256.0 and xu["flops_per_exp_ref"] == 512.0
@@ -143,16 +143,31 @@ def test_softmax_exponentials_by_hand():
     per_flop_64 = fa(x, 64, False) / (flops / 2)
     assert per_flop_64 / (fa(x, 128, False) / flops) == pytest.approx((1 + 2 * g) / (1 + g),
                                                                       rel=1e-12)
+    # a head padded in the kernel pays the exponentials of its padded width: 80 as 96
+    assert fa(x, 80, False) == pytest.approx(fa(x, 96, False), rel=1e-12)
+    assert fa(x, 80, True) == pytest.approx(fa(x, 96, True), rel=1e-12)
     # the catalog: GB300 and GB200 differ in their exponentials only, here
     gb200, gb300 = (ctx(hw=load_hardware(n)) for n in ("GB200-NVL72", "GB300-NVL72"))
     assert gb200["sm_count"] == gb300["sm_count"] == 152
     assert fa(gb200, 128, False) / fa(gb300, 128, False) == pytest.approx(1.179, abs=1e-3)
 
 
+def test_a_swept_tensor_peak_keeps_the_exponential_rate():
+    """A spec that doubles the tensor peak (a grid's matrix_tflops) doubles the FLOPs per
+    exponential: the special-function units are not the tensor cores."""
+    from sweep.model.hardware import apply_overrides
+
+    b200 = load_hardware("B200")
+    fast = apply_overrides(b200, {"matrix_tflops": 4500}, "s.yaml")
+    assert fast.exp_per_s == b200.exp_per_s == pytest.approx(2250e12 / 512)
+    assert ctx(hw=fast)["flops_per_exp"] == pytest.approx(1024.0)
+    assert ctx(hw=b200)["flops_per_exp"] == pytest.approx(512.0)
+
+
 def test_more_exponential_throughput_is_never_slower():
     for d in (32, 64, 96, 128, 192, 256):
         times = [flash_attention_s(2, 16, 4096, 4096, d, ctx(hw=dataclasses.replace(
-            TOY, generation="hopper", matrix_flops_per_exp=fpe)), 0.5, bwd)
+            TOY, generation="hopper", exp_per_s=100e12 / fpe)), 0.5, bwd)
             for bwd in (False, True) for fpe in (1024.0, 512.0, 256.0, 128.0, 64.0)]
         for a, b in zip(times[:5], times[1:5]):
             assert b <= a

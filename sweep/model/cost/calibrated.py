@@ -198,6 +198,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
     else:
         peak16 = hw.matrix_peak("fp16" if job.dtype == "fp16" else "bf16")
+    # bf16 tensor FLOPs per SFU exponential at this variant's tensor peak (a swept peak
+    # moves it; the exponential rate stays the hardware file's)
+    flops_per_exp = hw.matrix_peak("bf16") / hw.exp_per_s if hw.exp_per_s > 0 else 0.0
     H = job.n_heads
     mla = job.attention == "mla"
     if mla:
@@ -279,8 +282,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "tile_m": float(hw.gemm_tile[0]), "tile_n": float(hw.gemm_tile[1]),
         # the softmax's exponentials against the tensor cores (kernels.flash_attention_s):
         # this GPU's ratio and its generation's, at which the attention efficiencies hold
-        "flops_per_exp": hw.matrix_flops_per_exp or FLOPS_PER_EXP.get(hw.generation, 0.0),
-        "flops_per_exp_ref": FLOPS_PER_EXP.get(hw.generation, hw.matrix_flops_per_exp),
+        "flops_per_exp": flops_per_exp,
+        "flops_per_exp_ref": FLOPS_PER_EXP.get(hw.generation, flops_per_exp),
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],

@@ -13,8 +13,8 @@ import numpy as np
 
 from .fuse import as_array
 
-__all__ = ["gemm_s", "flash_attention_s", "memory_s", "collective_s", "p2p_s", "K_TILE",
-           "FLASH_BWD_FACTOR"]
+__all__ = ["gemm_s", "flash_attention_s", "softmax_exp_factor", "memory_s", "collective_s",
+           "p2p_s", "K_TILE", "EXP_EXPOSED", "FLASH_BWD_FACTOR"]
 
 #: depth of the k-loop tile of tensor-core GEMM kernels (elements): K is padded to it
 K_TILE = 64
@@ -93,7 +93,9 @@ def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_frac
     # arXiv 2407.08608, figures 5-7: FA2 vs FA3 / cuDNN)
     kernel_eff = np.where(x["fused_attn"] > 0, x["fused_attn_eff"], x["attn_eff"])
     eff = kernel_eff * d_pad * _wave_efficiency(blocks, x["sm_count"])
-    return flops * softmax_exp_factor(head_dim, x, backward) / (
+    # (the exponentials against the MMAs of the padded head: one per score either way)
+    padded = _ceil_div(head_dim, FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN
+    return flops * softmax_exp_factor(padded, x, backward) / (
         x["peak16_flops_per_s"] * eff) + x["kernel_s"]
 
 
