@@ -43,8 +43,15 @@ from ..model.schema import RESULT_DTYPE, Reason
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .lock import RunLock
-from .partition import (MAX_SHARDS, SHARD_STRIDE, assign_units, imbalance, shard_of_units, shard_worker,
-                        unit_progress)
+from .partition import (
+    MAX_SHARDS,
+    SHARD_STRIDE,
+    assign_units,
+    imbalance,
+    shard_of_units,
+    shard_worker,
+    unit_progress,
+)
 from .plan import (
     SEAL_ROWS,
     Plan,

@@ -36,7 +36,7 @@ from ..errors import SpecError
 from .units import brief, finite_float, parse_quantity, split_unit_key
 
 __all__ = ["GENERATION_DEFAULTS", "Hardware", "parse_hardware", "apply_overrides",
-           "override_field", "interpolate", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
+           "override_field", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
 
 #: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
 #: enumeration lists every ordered factorisation of the domain size, which grows quickly.
@@ -477,38 +477,3 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
             else:
                 changes[override_field(key)] = _positive(value, source, path, scale=factor)
     return dataclasses.replace(hw, **changes)
-
-
-def interpolate(a: Hardware, b: Hardware, t: float, name: str) -> Hardware:
-    """Linear interpolation between two generations (t = 0 gives ``a``, t = 1 gives ``b``).
-
-    Every continuous parameter is interpolated; the NVLink domain size, which is a count,
-    is taken from ``a`` for t < 1 and from ``b`` at t = 1. Used for the NERSC
-    FLOP/s x capacity study (arXiv 2410.00273, sweeps/sweep_utils.py: np.linspace between
-    system files).
-    """
-    def lerp(x: float, y: float) -> float:
-        return x + (y - x) * t
-
-    def lerp_peaks(pa: Mapping[str, float], pb: Mapping[str, float]) -> dict[str, float]:
-        return {d: lerp(pa[d], pb[d]) for d in pa if d in pb}
-
-    changes: dict[str, Any] = {"name": name,
-                               "matrix_flops_per_s": lerp_peaks(a.matrix_flops_per_s,
-                                                                b.matrix_flops_per_s),
-                               "vector_flops_per_s": lerp_peaks(a.vector_flops_per_s,
-                                                                b.vector_flops_per_s),
-                               "nvlink_domain": b.nvlink_domain if t >= 1 else a.nvlink_domain,
-                               "source": f"interpolated {a.name} -> {b.name} at t={t:g}"}
-    for f in dataclasses.fields(Hardware):
-        va, vb = getattr(a, f.name), getattr(b, f.name)
-        if f.name in changes or isinstance(va, (str, Mapping, tuple)) or f.name in (
-                "nvlink_domain", "sm_count"):
-            continue
-        if f.name in GENERATION_DEFAULTS and (va == 0) != (vb == 0):
-            # one side states it, the other leaves it to its generation: interpolate
-            # between what each stands for (0 where its generation has no value)
-            typical = GENERATION_DEFAULTS[f.name]
-            va, vb = va or typical.get(a.generation, 0.0), vb or typical.get(b.generation, 0.0)
-        changes[f.name] = lerp(float(va), float(vb))
-    return dataclasses.replace(a, **changes)

@@ -109,6 +109,7 @@ def test_shards_on_different_numbers_of_ranks_share_no_part_file(tmp_path):
     reduced = mpiexec(1, "reduce", str(out))
     assert reduced.returncode == 0 and "complete" in reduced.stdout, reduced.stderr
     single = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "single"), "--quiet")
+    assert single.returncode == 0, single.stderr
     a, b = tables(out / "sweep.h5"), tables(tmp_path / "single" / "sweep.h5")
     assert a[0] == b[0] and a[1] == b[1]
 
