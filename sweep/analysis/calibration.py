@@ -10,8 +10,8 @@ Parameters stay within physical bounds, and a weak prior (PRIOR_WEIGHT) pulls ea
 parameter towards its physical centre (cost/calibrated.py DEFAULT_PARAMETERS) wherever the runs
 leave it undetermined. Every fit starts from those centres (the three MoE parameters also from
 the best point of a small grid over their ranges, the better fit kept), so it depends on the
-code and the data only. Leave-one-source-out re-fits without a source (from the same centres: nothing of
-the held-out source enters) and predicts it.
+code and the data only. Leave-one-source-out re-fits without a source (from the same centres:
+nothing of the held-out source enters) and predicts it.
 
 The cases come from sweep.analysis.express through the data contract
 (sweep.analysis.measured: Case, metric_of); :class:`Evaluator` evaluates them all in one

@@ -189,11 +189,12 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                     resume: bool) -> tuple[str, str, np.ndarray, list[str], bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
+    # a shard's part files (workers index * SHARD_STRIDE + rank), None for a plain run
+    index = None if options.shard is None else options.shard[0]
+    ours = None if index is None else (lambda worker: worker // SHARD_STRIDE == index)
     # left by a process killed while writing: all of them when we hold the lock alone, a
     # shard's own when it holds it shared with the other shards
-    index = None if options.shard is None else options.shard[0]
-    remove_temporaries(out, None if index is None else
-                       (lambda worker: worker // SHARD_STRIDE == index))
+    remove_temporaries(out, ours)
     parts = list_parts(out)
     if options.force:
         for p in parts + [out / RESULTS_NAME, stored]:
@@ -216,9 +217,8 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
     if not stored.exists():
         write_text_atomic(stored, text)
     sha = hashlib.sha256(text.encode()).hexdigest()
-    if options.shard is not None:
-        index = options.shard[0]
-        parts = [p for p in list_parts(out) if part_worker(p)[0] // SHARD_STRIDE == index]
+    if ours is not None:
+        parts = [p for p in list_parts(out) if ours(part_worker(p)[0])]
     done = []
     for p in parts:
         try:

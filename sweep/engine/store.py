@@ -428,11 +428,17 @@ class PartTops:
         return rows.astype(TOP_DTYPE, copy=False)
 
     def _verify(self) -> None:
-        actual = self._hash.hexdigest()
-        if actual != self.stored:
-            raise CorruptFileError(f"{self.path}: corrupt: checksum of /top does not match "
-                                   f"its data (sha256 {actual[:12]}... vs "
-                                   f"{self.stored[:12]}... stored)")
+        _check_sha256(self.path, "top", self._hash.hexdigest(), self.stored)
+
+
+def _check_sha256(path, name: str, actual: str, stored) -> None:
+    """CorruptFileError unless table ``name``'s SHA-256 ``actual`` is the ``stored`` one
+    (bytes or str; None: nothing stored, nothing to check)."""
+    stored = stored.decode() if isinstance(stored, bytes) else stored
+    if stored is not None and actual != str(stored):
+        raise CorruptFileError(f"{path}: corrupt: checksum of /{name} does not match its "
+                               f"data (sha256 {actual[:12]}... vs {str(stored)[:12]}... "
+                               f"stored)")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -490,12 +496,7 @@ def _read_table(path: Path, f: h5py.File, name: str, kind: str) -> np.ndarray:
                                    f"(HDF5 Fletcher32 check failed: {exc})") from None
         raise
     if stored is not None:
-        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
-        actual = table_sha256(data)
-        if actual != stored:
-            raise CorruptFileError(f"{path}: corrupt: checksum of /{name} does not match its "
-                                   f"data (sha256 {actual[:12]}... vs {stored[:12]}... "
-                                   f"stored)")
+        _check_sha256(path, name, table_sha256(data), stored)
     return data
 
 
@@ -660,13 +661,7 @@ def iter_results_cases(path: Path, slice_cases: int
             for name, part in data.items():
                 hashes[name].update(np.ascontiguousarray(part).view(np.uint8))
         for name, ds in tables.items():
-            stored = ds.attrs.get("sha256")
-            stored = stored.decode() if isinstance(stored, bytes) else stored
-            if stored is not None and hashes[name].hexdigest() != str(stored):
-                raise CorruptFileError(
-                    f"{p}: corrupt: checksum of /{name} does not match its data "
-                    f"(sha256 {hashes[name].hexdigest()[:12]}... vs "
-                    f"{str(stored)[:12]}... stored)")
+            _check_sha256(p, name, hashes[name].hexdigest(), ds.attrs.get("sha256"))
         for data in _result_slices(p, attrs, tables, slice_cases):
             yield attrs, data
 
