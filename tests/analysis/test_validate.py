@@ -79,6 +79,16 @@ def test_leave_one_source_out_bars(shipped_loso):
                for k, v in shipped_loso["loso"]["per_generation"].items() if "MoE" not in k)
 
 
+@pytest.mark.slow
+def test_moe_leave_one_source_out_median(shipped_loso):
+    """Issue 16's leave-one-source-out bar for the MoE rows: median 12 % (10.3 % once the
+    grouped-GEMM efficiency keeps to its cited range: with 0.35 allowed, a fit without
+    dgxc's coarse Grok-1 experts charged DeepSeek's and Qwen's host time to the GEMMs and
+    predicted Grok-1 twice too slow)."""
+    moe_loso = shipped_loso["loso"]["per_model_kind"]["MoE"]
+    assert moe_loso["n"] >= 120 and moe_loso["median_abs"] <= 0.12
+
+
 def test_rows_expressed(shipped):
     # every dense-file row: MFU-only rows by their formula, batch-less rows from a sibling
     # run; of the MoE / Blackwell file, all but the hybrid models, the power-limited B200
