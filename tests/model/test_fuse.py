@@ -2,7 +2,7 @@
 
 Small hand-made functions exercise what the tracer must get right (numpy's dtypes, NaN in
 maximum, where / select, guards on scalar inputs, a fallback for what it cannot follow);
-then the calibrated model, fused against numpy on whole blocks of real search spaces, bit
+then the calibrated and nersc2024 models, fused against numpy on whole blocks of real search spaces, bit
 for bit, and a search ranked on scores alone against one with every column.
 """
 
@@ -204,6 +204,47 @@ def test_calibrated_fused_equals_numpy_on_a_batch_of_variants(monkeypatch):
     for a, b in zip(ref, got):
         _same(a.top, b.top)
         assert (a.evaluated, a.feasible, a.reasons) == (b.evaluated, b.feasible, b.reasons)
+
+
+@needs_numba
+@pytest.mark.parametrize("strategy", ["1d", "2d", "2d-seqp"])
+def test_nersc2024_fused_equals_numpy(monkeypatch, strategy):
+    """The published model's per-layer terms (on a block's distinct layers) and totals as
+    compiled loops: every column bit for bit numpy's, for one GPU type and for a block of
+    hardware variants (HBM bandwidth and NVLink efficiency per row)."""
+    job = load_job("gpt3_1T")
+    hw = dataclasses.replace(load_hardware("nersc-B200"), nvlink_domain=8)
+    space = enumerate_space("nersc2024", job, 1024, strategy, 8)
+    cand = space.columns(0, space.size)
+    ref, got = _both(monkeypatch, lambda: evaluate_columns("nersc2024", job, hw, strategy,
+                                                           1024, cand))
+    for k in ref:
+        _same(ref[k], got[k])
+    hws = [dataclasses.replace(hw, hbm_bytes_per_s=bw, nvlink_efficiency=eff)
+           for bw in (4e12, 8e12) for eff in (0.6, 0.9)]
+    ref, got = _both(monkeypatch, lambda: search_cases("nersc2024", job, hws, strategy, 1024,
+                                                       space, 10))
+    for a, b in zip(ref, got):
+        _same(a.top, b.top)
+
+
+@needs_numba
+def test_nersc2024_search_on_scores_alone_keeps_the_rows_full_evaluation_ranks_first():
+    """A large nersc2024 block is ranked on step time and memory alone, its kept rows then
+    evaluated in full: the same rows, with the same numbers, as ranking every column."""
+    from sweep.model.cost import NERSC_SCORES_MIN_ROWS, pack_results
+    from sweep.model.topn import best_positions
+
+    job = load_job("gpt3_1T")
+    hw = dataclasses.replace(load_hardware("nersc-B200"), nvlink_domain=8)
+    space = enumerate_space("nersc2024", job, 4096, "2d", 8)
+    assert space.size >= NERSC_SCORES_MIN_ROWS
+    got = search_range("nersc2024", job, hw, "2d", 4096, space, 0, space.size, 10,
+                       block_size=space.size)
+    cand = space.columns(0, space.size)
+    full = evaluate_columns("nersc2024", job, hw, "2d", 4096, cand)
+    pos = best_positions(full["samples_per_s"], full["feasible"], cand["index"], 10)
+    _same(got.top, pack_results(cand, full, pos))
 
 
 @needs_numba

@@ -59,6 +59,10 @@ def strategies(profile: str) -> tuple[str, ...]:
     return PROFILES[profile]
 
 
+#: the nersc2024 profile ranks on step time and memory alone from this many rows of a block
+NERSC_SCORES_MIN_ROWS = 16384
+
+
 def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                      candidates: Mapping[str, np.ndarray], scores_only: bool = False
                      ) -> dict[str, np.ndarray]:
@@ -78,9 +82,18 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     """
     n = len(candidates["index"])
     if profile == "nersc2024":
-        cols = nersc2024.evaluate(job, hw, strategy, candidates)
+        # (on scores alone only in large blocks: the rows a search keeps are evaluated
+        # again in full, which a small block's saving does not repay)
+        scores_only = scores_only and n >= NERSC_SCORES_MIN_ROWS
+        cols = nersc2024.evaluate(job, hw, strategy, candidates, scores_only=scores_only)
         capacity = hw.hbm_capacity_bytes
         peak = hw.matrix_peak("fp16")
+        if scores_only and "hardware_flops" not in cols:  # step time and memory alone
+            step = np.broadcast_to(cols["step_time_s"], (n,))
+            reason = np.where(np.broadcast_to(cols["mem_bytes"], (n,)) > capacity,
+                              np.int8(Reason.OUT_OF_MEMORY), np.int8(Reason.OK))
+            return {"step_time_s": step, "samples_per_s": job.global_batch / step,
+                    "reason": reason, "feasible": reason == Reason.OK, "complete": False}
     elif profile == "calibrated":
         if isinstance(hw, HardwareRows):  # rows of several variants (search_cases)
             x = calibrated.make_row_context(job, hw, strategy)

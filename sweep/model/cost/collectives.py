@@ -7,13 +7,15 @@ many of them share one NVLink domain (``per_domain``). Pure numpy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..hardware import Hardware
+from .fuse import Tracer, as_array
 
-__all__ = ["Collective", "KINDS", "nersc_collective_s"]
+__all__ = ["Collective", "KINDS", "nersc_collective_s", "comm_context"]
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "p2p")
 
@@ -29,7 +31,21 @@ class Collective:
     bucket: str = "tp"  # breakdown column: tp | cp | dp | pp
 
 
-def nersc_collective_s(c: Collective, hw: Hardware,
+def comm_context(hw) -> dict:
+    """The numbers of ``hw`` a collective's time reads (per row for a HardwareRows): the
+    scale-out and NVLink bandwidths times their efficiencies, their latencies, NICs per GPU."""
+    return {"bs": hw.scaleout_bytes_per_s * hw.scaleout_efficiency,
+            "bf": hw.nvlink_bytes_per_s * hw.nvlink_efficiency,
+            "ls": hw.scaleout_latency_s, "lf": hw.nvlink_latency_s, "nics": hw.nics_per_gpu}
+
+
+def _some(mask) -> bool:
+    """Whether any row takes a branch. In a trace (fuse.py) every branch is computed: the
+    np.where that follows picks the same values either way."""
+    return True if isinstance(mask, Tracer) else bool(np.any(mask))
+
+
+def nersc_collective_s(c: Collective, hw: Hardware | Mapping,
                        scale: float | np.ndarray = 1.0) -> np.ndarray:
     """Time of a collective in the NERSC two-tier ring model (nersc2024_model.md section 2).
 
@@ -44,16 +60,16 @@ def nersc_collective_s(c: Collective, hw: Hardware,
       plus ls (nodes - 1) + lf (n - nodes).
 
     A zero volume or a group of one costs nothing. ``scale`` divides the volume (SUMMA panels).
+    ``hw``: a Hardware (or HardwareRows) or its :func:`comm_context`.
     """
-    vol = np.asarray(c.volume_bytes, dtype=np.float64) / scale
-    n = np.asarray(c.group, dtype=np.int64)
-    t = np.asarray(c.per_domain, dtype=np.int64)
+    hx = hw if isinstance(hw, Mapping) else comm_context(hw)
+    vol = as_array(c.volume_bytes, dtype=np.float64) / scale
+    n = as_array(c.group, dtype=np.int64)
+    t = as_array(c.per_domain, dtype=np.int64)
     active = (vol != 0) & (n > 1)
-    if not active.any():  # nothing to send anywhere in this block
-        return np.zeros(np.broadcast_shapes(vol.shape, n.shape, t.shape))
-    bs = hw.scaleout_bytes_per_s * hw.scaleout_efficiency
-    bf = hw.nvlink_bytes_per_s * hw.nvlink_efficiency
-    ls, lf = hw.scaleout_latency_s, hw.nvlink_latency_s
+    if not _some(active):  # nothing to send anywhere in this block
+        return np.zeros(np.broadcast_shapes(np.shape(vol), np.shape(n), np.shape(t)))
+    bs, bf, ls, lf = hx["bs"], hx["bf"], hx["ls"], hx["lf"]
     if c.kind == "p2p":
         time = np.where(t == 1, ls + vol / bs, lf + vol / bf)
         return np.where(active, time, 0.0)
@@ -64,13 +80,13 @@ def nersc_collective_s(c: Collective, hw: Hardware,
     all_ib = t == 1
     one_domain = (nodes == 1) & ~all_ib
     hier = ~(all_ib | one_domain)
-    time = np.zeros(np.broadcast_shapes(cv.shape, t.shape))
-    if all_ib.any():
+    time = 0.0
+    if _some(all_ib):
         time = np.where(all_ib, ls * (nf - 1.0) + cv / bs, time)
-    if one_domain.any():
+    if _some(one_domain):
         time = np.where(one_domain, lf * (nf - 1.0) + cv / bf, time)
-    if hier.any():
-        multi = np.maximum(cv / (hw.nics_per_gpu * t * bs), cv / bf)
+    if _some(hier):
+        multi = np.maximum(cv / (hx["nics"] * t * bs), cv / bf)
         if c.kind == "allreduce":
             multi = 2.0 * multi  # BUG? kept: only the multi-domain branch doubles all-reduce
         time = np.where(hier, multi + ls * (nodes - 1.0) + lf * (nf - nodes), time)

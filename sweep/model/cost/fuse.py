@@ -334,23 +334,51 @@ _FUNCTIONS: dict[Callable, Callable] = {
 
 # ------------------------------------------------------------------------------ inputs
 
-def _flatten(tree, path=()):
-    """(path, leaf) of a nest of dicts / lists / tuples, in a stable order."""
-    if isinstance(tree, Mapping):
+def _flatten(tree, path=()) -> list:
+    """[(path, leaf)] of a nest of dicts / lists / tuples, in a stable order."""
+    out: list = []
+    _flatten_into(tree, path, out)
+    return out
+
+
+def _flatten_into(tree, path, out) -> None:
+    # (on every evaluation: plain dicts, lists and tuples are recognised before the ABCs)
+    kind = _container(tree)
+    if kind == 1:
         for k in sorted(tree, key=str):
-            yield from _flatten(tree[k], path + (k,))
-    elif isinstance(tree, (list, tuple)):
+            _flatten_into(tree[k], path + (k,), out)
+    elif kind == 2:
         for i, v in enumerate(tree):
-            yield from _flatten(v, path + (i,))
+            _flatten_into(v, path + (i,), out)
     else:
-        yield path, tree
+        out.append((path, tree))
+
+
+#: types that are never containers (checked before the Mapping ABC, which is slow)
+_LEAF_TYPES = frozenset((np.ndarray, float, int, bool, str, type(None), np.float64, np.int64,
+                         np.int32, np.int8, np.bool_))
+
+
+def _container(tree) -> int:
+    """1 for a mapping, 2 for a list or tuple, 0 for a leaf."""
+    t = type(tree)
+    if t in _LEAF_TYPES:
+        return 0
+    if t is dict:
+        return 1
+    if t is list or t is tuple:
+        return 2
+    if isinstance(tree, Mapping):
+        return 1
+    return 2 if isinstance(tree, (list, tuple)) else 0
 
 
 def _rebuild(tree, leaves):
     """``tree`` with its leaves replaced, in _flatten's order."""
-    if isinstance(tree, Mapping):
+    kind = _container(tree)
+    if kind == 1:
         return {k: _rebuild(tree[k], leaves) for k in sorted(tree, key=str)}
-    if isinstance(tree, (list, tuple)):
+    if kind == 2:
         out = [_rebuild(v, leaves) for v in tree]
         return out if isinstance(tree, list) else tuple(out)
     return next(leaves)
@@ -360,6 +388,8 @@ def _leaf_kind(v, n):
     """('array', dtype) for a column of n, ('take', dtypes) for a Gathered one, ('scalar',
     type) for a number, ('static', v) for anything else, ('bad',) for arrays of another
     length (not traceable)."""
+    if type(v) is np.ndarray and v.ndim == 1:  # (the common case first)
+        return ("array", v.dtype.str) if v.shape[0] == n else ("bad",)
     if isinstance(v, Gathered):
         if v.index.shape != (n,) or v.values.ndim != 1:
             return ("bad",)
@@ -566,8 +596,8 @@ class fused:
                  0)
         if n < self.min_rows or not enabled():
             return self.fallback(*_materialized(args))
-        kinds = tuple((p, _leaf_kind(v, n)) for p, v in leaves)
-        if kinds in self._untraceable or any(k[0] == "bad" for _, k in kinds):
+        kinds = tuple([(p, _leaf_kind(v, n)) for p, v in leaves])
+        if kinds in self._untraceable or ("bad",) in [k for _, k in kinds]:
             return self.fallback(*_materialized(args))
         values = [v for _, v in leaves]
         entries = self._cache.setdefault(kinds, [])

@@ -5,20 +5,27 @@ formula, defects included, so that its published results come out exactly; see
 ``reference/nersc2024_model.md``. The defects are named in :class:`NerscDefects` and are on
 only here. Section numbers below refer to that document.
 
-Pure numpy: every function takes a block of candidates and returns arrays.
+Pure numpy: every function takes a block of candidates and returns arrays. ``evaluate``
+runs the per-layer terms (on a block's distinct layers) and the totals each as one compiled
+loop when numba is installed (fuse.py: the same operations in the same order, so the same
+numbers; without numba, or with SWEEP_FUSE=0, the numpy functions themselves).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..hardware import Hardware
 from ..job import Job
 from ..rows import HardwareRows
-from .collectives import Collective, nersc_collective_s
+from .collectives import Collective, comm_context, nersc_collective_s
 from .dedup import unique_rows
+from .fuse import Gathered, Tracer, as_array, fused
+from .fuse import enabled as fuse_enabled
 from .ops import (
     OpCost,
     activation,
@@ -32,7 +39,7 @@ from .ops import (
 )
 
 __all__ = ["NerscDefects", "DEFECTS", "OpTime", "layer_ops", "time_ops", "summarize_layer",
-           "evaluate", "totals", "op_table", "STRATEGIES", "LAYER_KEY"]
+           "evaluate", "totals", "op_table", "STRATEGIES", "LAYER_KEY", "hardware_context"]
 
 STRATEGIES = ("1d", "2d", "2d-seqp")
 
@@ -83,16 +90,29 @@ class OpTime:
     act_bytes: np.ndarray
 
 
-def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
+def hardware_context(hw) -> dict:
+    """The numbers of ``hw`` the model reads (per row for a HardwareRows): 16-bit matrix and
+    vector peaks, HBM bandwidth and the collectives' (collectives.comm_context)."""
+    return {"matrix_peak": hw.matrix_peak("fp16"), "vector_peak": hw.vector_peak("fp16"),
+            "hbm_Bps": hw.hbm_bytes_per_s, **comm_context(hw)}
+
+
+def _context(hw) -> Mapping:
+    return hw if isinstance(hw, Mapping) else hardware_context(hw)
+
+
+def layer_ops(job: Job, hw: Hardware | Mapping, strategy: str, c: np.ndarray,
               defects: NerscDefects = DEFECTS) -> list[OpCost]:
-    """The ops of one transformer layer (MLP block then attention block), sections 3-5."""
-    b = np.asarray(c["mbs"], dtype=np.int64)
+    """The ops of one transformer layer (MLP block then attention block), sections 3-5.
+    ``hw``: a Hardware (or HardwareRows) or its :func:`hardware_context`."""
+    hx = _context(hw)
+    b = as_array(c["mbs"], dtype=np.int64)
     l, e, f, h = job.seq_len, job.hidden, job.ffn_hidden, job.n_heads
     q = e // h
     eb, mb = ELEM_BYTES, MASK_BYTES
-    kappa = hw.matrix_peak("fp16") / hw.vector_peak("fp16")
+    kappa = hx["matrix_peak"] / hx["vector_peak"]
     one = np.ones_like(b)
-    tp, t_tp = np.asarray(c["tp"], np.int64), np.asarray(c["nv_tp"], np.int64)
+    tp, t_tp = as_array(c["tp"], np.int64), as_array(c["nv_tp"], np.int64)
     if strategy == "1d":
         m, t = tp, t_tp  # modules.mlp_1d / sa_1d(flash_attention=True)
         return [
@@ -113,8 +133,8 @@ def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
         ]
     if strategy == "2d":
         m1, t1 = tp, t_tp  # modules.mlp_2d + sa_2d_seqp: SUMMA linears, CP flash attention
-        m2, t2 = np.asarray(c["tp2"], np.int64), np.asarray(c["nv_tp2"], np.int64)
-        nb = np.asarray(c["nb"], np.int64)
+        m2, t2 = as_array(c["tp2"], np.int64), as_array(c["nv_tp2"], np.int64)
+        nb = as_array(c["nb"], np.int64)
         ln_defect = defects.layernorm2d_seq_width
         return [
             linear_summa("fc1", b, l, e, f, m1, m2, t1, t2, nb, eb),
@@ -134,7 +154,7 @@ def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
         ]
     if strategy == "2d-seqp":
         m1, t1 = tp, t_tp  # modules.mlp_seqp / sa_seqp: 1D TP over m1, sequence over m2
-        m2, t2 = np.asarray(c["cp"], np.int64), np.asarray(c["nv_cp"], np.int64)
+        m2, t2 = as_array(c["cp"], np.int64), as_array(c["nv_cp"], np.int64)
         ls = l // m2
         return [
             linear("fc1", b, ls, e, f, one, m1, one, t1, eb),
@@ -155,25 +175,25 @@ def layer_ops(job: Job, hw: Hardware, strategy: str, c: np.ndarray,
     raise ValueError(f"unknown nersc2024 strategy {strategy!r}")
 
 
-def _comm_total(colls: list[Collective], hw: Hardware, scale=1.0) -> dict[str, np.ndarray]:
+def _comm_total(colls: list[Collective], hx: Mapping, scale=1.0) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for coll in colls:
-        t = nersc_collective_s(coll, hw, scale)
+        t = nersc_collective_s(coll, hx, scale)
         out[coll.bucket] = out[coll.bucket] + t if coll.bucket in out else t
     return out
 
 
-def _time_pass(op: OpCost, flops, nbytes, colls, hw: Hardware):
+def _time_pass(op: OpCost, flops, nbytes, colls, hx: Mapping):
     """One pass of one op: (time, compute, exposed memory, {bucket: exposed comm})."""
-    peak = hw.matrix_peak("fp16") if op.tensor_core else hw.vector_peak("fp16")
+    peak = hx["matrix_peak"] if op.tensor_core else hx["vector_peak"]
     t_comp = OP_OVERHEAD_S + flops / (COMPUTE_EFFICIENCY * peak)  # section 1
-    t_mem = nbytes / hw.hbm_bytes_per_s
+    t_mem = nbytes / hx["hbm_Bps"]
     t_compute = np.maximum(t_comp, t_mem)
     if op.summa_panels is None:  # section 1: roofline, then the collectives in series
-        comm = _comm_total(colls, hw)
+        comm = _comm_total(colls, hx)
     else:  # section 4: pipelined SUMMA, only the first panel's collectives are exposed
         nb = op.summa_panels.astype(np.float64)
-        per_panel = _comm_total(colls, hw, nb)
+        per_panel = _comm_total(colls, hx, nb)
         tau = sum(per_panel.values()) if per_panel else 0.0
         exposed = tau + np.maximum(nb * tau - t_compute, 0.0)
         comm = {"tp": exposed}
@@ -181,17 +201,25 @@ def _time_pass(op: OpCost, flops, nbytes, colls, hw: Hardware):
     return t_compute + total_comm, t_comp, np.maximum(t_mem - t_comp, 0.0), comm
 
 
-def time_ops(ops: list[OpCost], hw: Hardware) -> list[OpTime]:
+def _shaped(v, like):
+    """``v`` broadcast to ``like``'s shape (in a trace, as it is: evaluate broadcasts the
+    compiled loop's results)."""
+    if isinstance(v, Tracer) or isinstance(like, Tracer):
+        return v
+    return np.broadcast_to(v, np.shape(like))
+
+
+def time_ops(ops: list[OpCost], hw: Hardware | Mapping) -> list[OpTime]:
     """Time every op forward and backward (sections 1, 2, 4)."""
+    hx = _context(hw)
     out = []
     for op in ops:
-        tf, cf, mf, kf = _time_pass(op, op.flops_fwd, op.bytes_fwd, op.comm_fwd, hw)
-        tb, cb, mbk, kb = _time_pass(op, op.flops_bwd, op.bytes_bwd, op.comm_bwd, hw)
-        comm = {k: kf.get(k, 0.0) + kb.get(k, 0.0) for k in set(kf) | set(kb)}
+        tf, cf, mf, kf = _time_pass(op, op.flops_fwd, op.bytes_fwd, op.comm_fwd, hx)
+        tb, cb, mbk, kb = _time_pass(op, op.flops_bwd, op.bytes_bwd, op.comm_bwd, hx)
+        comm = {k: kf.get(k, 0.0) + kb.get(k, 0.0) for k in sorted(set(kf) | set(kb))}
         out.append(OpTime(op.name, tf, tb, cf + cb, mf + mbk, comm,
-                          op.flops_fwd + op.flops_bwd,
-                          np.broadcast_to(op.weight_bytes, np.shape(tf)),
-                          np.broadcast_to(op.act_bytes, np.shape(tf))))
+                          op.flops_fwd + op.flops_bwd, _shaped(op.weight_bytes, tf),
+                          _shaped(op.act_bytes, tf)))
     return out
 
 
@@ -226,6 +254,8 @@ def summarize_layer(timed: list[OpTime]) -> dict[str, np.ndarray]:
         # section 6: the p2p volume is the activation buffer of ln1 (first op of a layer)
         "p2p_bytes": next(o.act_bytes for o in timed if o.name == "ln1"),
     }
+    if any(isinstance(v, Tracer) for v in layer.values()):
+        return layer  # (a trace: evaluate broadcasts the compiled loop's results)
     return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for k, v in layer.items()}
 
 
@@ -239,9 +269,10 @@ def data_parallel_s(layer_weight_bytes, t_fwd_layer, t_bwd_layer, c, layers_per_
     if strategy == "2d-seqp":
         group = group * c["cp"]
         per_domain = per_domain * c["nv_cp"]
-    ag = nersc_collective_s(Collective("allgather", layer_weight_bytes, group, per_domain), hw)
+    hx = _context(hw)
+    ag = nersc_collective_s(Collective("allgather", layer_weight_bytes, group, per_domain), hx)
     rs = nersc_collective_s(Collective("reducescatter", layer_weight_bytes, group, per_domain),
-                            hw)
+                            hx)
     rest = layers_per_stage - 1
     return ((ag + rest * np.maximum(ag - t_fwd_layer, 0.0))
             + (rs + rest * np.maximum(rs - t_bwd_layer, 0.0)))
@@ -252,28 +283,35 @@ def pipeline_p2p_s(volume_bytes, c, n_microbatches, hw, defects: NerscDefects = 
 
     With nv_pp > 1, (pp - 1) links of which int(pp / nv_pp - 1) leave the domain; the time is
     the link-count-weighted average (slow hops free under ``pp_slow_links_free``)."""
+    hx = _context(hw)
     pp = c["pp"]
     t = c["nv_pp"]
-    two = np.full(np.shape(pp), 2)
-    fast = nersc_collective_s(Collective("p2p", volume_bytes, two, t), hw)
+    two = 2  # a p2p pairs two GPUs
+    fast = nersc_collective_s(Collective("p2p", volume_bytes, two, t), hx)
     links = np.maximum(pp - 1, 1).astype(np.float64)
     slow_links = np.floor(pp / t - 1.0)
     fast_links = links - slow_links
     if defects.pp_slow_links_free:
         slow = 0.0
     else:
-        slow = nersc_collective_s(Collective("p2p", volume_bytes, two, np.ones_like(t)), hw)
+        slow = nersc_collective_s(Collective("p2p", volume_bytes, two, np.ones_like(t)), hx)
     mixed = fast_links / links * fast + slow_links / links * slow
     per_p2p = np.where(t > 1, mixed, fast)
     return np.where(pp == 1, 0.0, 2.0 * n_microbatches * per_p2p)
 
 
-def evaluate(job: Job, hw: Hardware, strategy: str, c,
-             defects: NerscDefects = DEFECTS) -> dict[str, np.ndarray]:
+def evaluate(job: Job, hw: Hardware, strategy: str, c, defects: NerscDefects = DEFECTS,
+             scores_only: bool = False) -> dict[str, np.ndarray]:
     """Iteration time, its breakdown and memory of every candidate (section 7).
+
+    The per-layer terms are found once per distinct layer (LAYER_KEY, and variant) and the
+    totals composed per candidate, each as one compiled loop when fused evaluation is on
+    (the numpy functions otherwise; the same numbers).
 
     Args:
         c: a column block (or record array) of candidates.
+        scores_only: the compiled loop may compute ``step_time_s`` and ``mem_bytes`` alone
+            (what a search ranks by; without numba every column comes back).
 
     Returns:
         a dict of RESULT columns (seconds, bytes, FLOPs).
@@ -286,9 +324,51 @@ def evaluate(job: Job, hw: Hardware, strategy: str, c,
     else:
         uniq, inverse = unique_rows(c, LAYER_KEY)
         hw_layer = hw
-    layer = summarize_layer(time_ops(layer_ops(job, hw_layer, strategy, uniq, defects),
-                                     hw_layer))
-    return totals(job, strategy, c, {k: v[inverse] for k, v in layer.items()}, hw, defects)
+    distinct = len(uniq[LAYER_KEY[0]])
+    hx = hardware_context(hw_layer)
+    layer = _fused_layer({k: getattr(job, k) for k in _LAYER_JOB}, hx, strategy,
+                         defects.layernorm2d_seq_width, {k: uniq[k] for k in LAYER_KEY})
+    layer = {k: v if type(v) is np.ndarray and v.shape == (distinct,) and v.dtype == np.float64
+             else np.broadcast_to(np.asarray(v, dtype=np.float64), (distinct,))
+             for k, v in layer.items()}
+    lazy = fuse_enabled()
+    per_row = {k: Gathered(v, inverse) if lazy else v[inverse] for k, v in layer.items()}
+    return (_fused_scores if scores_only else _fused_totals)(
+        job.n_layers, job.global_batch, strategy, defects.pp_slow_links_free,
+        {k: c[k] for k in _TOTALS_KEY}, per_row, comm_context(hw))
+
+
+#: the Job fields the per-layer terms read, and the candidate columns the totals read
+_LAYER_JOB = ("seq_len", "hidden", "ffn_hidden", "n_heads")
+_TOTALS_KEY = ("pp", "dp", "mbs", "cp", "nv_dp", "nv_cp", "nv_pp")
+
+
+def _layer_terms(numbers: Mapping, hx: Mapping, strategy: str, ln_defect,
+                 keys: Mapping) -> dict[str, np.ndarray]:
+    """Per-layer terms of the distinct layers ``keys`` (elementwise: fuse.py traces it)."""
+    defects = NerscDefects(layernorm2d_seq_width=ln_defect)
+    return summarize_layer(time_ops(layer_ops(SimpleNamespace(**numbers), hx, strategy, keys,
+                                              defects), hx))
+
+
+def _totals(n_layers, global_batch, strategy: str, pp_defect, c: Mapping, layer: Mapping,
+            hx: Mapping) -> dict[str, np.ndarray]:
+    job = SimpleNamespace(n_layers=n_layers, global_batch=global_batch)
+    return totals(job, strategy, c, layer, hx, NerscDefects(pp_slow_links_free=pp_defect))
+
+
+def _scores(n_layers, global_batch, strategy: str, pp_defect, c: Mapping, layer: Mapping,
+            hx: Mapping) -> dict[str, np.ndarray]:
+    out = _totals(n_layers, global_batch, strategy, pp_defect, c, layer, hx)
+    return {"step_time_s": out["step_time_s"], "mem_bytes": out["mem_bytes"]}
+
+
+# compiled whatever the number of rows: the per-layer terms of a block's few distinct
+# layers, and the totals of the few rows a search keeps (one call each instead of hundreds
+# of numpy calls on short arrays)
+_fused_layer = fused(_layer_terms, min_rows=1)
+_fused_totals = fused(_totals, min_rows=1)
+_fused_scores = fused(_scores, min_rows=1, fallback=_totals)
 
 
 def totals(job: Job, strategy: str, c, layer: dict[str, np.ndarray], hw: Hardware,

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .collectives import Collective
+from .fuse import as_array
 
 __all__ = ["OpCost", "linear", "linear_summa", "bias", "activation", "dropout", "layernorm",
            "layernorm_2d", "fused_attention"]
 
-F = np.float64
+def F(v):
+    """``v`` as float64 (np.float64(v), but a fuse.py tracer passes)."""
+    return as_array(v, dtype=np.float64)
 
 
 @dataclass
