@@ -7,7 +7,8 @@ times *inner axes* (options such as the NVLink placement tuples, valid per base 
 ``block(start, stop)`` materialises rows ``[start, stop)`` only. Every candidate has a stable
 ``index`` in its space, which partitions work across ranks and breaks ties in the top-N.
 
-Pure numpy: no I/O, no MPI.
+Pure numpy: no I/O, no MPI. With fused evaluation on (numba; sweep.model.cost.fuse), a
+large block's columns are written by one compiled loop instead (the same integers, tested).
 """
 
 from __future__ import annotations
@@ -121,24 +122,31 @@ class CandidateSpace:
             return {n: np.zeros(0, np.int64) for n in CANDIDATE_DTYPE.names}
         g = np.arange(start, stop, dtype=np.int64)
         r0 = int(np.searchsorted(self.offsets, start, side="right")) - 1
-        r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
-        first = self.offsets[r0:r1 + 1].copy()
-        last = self.offsets[r0 + 1:r1 + 2].copy()
-        first[0], last[-1] = start, stop
-        row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), last - first)
-        local = g - self.offsets[row]
         n = len(g)
-        out = {name: (np.full(n, self._constant[name], np.int64) if name in self._constant
-                      else col[row]) for name, col in self._base_cols.items()}
-        # innermost axis varies fastest
-        for counts, order, width, options in zip(self._counts[::-1], self._orders[::-1],
-                                                 self._widths[::-1], self._options[::-1]):
-            c = counts[row]
-            j = local % c
-            local //= c
-            opt = order[row * width + j]
-            for name, values in options.items():
-                out[name] = values[opt]
+        kernel = _columns_kernel() if n >= COMPILED_COLUMNS_MIN_ROWS else None
+        if kernel is not None:  # the same rows, written by one compiled loop
+            mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
+            kernel(start, r0, self.offsets, *self._packed(), mat)
+            out = dict(zip(CANDIDATE_DTYPE.names, mat))
+        else:
+            r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
+            first = self.offsets[r0:r1 + 1].copy()
+            last = self.offsets[r0 + 1:r1 + 2].copy()
+            first[0], last[-1] = start, stop
+            row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), last - first)
+            local = g - self.offsets[row]
+            out = {name: (np.full(n, self._constant[name], np.int64)
+                          if name in self._constant else col[row])
+                   for name, col in self._base_cols.items()}
+            # innermost axis varies fastest
+            for counts, order, width, options in zip(self._counts[::-1], self._orders[::-1],
+                                                     self._widths[::-1], self._options[::-1]):
+                c = counts[row]
+                j = local % c
+                local //= c
+                opt = order[row * width + j]
+                for name, values in options.items():
+                    out[name] = values[opt]
         for nv, degree in _NV_DEGREE.items():
             col = out[nv]
             zero = col == 0
@@ -149,9 +157,92 @@ class CandidateSpace:
         out["index"] = g
         return out
 
+    def _packed(self) -> tuple:
+        """The base rows and inner axes as the flat arrays _columns_loop reads (innermost
+        axis first), built once."""
+        if getattr(self, "_packed_arrays", None) is None:
+            names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
+            base = np.stack([self._base_cols[name] for name in CANDIDATE_DTYPE.names])
+            rows = len(self.base)
+            inner = list(zip(self._counts, self._orders, self._widths, self._options))[::-1]
+            counts = np.array([c for c, _, _, _ in inner], np.int64).reshape(len(inner), rows)
+            order = np.concatenate([o for _, o, _, _ in inner] + [np.zeros(0, np.int64)])
+            order_off = np.cumsum([0] + [len(o) for _, o, _, _ in inner])[:-1]
+            width = np.array([w for _, _, w, _ in inner], np.int64)
+            fields = [names[f] for _, _, _, opts in inner for f in opts]
+            fields_off = np.cumsum([0] + [len(opts) for _, _, _, opts in inner])
+            n_opt = np.array([len(next(iter(opts.values()))) if opts else 0
+                              for _, _, _, opts in inner], np.int64)
+            values = [v for _, _, _, opts in inner for v in opts.values()]
+            values_off = np.cumsum([0] + [sum(len(v) for v in opts.values())
+                                          for _, _, _, opts in inner])[:-1]
+            self._packed_arrays = (
+                base, counts, order.astype(np.int64), np.asarray(order_off, np.int64), width,
+                np.array(fields, np.int64), np.asarray(fields_off, np.int64),
+                np.concatenate(values + [np.zeros(0, np.int64)]).astype(np.int64),
+                np.asarray(values_off, np.int64), n_opt)
+        return self._packed_arrays
+
     def block(self, start: int, stop: int) -> np.ndarray:
         """Candidates ``[start, stop)`` as ``(stop - start,) CANDIDATE_DTYPE``."""
         return to_records(self.columns(start, stop))
+
+
+#: blocks from this many rows are written by the compiled loop when fused evaluation is on
+COMPILED_COLUMNS_MIN_ROWS = 1024
+
+
+def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fields,
+                  fields_off, values, values_off, n_opt, out):  # pragma: no cover (compiled)
+    """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``):
+    first each row's base row and, per inner axis (innermost first), the option its
+    position under the base row selects; then each column written in one pass."""
+    n = out.shape[1]
+    n_axes = counts.shape[0]
+    row = np.empty(n, np.int64)
+    opt = np.empty((n_axes, n), np.int64)
+    for i in range(n):
+        g = start + i
+        while offsets[r + 1] <= g:
+            r += 1
+        row[i] = r
+        local = g - offsets[r]
+        for a in range(n_axes):
+            c = counts[a, r]
+            opt[a, i] = order[order_off[a] + r * width[a] + local % c]
+            local //= c
+    written = np.zeros(base.shape[0], np.bool_)
+    for a in range(n_axes - 1, -1, -1):  # (an outer axis's column gives way to an inner's)
+        k = n_opt[a]
+        for q in range(fields_off[a], fields_off[a + 1]):
+            f = fields[q]
+            if written[f]:
+                continue
+            written[f] = True
+            at = values_off[a] + (q - fields_off[a]) * k
+            for i in range(n):
+                out[f, i] = values[at + opt[a, i]]
+    for f in range(base.shape[0]):
+        if not written[f]:
+            for i in range(n):
+                out[f, i] = base[f, row[i]]
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _columns_kernel():
+    """_columns_loop compiled (numba, cached on disk), or None when fused evaluation is off
+    (sweep.model.cost.fuse: numba missing or SWEEP_FUSE=0)."""
+    from .cost import fuse
+
+    if not fuse.enabled():
+        return None
+    if "columns" not in _COMPILED:
+        from numba import njit
+
+        _COMPILED["columns"] = njit(cache=True, nogil=True)(_columns_loop)
+    return _COMPILED["columns"]
 
 
 def expert_ranks_per_domain(cols: dict[str, np.ndarray]) -> np.ndarray:

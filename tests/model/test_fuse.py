@@ -248,6 +248,24 @@ def test_nersc2024_search_on_scores_alone_keeps_the_rows_full_evaluation_ranks_f
 
 
 @needs_numba
+@pytest.mark.parametrize("space", [("nersc2024", "gpt3_1T", 4096, "2d", 8),
+                                   ("nersc2024", "gpt3_1T", 4096, "2d-seqp", 64),
+                                   ("calibrated", "llama3_8b", 64, "1d", 8),
+                                   ("calibrated", "qwen3_30b_a3b", 32, "1d", 8)])
+def test_compiled_columns_equal_numpy_columns(monkeypatch, space):
+    """CandidateSpace.columns written by its compiled loop: the same rows, whole blocks and
+    blocks that start and end inside a base row's options."""
+    profile, job, n, strategy, nvs = space
+    sp = enumerate_space(profile, load_job(job), n, strategy, nvs)
+    for start, stop in ((0, min(sp.size, 65536)), (sp.size // 2 - 999, sp.size // 2 + 4321),
+                        (max(sp.size - 5000, 0), sp.size)):
+        ref, got = _both(monkeypatch, lambda: sp.columns(start, stop))
+        assert list(ref) == list(got)
+        for k in ref:
+            _same(ref[k], got[k])
+
+
+@needs_numba
 def test_search_on_scores_alone_equals_search_with_every_column(monkeypatch):
     """Ranked on step time and feasibility alone, then the kept rows evaluated in full: the
     same top rows, bit for bit, as evaluating every column of every candidate."""
