@@ -339,7 +339,9 @@ def _fit_moe(gen: str, timed: Sequence[Case], dense: Mapping[str, float], ranges
     axes = [np.geomspace(max(low, 1e-3), high, MOE_GRID_POINTS + 2)[1:-1]
             for low, high in (physical.get(n, lim) for n, lim in zip(names, limits))]
     grid = np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(names), -1).T
-    start = grid[int(np.argmin([objective_moe(g) for g in grid]))]
+    values = np.array([objective_moe(g) for g in grid])
+    # (a point whose objective is not a number cannot be the best; if none is, the centre)
+    start = grid[int(np.nanargmin(values))] if np.isfinite(values).any() else x0
     other, other_value = _minimize(objective_moe, start, limits, tol)
     if other_value < value:
         theta, value = other, other_value
