@@ -36,26 +36,44 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
     spans = [int(a.max()) - lo + 1 for a, lo in zip(arrays, lows)]
     bits = sum(max(s - 1, 1).bit_length() for s in spans)
     if bits <= 62:
+        # the first key most significant; a table over the packed range instead of a sort
+        # gives the same sorted distinct values, inverse and first occurrences as np.unique
+        # in O(n + range). When the range outgrows the table, the keys packed so far are
+        # replaced by their rank among their distinct values (order kept), so the table
+        # stays small however many keys there are (an MoE block's 17)
+        limit = max(4 * n, 1 << 16)
         packed = np.zeros(n, dtype=np.int64)
+        size = 1
         for a, lo, span in zip(arrays, lows, spans):
+            if size > 1 and size * span > limit:
+                values = _distinct_sorted(packed, size)
+                packed, size = _rank(packed, values, size), len(values)
             packed *= span
             packed += a - lo
-        size = math.prod(spans)
-        if size <= max(4 * n, 1 << 16):
-            # a table over the packed range instead of a sort: the same sorted distinct
-            # values, inverse and first occurrences as np.unique, in O(n + range)
-            seen = np.zeros(size, dtype=bool)
-            seen[packed] = True
-            values = np.flatnonzero(seen)
-            lookup = np.empty(size, dtype=np.int64)
-            lookup[values] = np.arange(len(values))
-            inverse = lookup[packed]
+            size *= span
+        if size <= limit:
+            values = _distinct_sorted(packed, size)
+            inverse = _rank(packed, values, size)
             first = np.full(len(values), n, dtype=np.int64)
             np.minimum.at(first, inverse, np.arange(n, dtype=np.int64))
-        else:
+        else:  # (one key alone spans more than the table)
             _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
     else:
         stacked = np.stack(arrays, axis=1)
         _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     uniq = {k: a[first] for k, a in zip(keys, arrays)}
     return (uniq, inverse.ravel(), first) if return_first else (uniq, inverse.ravel())
+
+
+def _distinct_sorted(packed: np.ndarray, size: int) -> np.ndarray:
+    """The distinct values of ``packed`` (each in [0, size)), ascending."""
+    seen = np.zeros(size, dtype=bool)
+    seen[packed] = True
+    return np.flatnonzero(seen)
+
+
+def _rank(packed: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Each of ``packed``'s position among ``values`` (its distinct values, ascending)."""
+    lookup = np.empty(size, dtype=np.int64)
+    lookup[values] = np.arange(len(values))
+    return lookup[packed]

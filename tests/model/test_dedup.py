@@ -1,0 +1,52 @@
+"""unique_rows (sweep.model.cost.dedup): the distinct rows of some key columns, their inverse
+map and first occurrences, exactly as np.unique over the stacked keys gives them - whether
+the packed keys fit one table, need the prefix re-ranked as they outgrow it (an MoE block's
+17 keys), or one key alone spans more than a table (the sort)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sweep.model.cost.dedup import unique_rows
+
+
+def _reference(cols, keys):
+    stacked = np.stack([np.asarray(cols[k], np.int64) for k in keys], axis=1)
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _check(cols, keys):
+    uniq, inverse, first = unique_rows(cols, keys, return_first=True)
+    want_first, want_inverse = _reference(cols, keys)
+    np.testing.assert_array_equal(first, want_first)
+    np.testing.assert_array_equal(inverse, want_inverse)
+    for k in keys:
+        np.testing.assert_array_equal(uniq[k], np.asarray(cols[k], np.int64)[want_first])
+        np.testing.assert_array_equal(uniq[k][inverse], cols[k])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_many_wide_keys_equal_np_unique(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 20000))
+    # spans from 1 to 4096 and negative values: the packed range is far beyond one table
+    cols = {f"k{i}": rng.integers(-int(rng.integers(0, 50)), int(rng.integers(1, 4096)), n)
+            for i in range(int(rng.integers(1, 18)))}
+    _check(cols, tuple(cols))
+
+
+def test_few_distinct_values_in_wide_ranges_equal_np_unique():
+    rng = np.random.default_rng(0)
+    n = 65536
+    cols = {f"k{i}": rng.choice([1, 2, 8, 64, 512, 1000], n) for i in range(17)}
+    _check(cols, tuple(cols))
+
+
+def test_one_key_wider_than_a_table_and_the_empty_block():
+    rng = np.random.default_rng(3)
+    cols = {"big": rng.integers(0, 1 << 40, 5000), "small": rng.integers(0, 3, 5000)}
+    _check(cols, ("small", "big"))
+    uniq, inverse = unique_rows({"a": np.zeros(0, np.int64)}, ("a",))
+    assert len(uniq["a"]) == 0 and len(inverse) == 0
