@@ -85,10 +85,12 @@ def test_sigterm_to_one_rank_other_than_0_stops_the_whole_job(tmp_path, long_ref
     assert a[2]["candidates_evaluated"] == 8552160
 
 
+@pytest.mark.slow
 def test_a_stop_saves_finished_blocks_of_long_units(tmp_path):
     """Work units of several seconds: a stop is honoured within a block (Open MPI's mpirun
     kills the ranks about 1 s after forwarding SIGTERM); the searched part of each unit is
-    saved and the resumed run equals an uninterrupted one."""
+    saved and the resumed run equals an uninterrupted one. (Three runs of the quickstart at
+    two GPU counts, 45 s on a 2-core VM: with -m slow, and in CI's Open MPI step.)"""
     spec = tmp_path / "big-units.yaml"
     spec.write_text(QUICKSTART.read_text().replace("gpus: [256]", "gpus: [256, 512]")
                     + "unit_size: 10000000\n")
