@@ -126,7 +126,11 @@ class CandidateSpace:
         kernel = _columns_kernel() if n >= COMPILED_COLUMNS_MIN_ROWS else None
         if kernel is not None:  # the same rows, written by one compiled loop
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
-            kernel(start, r0, self.offsets, *self._packed(), mat)
+            try:
+                kernel(start, r0, self.offsets, *self._packed(), mat)
+            except Exception:  # (numba could not compile or load it: numpy from now on)
+                _COMPILED["columns"] = None
+                return self.columns(start, stop)
             out = dict(zip(CANDIDATE_DTYPE.names, mat))
         else:
             r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
@@ -212,7 +216,9 @@ def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fiel
             opt[a, i] = order[order_off[a] + r * width[a] + local % c]
             local //= c
     written = np.zeros(base.shape[0], np.bool_)
-    for a in range(n_axes - 1, -1, -1):  # (an outer axis's column gives way to an inner's)
+    # (where two axes write one column, the outermost axis's option stands, as the numpy
+    # loop's last write does)
+    for a in range(n_axes - 1, -1, -1):
         k = n_opt[a]
         for q in range(fields_off[a], fields_off[a + 1]):
             f = fields[q]
@@ -232,16 +238,25 @@ _COMPILED: dict[str, object] = {}
 
 
 def _columns_kernel():
-    """_columns_loop compiled (numba, cached on disk), or None when fused evaluation is off
-    (sweep.model.cost.fuse: numba missing or SWEEP_FUSE=0)."""
+    """_columns_loop compiled, or None: when fused evaluation is off (numba missing or
+    SWEEP_FUSE=0) or its compiled loop cannot be had (e.g. no writable cache directory).
+    Compiled as fuse.py compiles its loops: from a module file in its cache directory
+    (SWEEP_CACHE_DIR), with numba's on-disk cache beside it."""
     from .cost import fuse
 
     if not fuse.enabled():
         return None
     if "columns" not in _COMPILED:
-        from numba import njit
+        import inspect
 
-        _COMPILED["columns"] = njit(cache=True, nogil=True)(_columns_loop)
+        source = ("import numpy as np\nfrom numba import njit\n\n\n"
+                  "@njit(cache=True, nogil=True)\n"
+                  + inspect.getsource(_columns_loop).replace("def _columns_loop(",
+                                                             "def kernel(", 1))
+        try:
+            _COMPILED["columns"] = fuse.load_kernel(source)
+        except fuse.TraceError:  # (numpy it is)
+            _COMPILED["columns"] = None
     return _COMPILED["columns"]
 
 

@@ -46,7 +46,13 @@ def test_few_distinct_values_in_wide_ranges_equal_np_unique():
 
 def test_one_key_wider_than_a_table_and_the_empty_block():
     rng = np.random.default_rng(3)
-    cols = {"big": rng.integers(0, 1 << 40, 5000), "small": rng.integers(0, 3, 5000)}
+    cols = {"big": rng.integers(0, 1 << 40, 5000), "small": rng.integers(0, 3, 5000),
+            "mid": rng.integers(0, 1000, 5000)}
     _check(cols, ("small", "big"))
+    # a wide key first or between others: ranked by a sort, not a table over its range
+    # (which would need terabytes)
+    _check(cols, ("big", "small"))
+    _check(cols, ("small", "big", "mid"))
+    _check(cols, ("mid", "small", "big", "mid"))
     uniq, inverse = unique_rows({"a": np.zeros(0, np.int64)}, ("a",))
     assert len(uniq["a"]) == 0 and len(inverse) == 0

@@ -210,8 +210,11 @@ def test_calibrated_fused_equals_numpy_on_a_batch_of_variants(monkeypatch):
 @pytest.mark.parametrize("strategy", ["1d", "2d", "2d-seqp"])
 def test_nersc2024_fused_equals_numpy(monkeypatch, strategy):
     """The published model's per-layer terms (on a block's distinct layers) and totals as
-    compiled loops: every column bit for bit numpy's, for one GPU type and for a block of
-    hardware variants (HBM bandwidth and NVLink efficiency per row)."""
+    compiled loops (they did run: traced, none left to numpy): every column bit for bit
+    numpy's, for one GPU type and for a block of hardware variants (HBM bandwidth and
+    NVLink efficiency per row), in full and on scores alone."""
+    from sweep.model.cost import nersc2024
+
     job = load_job("gpt3_1T")
     hw = dataclasses.replace(load_hardware("nersc-B200"), nvlink_domain=8)
     space = enumerate_space("nersc2024", job, 1024, strategy, 8)
@@ -220,12 +223,21 @@ def test_nersc2024_fused_equals_numpy(monkeypatch, strategy):
                                                            1024, cand))
     for k in ref:
         _same(ref[k], got[k])
+    for loop in (nersc2024._fused_layer, nersc2024._fused_totals):
+        assert loop._cache and not loop._untraceable
     hws = [dataclasses.replace(hw, hbm_bytes_per_s=bw, nvlink_efficiency=eff)
            for bw in (4e12, 8e12) for eff in (0.6, 0.9)]
-    ref, got = _both(monkeypatch, lambda: search_cases("nersc2024", job, hws, strategy, 1024,
-                                                       space, 10))
-    for a, b in zip(ref, got):
-        _same(a.top, b.top)
+    rows = HardwareRows(hws, np.repeat(np.arange(4), space.size))
+    block = {k: np.tile(v, 4) for k, v in cand.items()}
+    for scores_only in (False, True):
+        ref, got = _both(monkeypatch, lambda: evaluate_columns(
+            "nersc2024", job, rows, strategy, 1024, block, scores_only=scores_only))
+        # (numpy computes every column anyway; fused scores of a large block are step time
+        # and feasibility alone, the rest left to the rows a search keeps)
+        assert got["complete"] == (not scores_only or len(block["index"]) < 16384)
+        for k in got:
+            if k != "complete":
+                _same(ref[k], got[k])
 
 
 @needs_numba

@@ -38,9 +38,9 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
     if bits <= 62:
         # the first key most significant; a table over the packed range instead of a sort
         # gives the same sorted distinct values, inverse and first occurrences as np.unique
-        # in O(n + range). When the range outgrows the table, the keys packed so far are
-        # replaced by their rank among their distinct values (order kept), so the table
-        # stays small however many keys there are (an MoE block's 17)
+        # in O(n + range). The range is kept within the table's limit: before a key would
+        # take it past, the keys packed so far are replaced by their rank among their
+        # distinct values (order kept); a key too wide even then is ranked by a sort
         limit = max(4 * n, 1 << 16)
         packed = np.zeros(n, dtype=np.int64)
         size = 1
@@ -51,13 +51,13 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
             packed *= span
             packed += a - lo
             size *= span
-        if size <= limit:
-            values = _distinct_sorted(packed, size)
-            inverse = _rank(packed, values, size)
-            first = np.full(len(values), n, dtype=np.int64)
-            np.minimum.at(first, inverse, np.arange(n, dtype=np.int64))
-        else:  # (one key alone spans more than the table)
-            _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            if size > limit:
+                values, packed = np.unique(packed, return_inverse=True)
+                packed, size = packed.ravel().astype(np.int64), len(values)
+        values = _distinct_sorted(packed, size)
+        inverse = _rank(packed, values, size)
+        first = np.full(len(values), n, dtype=np.int64)
+        np.minimum.at(first, inverse, np.arange(n, dtype=np.int64))
     else:
         stacked = np.stack(arrays, axis=1)
         _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)

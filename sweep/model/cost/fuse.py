@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["fused", "Tracer", "TraceError", "Gathered", "available", "enabled", "as_array",
-           "cache_dir"]
+           "cache_dir", "load_kernel"]
 
 
 class TraceError(Exception):
@@ -530,6 +530,14 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int]) -> st
     loop = [f"        {o}[i] = {names[j]}" for o, j in zip(outs, outputs) if nodes[j][3]]
     lines += loop if body or loop else ["        pass"]
     return "\n".join(lines) + "\n"
+
+
+def load_kernel(source: str):
+    """The function ``kernel`` of ``source`` (a module that compiles it with numba),
+    loaded through a module file in the cache directory, so that numba's on-disk cache
+    finds it again in the next process. Raises TraceError if the directory is not
+    writable."""
+    return _load(source)
 
 
 def _load(source: str):

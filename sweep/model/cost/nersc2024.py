@@ -14,7 +14,7 @@ numbers; without numba, or with SWEEP_FUSE=0, the numpy functions themselves).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -326,16 +326,17 @@ def evaluate(job: Job, hw: Hardware, strategy: str, c, defects: NerscDefects = D
         hw_layer = hw
     distinct = len(uniq[LAYER_KEY[0]])
     hx = hardware_context(hw_layer)
-    layer = _fused_layer({k: getattr(job, k) for k in _LAYER_JOB}, hx, strategy,
-                         defects.layernorm2d_seq_width, {k: uniq[k] for k in LAYER_KEY})
+    flags = astuple(defects)  # (every flag, as numbers the trace can read)
+    layer = _fused_layer({k: getattr(job, k) for k in _LAYER_JOB}, hx, strategy, flags,
+                         {k: uniq[k] for k in LAYER_KEY})
     layer = {k: v if type(v) is np.ndarray and v.shape == (distinct,) and v.dtype == np.float64
              else np.broadcast_to(np.asarray(v, dtype=np.float64), (distinct,))
              for k, v in layer.items()}
     lazy = fuse_enabled()
     per_row = {k: Gathered(v, inverse) if lazy else v[inverse] for k, v in layer.items()}
     return (_fused_scores if scores_only else _fused_totals)(
-        job.n_layers, job.global_batch, strategy, defects.pp_slow_links_free,
-        {k: c[k] for k in _TOTALS_KEY}, per_row, comm_context(hw))
+        job.n_layers, job.global_batch, strategy, flags, {k: c[k] for k in _TOTALS_KEY},
+        per_row, comm_context(hw))
 
 
 #: the Job fields the per-layer terms read, and the candidate columns the totals read
@@ -343,23 +344,23 @@ _LAYER_JOB = ("seq_len", "hidden", "ffn_hidden", "n_heads")
 _TOTALS_KEY = ("pp", "dp", "mbs", "cp", "nv_dp", "nv_cp", "nv_pp")
 
 
-def _layer_terms(numbers: Mapping, hx: Mapping, strategy: str, ln_defect,
+def _layer_terms(numbers: Mapping, hx: Mapping, strategy: str, flags: tuple,
                  keys: Mapping) -> dict[str, np.ndarray]:
     """Per-layer terms of the distinct layers ``keys`` (elementwise: fuse.py traces it)."""
-    defects = NerscDefects(layernorm2d_seq_width=ln_defect)
+    defects = NerscDefects(*flags)
     return summarize_layer(time_ops(layer_ops(SimpleNamespace(**numbers), hx, strategy, keys,
                                               defects), hx))
 
 
-def _totals(n_layers, global_batch, strategy: str, pp_defect, c: Mapping, layer: Mapping,
+def _totals(n_layers, global_batch, strategy: str, flags: tuple, c: Mapping, layer: Mapping,
             hx: Mapping) -> dict[str, np.ndarray]:
     job = SimpleNamespace(n_layers=n_layers, global_batch=global_batch)
-    return totals(job, strategy, c, layer, hx, NerscDefects(pp_slow_links_free=pp_defect))
+    return totals(job, strategy, c, layer, hx, NerscDefects(*flags))
 
 
-def _scores(n_layers, global_batch, strategy: str, pp_defect, c: Mapping, layer: Mapping,
+def _scores(n_layers, global_batch, strategy: str, flags: tuple, c: Mapping, layer: Mapping,
             hx: Mapping) -> dict[str, np.ndarray]:
-    out = _totals(n_layers, global_batch, strategy, pp_defect, c, layer, hx)
+    out = _totals(n_layers, global_batch, strategy, flags, c, layer, hx)
     return {"step_time_s": out["step_time_s"], "mem_bytes": out["mem_bytes"]}
 
 
