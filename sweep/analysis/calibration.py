@@ -343,7 +343,7 @@ def _fit_moe(gen: str, timed: Sequence[Case], dense: Mapping[str, float], ranges
     # (a point whose objective is not a number cannot be the best; if none is, the centre)
     start = grid[int(np.nanargmin(values))] if np.isfinite(values).any() else x0
     other, other_value = _minimize(objective_moe, start, limits, tol)
-    if other_value < value:
+    if other_value < value or (np.isnan(value) and not np.isnan(other_value)):
         theta, value = other, other_value
     theta = _onto_bounds(objective_moe, theta,
                          [physical.get(n, (-np.inf, np.inf)) for n in names])
