@@ -3,8 +3,9 @@
 Each workload is one whole case, searched exactly as a rank searches it (enumeration, cost
 evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
 search is single-threaded), best of ``repeat`` measurements (a workload shorter than 0.2 s
-repeated within each, as timeit does), so a loaded machine reads slower, not faster. The standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an
-NVLink domain of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
+repeated within each, as timeit does), so a loaded machine reads slower, not faster. The
+standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an NVLink domain
+of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
 the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
 included), and the many-case workload, 400 hardware variants of one small space (what a
 hardware grid costs per case; searched together in blocks, as a run does), are timed and

@@ -106,6 +106,7 @@ class CandidateSpace:
         self._expert_parallel = self._constant.get("ep", 0) != 1 or any(
             "ep" in opts for opts in self._options)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._packed_arrays: tuple | None = None  # (what the compiled columns loop reads)
 
     @property
     def size(self) -> int:
@@ -128,7 +129,7 @@ class CandidateSpace:
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
             try:
                 kernel(start, r0, self.offsets, *self._packed(), mat)
-            except Exception:  # (numba could not compile or load it: numpy from now on)
+            except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
                 _COMPILED["columns"] = None
                 return self.columns(start, stop)
             out = dict(zip(CANDIDATE_DTYPE.names, mat))
@@ -164,7 +165,7 @@ class CandidateSpace:
     def _packed(self) -> tuple:
         """The base rows and inner axes as the flat arrays _columns_loop reads (innermost
         axis first), built once."""
-        if getattr(self, "_packed_arrays", None) is None:
+        if self._packed_arrays is None:
             names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
             base = np.stack([self._base_cols[name] for name in CANDIDATE_DTYPE.names])
             rows = len(self.base)
@@ -181,7 +182,7 @@ class CandidateSpace:
             values_off = np.cumsum([0] + [sum(len(v) for v in opts.values())
                                           for _, _, _, opts in inner])[:-1]
             self._packed_arrays = (
-                base, counts, order.astype(np.int64), np.asarray(order_off, np.int64), width,
+                base, counts, order, np.asarray(order_off, np.int64), width,
                 np.array(fields, np.int64), np.asarray(fields_off, np.int64),
                 np.concatenate(values + [np.zeros(0, np.int64)]).astype(np.int64),
                 np.asarray(values_off, np.int64), n_opt)

@@ -230,8 +230,8 @@ def test_nersc2024_fused_equals_numpy(monkeypatch, strategy):
     rows = HardwareRows(hws, np.repeat(np.arange(4), space.size))
     block = {k: np.tile(v, 4) for k, v in cand.items()}
     for scores_only in (False, True):
-        ref, got = _both(monkeypatch, lambda: evaluate_columns(
-            "nersc2024", job, rows, strategy, 1024, block, scores_only=scores_only))
+        ref, got = _both(monkeypatch, lambda s=scores_only: evaluate_columns(
+            "nersc2024", job, rows, strategy, 1024, block, scores_only=s))
         # (numpy computes every column anyway; fused scores of a large block are step time
         # and feasibility alone, the rest left to the rows a search keeps)
         assert got["complete"] == (not scores_only or len(block["index"]) < 16384)
@@ -271,7 +271,7 @@ def test_compiled_columns_equal_numpy_columns(monkeypatch, space):
     sp = enumerate_space(profile, load_job(job), n, strategy, nvs)
     for start, stop in ((0, min(sp.size, 65536)), (sp.size // 2 - 999, sp.size // 2 + 4321),
                         (max(sp.size - 5000, 0), sp.size)):
-        ref, got = _both(monkeypatch, lambda: sp.columns(start, stop))
+        ref, got = _both(monkeypatch, lambda a=start, b=stop: sp.columns(a, b))
         assert list(ref) == list(got)
         for k in ref:
             _same(ref[k], got[k])

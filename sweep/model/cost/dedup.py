@@ -8,7 +8,6 @@ results back. Pure numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np

@@ -23,6 +23,7 @@ from .fuse import as_array
 __all__ = ["OpCost", "linear", "linear_summa", "bias", "activation", "dropout", "layernorm",
            "layernorm_2d", "fused_attention"]
 
+
 def F(v):
     """``v`` as float64 (np.float64(v), but a fuse.py tracer passes)."""
     return as_array(v, dtype=np.float64)
