@@ -1,14 +1,31 @@
 """unique_rows (sweep.model.cost.dedup): the distinct rows of some key columns, their inverse
 map and first occurrences, exactly as np.unique over the stacked keys gives them - whether
 the packed keys fit one table, need the prefix re-ranked as they outgrow it (an MoE block's
-17 keys), or one key alone spans more than a table (the sort)."""
+17 keys), or one key alone spans more than a table (the sort); with numpy and with the
+compiled loop (blocks from COMPILED_MIN_ROWS rows when fused evaluation is on)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from sweep.model.cost import dedup, fuse
 from sweep.model.cost.dedup import unique_rows
+
+
+@pytest.fixture(autouse=True, params=["numpy", "compiled"])
+def _path(request, monkeypatch):
+    """Every test twice: numpy, then the compiled loop from 2 rows (needs numba)."""
+    if request.param == "compiled":
+        if not fuse.available():
+            pytest.skip("numba is not installed")
+        monkeypatch.setenv("SWEEP_FUSE", "1")
+        monkeypatch.setattr(dedup, "COMPILED_MIN_ROWS", 2)
+    else:
+        monkeypatch.setenv("SWEEP_FUSE", "0")
+    yield request.param
+    if request.param == "compiled":  # (it ran compiled, not numpy after a failure)
+        assert dedup._COMPILED.get("unique") is not None
 
 
 def _reference(cols, keys):
@@ -54,5 +71,12 @@ def test_one_key_wider_than_a_table_and_the_empty_block():
     _check(cols, ("big", "small"))
     _check(cols, ("small", "big", "mid"))
     _check(cols, ("mid", "small", "big", "mid"))
+    # a ranked prefix times a key of more distinct values than a table holds: a second sort
+    cols = {"a": rng.integers(0, 5000, 5000), "b": rng.integers(0, 1 << 40, 5000),
+            "c": rng.integers(0, 1 << 40, 5000)}
+    _check(cols, ("a", "b", "c"))
+    # int64's extremes in one key (its span does not fit int64)
+    ext = np.array([np.iinfo(np.int64).min, 0, np.iinfo(np.int64).max])
+    _check({"e": rng.choice(ext, 3000), "s": rng.integers(0, 2, 3000)}, ("s", "e"))
     uniq, inverse = unique_rows({"a": np.zeros(0, np.int64)}, ("a",))
     assert len(uniq["a"]) == 0 and len(inverse) == 0

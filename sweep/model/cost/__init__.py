@@ -114,7 +114,7 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     for name, _, _, _ in METRIC_FIELDS:
         if name not in cols:
             cols[name] = np.zeros(n, dtype=RESULT_DTYPE[name])
-        else:
+        elif np.shape(cols[name]) != (n,):
             cols[name] = np.broadcast_to(cols[name], (n,))
     step = cols["step_time_s"]
     cols["samples_per_s"] = job.global_batch / step

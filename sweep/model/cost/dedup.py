@@ -3,7 +3,8 @@
 The per-layer model of a candidate depends only on a few columns (micro-batch, tensor
 degrees, their NVLink placement); a block of 60 000 candidates typically has a few hundred
 distinct layer keys. ``unique_rows`` finds them and the inverse map that gathers the
-results back. Pure numpy.
+results back. Pure numpy, or from COMPILED_MIN_ROWS rows one compiled loop (numba, when fused
+evaluation is on: sweep.model.cost.fuse) giving the same arrays.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
         empty = np.zeros(0, np.int64)
         out = {k: empty for k in keys}
         return (out, empty, empty) if return_first else (out, empty)
+    kernel = _unique_kernel() if n >= COMPILED_MIN_ROWS else None
+    if kernel is not None:
+        inverse = np.empty(n, np.int64)
+        first = np.empty(n, np.int64)
+        try:
+            u = kernel(tuple(np.ascontiguousarray(a) for a in arrays), max(4 * n, 1 << 16),
+                       inverse, first)
+        except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
+            _COMPILED["unique"] = None
+        else:
+            first = first[:u]
+            uniq = {k: a[first] for k, a in zip(keys, arrays)}
+            return (uniq, inverse, first) if return_first else (uniq, inverse)
     # mixed-radix packing into one int64 when the value ranges allow it (they almost always do)
     lows = [int(a.min()) for a in arrays]
     spans = [int(a.max()) - lo + 1 for a, lo in zip(arrays, lows)]
@@ -76,3 +90,104 @@ def _rank(packed: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     lookup = np.empty(size, dtype=np.int64)
     lookup[values] = np.arange(len(values))
     return lookup[packed]
+
+
+#: blocks from this many rows are deduplicated by the compiled loop when fused evaluation is on
+COMPILED_MIN_ROWS = 512
+
+
+def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
+    """unique_rows' algorithm as one compiled loop (numba): the keys (a tuple of int64
+    arrays, the first most significant) packed mixed-radix into one code per candidate;
+    before a key would take the packed range past ``limit``, the codes so far are replaced
+    by their rank among their distinct values (order kept), and a key wider than ``limit``
+    by itself is ranked by a sort (as is the packed range if it still exceeds ``limit``).
+    Writes each candidate's row's rank among the distinct rows (``inverse``) and each
+    distinct row's first position (``first[:u]``); returns u."""
+    k, n = len(keys), len(keys[0])
+    packed = np.zeros(n, np.int64)
+    size = 1
+    for j in range(k):
+        col = keys[j]
+        lo = col[0]
+        hi = col[0]
+        for i in range(n):
+            v = col[i]
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+        wide = float(hi) - float(lo) + 1.0 > limit
+        if wide:  # (rank this key by a sort: its distinct values, not its range)
+            values = np.unique(col)
+            span = len(values)
+        else:
+            span = hi - lo + 1
+            if span == 1:  # (a constant key: no digit)
+                continue
+        if size > 1 and span > limit // size:
+            size = _rank_in_place(packed, size)
+        if wide:
+            ranks = np.searchsorted(values, col)
+            for i in range(n):
+                packed[i] = packed[i] * span + ranks[i]
+        else:
+            for i in range(n):
+                packed[i] = packed[i] * span + (col[i] - lo)
+        size *= span
+        if size > limit:  # (the ranked prefix times a wide key: ranked by a sort)
+            values = np.unique(packed)
+            packed = np.searchsorted(values, packed)
+            size = len(values)
+    u = _rank_in_place(packed, size)
+    for i in range(u):
+        first[i] = n
+    for i in range(n):
+        r = packed[i]
+        inverse[i] = r
+        if first[r] == n:
+            first[r] = i
+    return u
+
+
+def _rank_in_place(packed, size):  # pragma: no cover (compiled)
+    """Each code of ``packed`` (in [0, size)) replaced by its rank among the distinct
+    codes; returns how many there are."""
+    lookup = np.full(size, -1, np.int64)
+    for i in range(len(packed)):
+        lookup[packed[i]] = 0
+    u = 0
+    for v in range(size):
+        if lookup[v] == 0:
+            lookup[v] = u
+            u += 1
+    for i in range(len(packed)):
+        packed[i] = lookup[packed[i]]
+    return u
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _unique_kernel():
+    """_unique_loop compiled, or None: when fused evaluation is off (numba missing or
+    SWEEP_FUSE=0) or the loop cannot be had (e.g. no writable cache directory); compiled as
+    fuse.py compiles its loops (fuse.load_kernel)."""
+    from . import fuse
+
+    if not fuse.enabled():
+        return None
+    if "unique" not in _COMPILED:
+        import inspect
+
+        source = ("import numpy as np\nfrom numba import njit\n\n\n"
+                  "@njit(cache=True, nogil=True)\n"
+                  + inspect.getsource(_rank_in_place) + "\n\n"
+                  "@njit(cache=True, nogil=True)\n"
+                  + inspect.getsource(_unique_loop).replace("def _unique_loop(",
+                                                            "def kernel(", 1))
+        try:
+            _COMPILED["unique"] = fuse.load_kernel(source)
+        except fuse.TraceError:  # (numpy it is)
+            _COMPILED["unique"] = None
+    return _COMPILED["unique"]
