@@ -216,21 +216,36 @@ def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fiel
                   fields_off, values, values_off, n_opt, out):  # pragma: no cover (compiled)
     """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``):
     first each row's base row and, per inner axis (innermost first), the option its
-    position under the base row selects; then each column written in one pass."""
+    position under the base row selects - the positions' mixed-radix digits counted up
+    row by row, an odometer, instead of divided out of each index; then each column
+    written in one pass."""
     n = out.shape[1]
     n_axes = counts.shape[0]
+    last = offsets.shape[0] - 2  # (the last base row)
     row = np.empty(n, np.int64)
     opt = np.empty((n_axes, n), np.int64)
-    for i in range(n):
-        g = start + i
-        while offsets[r + 1] <= g:
-            r += 1
-        row[i] = r
-        local = g - offsets[r]
+    digit = np.zeros(n_axes, np.int64)
+    if n:
+        local = start - offsets[r]
         for a in range(n_axes):
             c = counts[a, r]
-            opt[a, i] = order[order_off[a] + r * width[a] + local % c]
+            digit[a] = local % c
             local //= c
+    for i in range(n):
+        row[i] = r
+        for a in range(n_axes):
+            opt[a, i] = order[order_off[a] + r * width[a] + digit[a]]
+        a = 0
+        while a < n_axes:  # the next position: the innermost digit first, carrying
+            digit[a] += 1
+            if digit[a] < counts[a, r]:
+                break
+            digit[a] = 0
+            a += 1
+        if a == n_axes:  # past the base row's last position: the next row with any
+            r += 1
+            while r < last and offsets[r + 1] == offsets[r]:
+                r += 1
     written = np.zeros(base.shape[0], np.bool_)
     # (where two axes write one column, the outermost axis's option stands, as the numpy
     # loop's last write does)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sweep.engine.catalog import load_job
+from sweep.model import candidates
 from sweep.model.candidates import (
     divisors,
     enumerate_nersc,
+    enumerate_space,
     ordered_factorizations,
     summa_nb_options,
 )
+from sweep.model.cost import fuse
+from sweep.model.schema import empty_candidates
 
 # unique candidates per space, from the reference's own generators (nersc2024_model.md
 # section 8 table): (model, strategy, nvs) -> {n: count}, plus the sum over n = 4..16384
@@ -74,3 +79,55 @@ def test_blocks_concatenate_to_the_space(job):
         parts = [space.block(s, s + size) for s in range(0, space.size, size)]
         assert (np.concatenate(parts) == whole).all()
     assert len(space.block(space.size, space.size + 5)) == 0
+
+
+@pytest.mark.parametrize("space_of", [
+    lambda job: enumerate_nersc(job("vit_era5"), 1024, "2d", 64),
+    lambda job: enumerate_nersc(job("gpt3_1T"), 4096, "1d", 8),
+    lambda job: enumerate_space("calibrated", load_job("llama3_8b"), 64, "1d", 8, True),
+    lambda job: enumerate_space("calibrated", load_job("qwen3_30b_a3b"), 32, "1d", 8)],
+    ids=["nersc-2d", "nersc-1d", "calibrated-offload", "calibrated-moe"])
+def test_compiled_columns_equal_numpy(job, space_of, monkeypatch):
+    """The compiled loop (an odometer over the inner axes' options) writes the rows numpy
+    writes, whatever the block's start: mid base row, on a row boundary, across empty rows."""
+    if not fuse.available():
+        pytest.skip("numba is not installed")
+    space = space_of(job)
+    monkeypatch.setattr(candidates, "COMPILED_COLUMNS_MIN_ROWS", 1)
+    rng = np.random.default_rng(0)
+    starts = [0, 1, int(space.offsets[1]), int(space.offsets[-2])] + \
+        rng.integers(0, space.size, 6).tolist()
+    for start in starts:
+        for size in (1, 5, 1024, 70000):
+            monkeypatch.setenv("SWEEP_FUSE", "0")
+            want = space.columns(start, start + size)
+            monkeypatch.setenv("SWEEP_FUSE", "1")
+            got = space.columns(start, start + size)
+            for name in want:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert candidates._COMPILED.get("columns") is not None  # (compiled, not numpy after a failure)
+
+
+def test_compiled_columns_skip_base_rows_without_options(monkeypatch):
+    """Base rows none of whose options are valid hold no candidates (sizes 0)."""
+    if not fuse.available():
+        pytest.skip("numba is not installed")
+    base = empty_candidates(6)
+    base["tp"] = np.arange(1, 7)
+    options = np.zeros(3, dtype=[("mbs", "i4"), ("sp", "i1")])
+    options["mbs"], options["sp"] = [1, 2, 4], [0, 1, 1]
+    valid = np.array([[1, 0, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1], [0, 0, 0], [0, 1, 0]], bool)
+    second = np.zeros(2, dtype=[("zero", "i1")])
+    second["zero"] = [0, 3]
+    space = candidates.CandidateSpace(base, [candidates.InnerAxis(options, valid),
+                                             candidates.InnerAxis(second, np.ones((6, 2), bool))])
+    assert space.size == 12
+    monkeypatch.setattr(candidates, "COMPILED_COLUMNS_MIN_ROWS", 1)
+    for start in range(space.size):
+        for stop in range(start + 1, space.size + 1):
+            monkeypatch.setenv("SWEEP_FUSE", "0")
+            want = space.columns(start, stop)
+            monkeypatch.setenv("SWEEP_FUSE", "1")
+            got = space.columns(start, stop)
+            for name in want:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
