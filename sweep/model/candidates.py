@@ -97,7 +97,7 @@ class CandidateSpace:
         self._constant = _constant_fields(base)
         self.axes = list(axes)
         self._counts = [a.counts for a in self.axes]
-        self._orders = [a.order.astype(np.int64).ravel() for a in self.axes]
+        self._orders = [np.asarray(a.order, np.int64).ravel() for a in self.axes]
         self._widths = [a.valid.shape[1] for a in self.axes]
         self._options = [{n: a.options[n].astype(np.int64) for n in a.options.dtype.names}
                          for a in self.axes]

@@ -74,7 +74,8 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
             for code, count in zip(codes.tolist(), counts.tolist()):
                 reasons[code] = reasons.get(code, 0) + count
         pos = best_positions(cols["samples_per_s"], ok, cand["index"], top_n)
-        best = merge_top_n([best, _pack(cand, cols, pos)], top_n)
+        rows = _pack(cand, cols, pos)  # (feasible, best first: the first block's top-N)
+        best = merge_top_n([best, rows], top_n) if len(best) else rows
         partial = partial or not cols["complete"]
         if yield_after is not None and s + block_size < stop and yield_after(evaluated):
             reached = s + block_size
