@@ -288,7 +288,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
 MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
                 "moe_layer_step", "router", "router_groups", "router_group_topk",
                 "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                "qk_rope_head_dim", "v_head_dim", "mtp_layers")
+                "qk_rope_head_dim", "v_head_dim", "mtp_layers", "sliding_window",
+                "full_attention_every", "rope_mscale", "swiglu_clamp")
 
 
 def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:

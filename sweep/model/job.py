@@ -61,11 +61,19 @@ _INT_FIELDS = {
     "qk_rope_head_dim": "MLA per-head query/key width carrying RoPE",
     "v_head_dim": "MLA per-head value width",
     "mtp_layers": "multi-token-prediction layers (DeepSeek-V3); not counted in n_layers",
+    # sliding-window attention (GPT-OSS, Gemma, Mistral); 0 = every layer attends to the
+    # whole (causal) sequence
+    "sliding_window": "tokens a query of a windowed layer attends to (itself included); 0 = "
+                      "no windowed layers",
+    "full_attention_every": "with sliding_window: every full_attention_every-th layer attends "
+                            "to the whole sequence, the others to the window (GPT-OSS: 2, "
+                            "Megatron-Core window_attn_skip_freq); 0 = every layer windowed",
 }
 #: integer fields that may be 0
 _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
             "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
-            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
+            "sliding_window", "full_attention_every"}
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
               "moe_layer_step", "router_groups", "router_group_topk", "router",
@@ -81,7 +89,8 @@ INT_MAX = {
     "shared_ffn_hidden": 2**22, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
     "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
     "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
-    "v_head_dim": 2**16, "mtp_layers": 2**8,
+    "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
+    "full_attention_every": 2**16,
 }
 #: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
 #: <= 2**22 this keeps micro-batch x sequence x width below 2**58, inside int64.
@@ -158,6 +167,12 @@ _FLOAT_FIELDS = {
     "moe_imbalance": "MoE: tokens of the most loaded expert-parallel rank over the even "
                      "share, beyond the statistical spread of random routing; 1 = balanced "
                      "(force-balanced benchmarks), 0 = 1",
+    "rope_mscale": "attention scale YaRN folds into the rotary cos / sin (Megatron-Core "
+                   "YarnRotaryEmbedding: mscale over mscale_all_dim; GPT-OSS 1.3466); 1 = "
+                   "none. Other than 1, Megatron-Core applies RoPE unfused, 0 = 1",
+    "swiglu_clamp": "SwiGLU inputs clamped to this magnitude before the activation (GPT-OSS: "
+                    "7); 0 = none. Megatron-Core clamps and concatenates them in separate "
+                    "kernels before its fused activation",
 }
 
 
@@ -226,6 +241,10 @@ class Job:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0
+    sliding_window: int = 0  # tokens a query of a windowed layer sees; 0 = no window
+    full_attention_every: int = 0  # every n-th layer full attention, the others windowed
+    rope_mscale: float = 1.0  # YaRN's attention scale in cos / sin; not 1: unfused RoPE
+    swiglu_clamp: float = 0.0  # SwiGLU input clamp (GPT-OSS 7); 0 = none
     source: str = ""
 
     @property
@@ -237,6 +256,16 @@ class Job:
     def kv_width(self) -> int:
         """Width of the concatenated key (or value) heads."""
         return self.n_kv_heads * self.head_dim
+
+    @property
+    def windowed_layer_fraction(self) -> float:
+        """Share of the layers whose attention is the sliding window (every layer but each
+        full_attention_every-th: GPT-OSS's even layers of 36, 18; HF layer_types)."""
+        if not self.sliding_window:
+            return 0.0
+        if not self.full_attention_every:
+            return 1.0
+        return 1.0 - (self.n_layers // self.full_attention_every) / self.n_layers
 
     @property
     def is_moe(self) -> bool:
@@ -393,6 +422,13 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
                                           f"n_heads = {values['n_heads']}")
     _check_moe(values, source)
     _check_mla(values, source)
+    if values.get("full_attention_every") and not values.get("sliding_window"):
+        raise _fail(source, "full_attention_every", "needs sliding_window (the other layers' "
+                                                    "window)")
+    if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":
+        raise _fail(source, "swiglu_clamp", "needs mlp: swiglu")
+    if values.get("rope_mscale") == 0:
+        values["rope_mscale"] = 1.0
     values.setdefault("vocab", 0)
     values["name"] = str(values.get("name", default_name) or default_name)
     values.pop("notes", None)

@@ -40,7 +40,8 @@ from . import moe
 from .dedup import unique_rows
 from .fuse import Gathered, as_array, fused
 from .fuse import enabled as fuse_enabled
-from .kernels import collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
+from .kernels import (FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s,
+                      p2p_s)
 
 __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
            "STRATEGIES", "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL",
@@ -245,6 +246,11 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "flash": float(job.attention_kernel in ("flash", "fused")),
         "fused_attn": float(job.attention_kernel == "fused"), "fused": float(job.fused_kernels),
         "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
+        # sliding-window attention on a share of the layers; RoPE unfused (YaRN's attention
+        # scale); SwiGLU inputs clamped; experts with biases (GPT-OSS: _layer, moe.py)
+        "window": float(job.sliding_window), "win_frac": job.windowed_layer_fraction,
+        "rope_unfused": float(job.position == "rope" and job.rope_mscale != 1.0),
+        "clamp": float(job.swiglu_clamp > 0), "expert_bias": float(job.bias and job.is_moe),
         "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
         "saved_in_bytes": saved_input_bytes(job),
         "lp_norm_cast": float(job.lp_norm_cast),
@@ -452,6 +458,15 @@ def _layer(x, c, lay):
     Hl, Kvl = H / t, np.maximum(Kv / t, 1.0)
     q_len, kv_len = s / lay["q_split"], s
     causal_fraction = np.where(x["causal"] > 0, 0.5, 1.0)
+    # sliding-window layers (a share win_frac of the layers, averaged over a stage's): the
+    # fused kernels visit the key tiles that meet each query tile's band, the window plus one
+    # tile (FlashAttention's and cuDNN's local / sliding-window masks skip the tiles outside
+    # it: Dao-AILab flash-attention is_local; cudnn-frontend sliding_window_length), both
+    # sides of the diagonal without causality; never more than the whole (causal) sequence
+    band = np.where(x["causal"] > 0, x["window"] + FLASH_KV_BLOCK,
+                    2.0 * x["window"] + FLASH_KV_BLOCK) / np.maximum(s, 1.0)
+    windowed = np.minimum(band, causal_fraction)
+    causal_fraction = (1.0 - x["win_frac"]) * causal_fraction + x["win_frac"] * windowed
     flash = x["flash"] > 0
     fa_f = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, False)
     fa_b = flash_attention_s(b, Hl, q_len, kv_len, d, x, causal_fraction, True)
@@ -478,10 +493,22 @@ def _layer(x, c, lay):
     A, Q, F = Ta * e, T * rope_width / t, T * f / t
     fused = x["fused"] > 0
     norm_passes = np.where(fused | (x["rmsnorm"] == 0), 4.0, 14.0)  # eager RMSNorm: 5 kernels
-    resid_passes = np.where(fused, 6.0, 6.0 + 4.0 * x["bias"] + 4.0 * drop)
+    # (bias, dropout and residual add unfused, 4 passes more: eager kernels, or experts with
+    # biases, whose TEGroupedMLP requires bias_dropout_fusion off: Megatron-Core experts.py)
+    resid_passes = np.where(fused & (x["expert_bias"] == 0), 6.0,
+                            6.0 + 4.0 * x["bias"] + 4.0 * drop)
     act_passes = np.where(x["swiglu"] > 0, np.where(fused, 3.0, 5.0),
                           np.where(fused, 2.0, 2.0 + 2.0 * x["bias"]))
     rope_passes = x["rope"] * np.where(fused, 2.0, 6.0)
+    # YaRN's attention scale other than 1 runs Megatron-Core's unfused RoPE even with
+    # apply_rope_fusion (rope_utils.py: "mscale ... not supported by TE's fused RoPE. Using
+    # unfused implementation"). _apply_rotary_pos_emb_bshd: t cos, rotate_half's negation
+    # and concatenation, sin, the sum and the concatenation with the pass-through part, 6
+    # kernels reading 6.5 and writing 5.5 tensor widths, 10 more than the fused kernel's 2;
+    # its backward (dy cos, dy sin, the negation, concatenation and sum) 10 in all
+    yarn = x["rope"] * x["rope_unfused"]
+    rope_passes = np.where(yarn > 0, 12.0, rope_passes)
+    rope_b_extra = yarn * ab * Q * (10.0 - 2.0 * 12.0)  # (elem_b counts twice the forward)
     elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
         + drop * 2 * A  # 1-byte dropout masks
     # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
@@ -502,7 +529,8 @@ def _layer(x, c, lay):
     elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (w_o / t + f / t))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f, x, kernels_f)
-    elem_b = memory_s(2.0 * elem_bytes_f, x, 2.0 * kernels_f)  # backward ~ twice the passes
+    # backward ~ twice the passes
+    elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra, x, 2.0 * kernels_f)
     if summa:
         # SUMMA broadcasts, plus the norms' row statistics (mean, variance in fp32) reduced
         # across the t GPUs holding a row's columns, twice per pass

@@ -30,14 +30,22 @@ def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
 
 
 def _core_flops_per_token(job: Job) -> float:
-    """Forward score and context products per token per layer: 2 x seq x heads x (q/k width +
-    v width), halved when causal (MHA: 4 s H d / 2)."""
-    causal = 0.5 if job.causal else 1.0
+    """Forward score and context products per token per layer: 2 x keys x heads x (q/k width
+    + v width), the keys a query sees on average: half the sequence when causal (MHA: 4 s H d
+    / 2), the whole otherwise; in a sliding-window layer the window, less the first queries'
+    shorter histories (W - W (W - 1) / 2s when causal, at most 2W + 1 otherwise), averaged
+    over the windowed and full layers."""
+    s, w = job.seq_len, job.sliding_window
+    keys = 0.5 * s if job.causal else float(s)
+    if w:
+        windowed = min(keys, w - w * (w - 1) / (2.0 * s) if job.causal else 2.0 * w + 1.0)
+        share = job.windowed_layer_fraction
+        keys = (1.0 - share) * keys + share * windowed
     if job.attention == "mla":
         qk, v = job.qk_nope_head_dim + job.qk_rope_head_dim, job.v_head_dim
     else:
         qk = v = job.head_dim
-    return 2.0 * job.seq_len * job.n_heads * (qk + v) * causal
+    return 2.0 * keys * job.n_heads * (qk + v)
 
 
 def model_flops_per_token(job: Job, training: bool = True) -> float:

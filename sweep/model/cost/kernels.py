@@ -14,7 +14,7 @@ import numpy as np
 from .fuse import as_array
 
 __all__ = ["gemm_s", "flash_attention_s", "softmax_exp_factor", "memory_s", "collective_s",
-           "p2p_s", "K_TILE", "EXP_EXPOSED", "FLASH_BWD_FACTOR"]
+           "p2p_s", "K_TILE", "EXP_EXPOSED", "FLASH_BWD_FACTOR", "FLASH_KV_BLOCK"]
 
 #: depth of the k-loop tile of tensor-core GEMM kernels (elements): K is padded to it
 K_TILE = 64
@@ -29,6 +29,9 @@ TC_ALIGN = 8
 FLASH_HEAD_ALIGN = 32
 #: query rows per FlashAttention thread block (parallelised over batch x heads x blocks)
 FLASH_Q_BLOCK = 128
+#: keys per tile of the fused attention kernels' inner loop (FlashAttention-2/3 and cuDNN
+#: use 64 - 128 at head dimensions 64 - 128): a sliding window is visited tile by tile
+FLASH_KV_BLOCK = 128
 #: share of the softmax exponentials' special-function-unit time that the tensor-core work
 #: does not hide: the one number that gives cuDNN's measured GB300 / GB200 attention speed-up
 #: from the doubled exponential rate alone, forward 1.18 (this model: 1.179) and backward

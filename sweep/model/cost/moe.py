@@ -180,8 +180,20 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     # GEMM inputs
     act_bytes_f = ab * rows * w2 * (2.0 + glu) + rows * 4.0 \
         + x["fp8"] * (ab + x["lp_copy_bytes"]) * rows * (e + w2)
-    act_f = memory_s(act_bytes_f, x, 2.0)
-    act_b = memory_s(2.0 * act_bytes_f, x, 3.0)
+    # GPT-OSS's clamped SwiGLU: the gate and linear halves clamped and concatenated again in
+    # three eager kernels before the fused activation (Megatron-Core fused_bias_geglu.py
+    # weighted_bias_quick_geglu_impl: chunk, clamp, clamp, cat), 8 passes of w2 per row
+    # (backward: each clamp's masked gradient, 3, and the halves' gradients concatenated, 2
+    # of the 2 w2 width: 10); and the experts' fc2 biases added one local expert at a time in
+    # Python (experts.py TEGroupedMLP._apply_bias: split, t + b p, cat), 6 passes of the
+    # h-wide output (backward: the bias and probability gradients, a product and a sum each,
+    # and the split's gradient concatenated: 8)
+    clamp, bias = x["clamp"] * glu, x["expert_bias"]
+    eager_f = ab * rows * (clamp * 8.0 * w2 + bias * 6.0 * e)
+    eager_b = ab * rows * (clamp * 10.0 * w2 + bias * 8.0 * e)
+    eager_kernels = 3.0 * clamp + bias * (2.0 * local + 1.0)
+    act_f = memory_s(act_bytes_f + eager_f, x, 2.0 + eager_kernels)
+    act_b = memory_s(2.0 * act_bytes_f + eager_b, x, 3.0 + 2.0 * eager_kernels)
     # dispatch and combine: forward and backward one all-to-all each (token_dispatch /
     # token_combine); with ETP > 1 the received rows are all-gathered over the ETP group and
     # the outputs reduce-scattered (dispatch_postprocess / combine_preprocess; notes 4.1)
