@@ -278,16 +278,7 @@ def _columns_kernel():
     if not fuse.enabled():
         return None
     if "columns" not in _COMPILED:
-        import inspect
-
-        source = ("import numpy as np\nfrom numba import njit\n\n\n"
-                  "@njit(cache=True, nogil=True)\n"
-                  + inspect.getsource(_columns_loop).replace("def _columns_loop(",
-                                                             "def kernel(", 1))
-        try:
-            _COMPILED["columns"] = fuse.load_kernel(source)
-        except fuse.TraceError:  # (numpy it is)
-            _COMPILED["columns"] = None
+        _COMPILED["columns"] = fuse.compile_loop(_columns_loop)
     return _COMPILED["columns"]
 
 

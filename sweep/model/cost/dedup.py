@@ -178,16 +178,5 @@ def _unique_kernel():
     if not fuse.enabled():
         return None
     if "unique" not in _COMPILED:
-        import inspect
-
-        source = ("import numpy as np\nfrom numba import njit\n\n\n"
-                  "@njit(cache=True, nogil=True)\n"
-                  + inspect.getsource(_rank_in_place) + "\n\n"
-                  "@njit(cache=True, nogil=True)\n"
-                  + inspect.getsource(_unique_loop).replace("def _unique_loop(",
-                                                            "def kernel(", 1))
-        try:
-            _COMPILED["unique"] = fuse.load_kernel(source)
-        except fuse.TraceError:  # (numpy it is)
-            _COMPILED["unique"] = None
+        _COMPILED["unique"] = fuse.compile_loop(_rank_in_place, _unique_loop)
     return _COMPILED["unique"]

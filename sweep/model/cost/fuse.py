@@ -540,6 +540,24 @@ def load_kernel(source: str):
     return _load(source)
 
 
+def compile_loop(*functions):
+    """The last of ``functions`` (plain Python loops over numpy arrays) compiled by numba as
+    ``kernel``, the others compiled beside it for it to call, loaded as load_kernel loads a
+    kernel; None if its module cannot be written (numpy it is)."""
+    import inspect
+
+    *helpers, main = functions
+    decorator = "@njit(cache=True, nogil=True)\n"
+    parts = ["import numpy as np\nfrom numba import njit\n"]
+    parts += [decorator + inspect.getsource(fn) for fn in helpers]
+    parts.append(decorator + inspect.getsource(main).replace(f"def {main.__name__}(",
+                                                              "def kernel(", 1))
+    try:
+        return load_kernel("\n\n".join(parts))
+    except TraceError:
+        return None
+
+
 def _load(source: str):
     """Compile a kernel's source through a module file in the cache directory (so numba's
     on-disk cache finds it again in the next process)."""
