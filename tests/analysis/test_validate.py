@@ -323,6 +323,7 @@ def test_validate_nothing_expressible_names_the_rows_and_why(tmp_path, rows, cap
     assert "typo_run: n_gpus 'abc' is not a whole number" in err
 
 
+@pytest.mark.slow  # (a whole calibration: about 30 s on 2 cores; CI runs -m slow)
 def test_calibrate_writes_a_loadable_parameter_file(tmp_path, rows, capsys):
     _subset(rows, tmp_path / "mine.csv")
     target = tmp_path / "calibration.yaml"
