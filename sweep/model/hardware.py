@@ -172,6 +172,11 @@ class Hardware:
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f.name] = float(v)
+        # a sustained fraction the file leaves out is its generation's (what the calibrated
+        # profile applies, cost/calibrated.py sustained_fraction), not 0
+        out["matrix_sustained_fraction"] = float(
+            self.matrix_sustained_fraction
+            or GENERATION_DEFAULTS["matrix_sustained_fraction"].get(self.generation, 1.0))
         out["gemm_tile_m"], out["gemm_tile_n"] = map(float, self.gemm_tile)
         for k, v in sorted(self.calibration.items()):
             out[f"calibration_{k}"] = float(v)

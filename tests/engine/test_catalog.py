@@ -6,6 +6,7 @@ import pytest
 
 from sweep.engine.catalog import list_names, load_hardware, load_job
 from sweep.errors import SpecError
+from sweep.model.cost import calibrated
 from sweep.model.hardware import apply_overrides, parse_hardware
 from sweep.model.job import parse_job
 from sweep.model.units import parse_quantity
@@ -58,6 +59,13 @@ def test_sustained_gemm_fraction_is_optional_and_a_fraction():
         parse_hardware({**MIN_HW, "matrix_sustained_fraction": 1.3}, "x.yaml", "x")
     assert apply_overrides(hw, {"matrix_sustained_fraction": 0.7},
                            "s.yaml").matrix_sustained_fraction == 0.7
+    # the /cases record holds the fraction the calibrated profile applies: the file's, or
+    # its generation's when left out (1 without a generation), never the 0 that marks it
+    assert hw.record()["matrix_sustained_fraction"] == 0.8
+    blackwell = parse_hardware({**MIN_HW, "generation": "blackwell"}, "x.yaml", "x")
+    assert blackwell.record()["matrix_sustained_fraction"] == \
+        calibrated.sustained_fraction(blackwell) == 0.776
+    assert parse_hardware(MIN_HW, "x.yaml", "x").record()["matrix_sustained_fraction"] == 1.0
 
 @pytest.mark.parametrize("change, message", [
     ({"hbm_GBps": -5}, "x.yaml: hbm_GBps: expected a positive value"),
