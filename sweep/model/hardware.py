@@ -162,6 +162,14 @@ class Hardware:
         """Vector (non-tensor-core) peak FLOP/s for ``dtype``."""
         return _peak(self.vector_flops_per_s, dtype, self.name, "vector")
 
+    @property
+    def sustained_fraction(self) -> float:
+        """The fraction of its datasheet tensor peak this GPU sustains on its best GEMM shape
+        (power and clock limits): its own measurement, else its generation's, else 1."""
+        return float(self.matrix_sustained_fraction
+                     or GENERATION_DEFAULTS["matrix_sustained_fraction"].get(self.generation,
+                                                                              1.0))
+
     def record(self) -> dict[str, float | str]:
         """Flat SI record of every parameter, for the ``/cases`` table."""
         out: dict[str, float | str] = {"hardware": self.name}
@@ -172,11 +180,8 @@ class Hardware:
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f.name] = float(v)
-        # a sustained fraction the file leaves out is its generation's (what the calibrated
-        # profile applies, cost/calibrated.py sustained_fraction), not 0
-        out["matrix_sustained_fraction"] = float(
-            self.matrix_sustained_fraction
-            or GENERATION_DEFAULTS["matrix_sustained_fraction"].get(self.generation, 1.0))
+        # (one the file leaves out: its generation's, which the calibrated profile applies)
+        out["matrix_sustained_fraction"] = self.sustained_fraction
         out["gemm_tile_m"], out["gemm_tile_n"] = map(float, self.gemm_tile)
         for k, v in sorted(self.calibration.items()):
             out[f"calibration_{k}"] = float(v)

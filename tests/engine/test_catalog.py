@@ -64,7 +64,7 @@ def test_sustained_gemm_fraction_is_optional_and_a_fraction():
     assert hw.record()["matrix_sustained_fraction"] == 0.8
     blackwell = parse_hardware({**MIN_HW, "generation": "blackwell"}, "x.yaml", "x")
     assert blackwell.record()["matrix_sustained_fraction"] == \
-        calibrated.sustained_fraction(blackwell) == 0.776
+        blackwell.sustained_fraction == calibrated.SUSTAINED_FRACTION["blackwell"] == 0.776
     assert parse_hardware(MIN_HW, "x.yaml", "x").record()["matrix_sustained_fraction"] == 1.0
 
 @pytest.mark.parametrize("change, message", [

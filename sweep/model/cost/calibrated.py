@@ -57,12 +57,6 @@ SUSTAINED_FRACTION = GENERATION_DEFAULTS["matrix_sustained_fraction"]
 FLOPS_PER_EXP = GENERATION_DEFAULTS["matrix_flops_per_exp"]
 
 
-def sustained_fraction(hw: Hardware) -> float:
-    """The fraction of its datasheet tensor peak ``hw`` sustains on its best GEMM shape
-    (power and clock limits): its own measurement, else its generation's, else 1."""
-    return hw.matrix_sustained_fraction or SUSTAINED_FRACTION.get(hw.generation, 1.0)
-
-
 #: calibrated parameters (per GPU generation) and their meaning
 PARAMETERS = {
     "gemm_eff": "fraction of the GPU's sustained best-shape GEMM rate a training GEMM reaches",
@@ -293,7 +287,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "host_cap_bytes": hw.host_memory_bytes, "host_Bps": hw.host_link_bytes_per_s,
         # calibration
         "gemm_eff": p["gemm_eff"], "attn_eff": p["attn_eff"], "hbm_eff": p["hbm_eff"],
-        "gemm_sustained": sustained_fraction(hw),
+        "gemm_sustained": hw.sustained_fraction,
         # a generation fitted without fused-attention runs (Volta, Ampere: no FA3; cuDNN's
         # fused attention there is FlashAttention-2-class) uses attn_eff for both
         "fused_attn_eff": params.get("fused_attn_eff", p["attn_eff"]),
