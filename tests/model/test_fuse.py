@@ -119,6 +119,34 @@ def test_gathered_terms_are_read_through_their_index():
 
 
 @needs_numba
+@pytest.mark.parametrize("n", [1, 7, 100, 4096])
+def test_chunked_loop_equals_numpy_bit_for_bit(monkeypatch, n):
+    """The chunked loop (inputs copied chunk by chunk into a float and an integer buffer,
+    fuse._generate) on chunks of 7 rows - a last one partial, or the only one - with
+    float64, int64, int8 (read in place) and gathered inputs: numpy's results."""
+    monkeypatch.setattr(fuse, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(fuse, "CHUNK_MIN_STATEMENTS", 0)
+
+    def combine(x, c, lay):
+        out = _toy(x, c)
+        out["mixed"] = c["i"] * lay["w"] + np.where(c["i"] > 3, lay["w"], c["a"])
+        out["ints"] = c["i"] * 3 + (c["i"] & 1)
+        return out
+
+    rng = np.random.default_rng(5)
+    c = dict(_toy_inputs(n), i=rng.integers(-5, 9, n).astype(np.int64))
+    lay = {"w": fuse.Gathered(rng.random(13), rng.integers(0, 13, n))}
+    x = {"floor": 0.25, "d": 3.0, "s": 1.5, "mode": 1}
+    f = fuse.fused(combine, min_rows=1, chunked=True)
+    with np.errstate(all="ignore"):
+        want = combine(x, c, {"w": lay["w"].array()})
+        _same_tree(want, f(x, c, lay))
+    source = next(iter(f._cache.values()))[0].kernel.py_func.__code__.co_filename
+    with open(source) as fh:
+        assert "for start in range(0, n, 7):" in fh.read()  # (it ran chunked)
+
+
+@needs_numba
 def test_decision_on_array_values_falls_back_to_numpy():
     def branchy(c):
         return c["a"] * 2.0 if np.any(c["a"] > 0) else c["a"]

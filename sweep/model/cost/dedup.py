@@ -102,6 +102,9 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
     before a key would take the packed range past ``limit``, the codes so far are replaced
     by their rank among their distinct values (order kept), and a key wider than ``limit``
     by itself is ranked by a sort (as is the packed range if it still exceeds ``limit``).
+    Each key enters as its rank among its distinct values (order kept), so the packed
+    range is the product of the keys' distinct counts, not of their ranges (an MoE
+    block's expert degrees, 1 - 64, are 7 powers of two).
     Writes each candidate's row's rank among the distinct rows (``inverse``) and each
     distinct row's first position (``first[:u]``); returns u."""
     k, n = len(keys), len(keys[0])
@@ -125,6 +128,16 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
             span = hi - lo + 1
             if span == 1:  # (a constant key: no digit)
                 continue
+        if not wide:  # (a key's distinct values, not its range: 1 - 64 is 7 powers of 2)
+            rank = np.zeros(span, np.int64)
+            for i in range(n):
+                rank[col[i] - lo] = 1
+            distinct = 0
+            for v in range(span):
+                if rank[v]:
+                    rank[v] = distinct
+                    distinct += 1
+            span = distinct
         if size > 1 and span > limit // size:
             size = _rank_in_place(packed, size)
         if wide:
@@ -133,7 +146,7 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
                 packed[i] = packed[i] * span + ranks[i]
         else:
             for i in range(n):
-                packed[i] = packed[i] * span + (col[i] - lo)
+                packed[i] = packed[i] * span + rank[col[i] - lo]
         size *= span
         if size > limit:  # (the ranked prefix times a wide key: ranked by a sort)
             values = np.unique(packed)
