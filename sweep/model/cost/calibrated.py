@@ -589,8 +589,9 @@ def _layer(x, c, lay):
 #: combinations, so the layer model runs once per combination (sweep.model.cost.dedup)
 LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv_tp",
               "nv_tp2", "nv_cp", "recompute")
-#: and the columns an MoE block depends on besides
-MOE_LAYER_KEYS = ("ep", "etp", "nv_ep", "a2a_overlap", "nv_dp")
+#: and the columns an MoE block's routed experts depend on besides (not a2a_overlap: what
+#: the overlap hides is decided per candidate, _moe_block)
+MOE_LAYER_KEYS = ("ep", "etp", "nv_ep", "nv_dp")
 
 
 def _layout(x, c):
