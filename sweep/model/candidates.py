@@ -27,6 +27,12 @@ __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divi
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
+#: expert_ranks_per_domain's columns as CANDIDATE field positions (the compiled loop's)
+_EP_FIELDS = np.array([CANDIDATE_DTYPE.names.index(k) for k in
+                       ("nv_ep", "nv_tp", "nv_cp", "nv_dp", "etp", "ep")], np.int64)
+#: the same as CANDIDATE field positions (what the compiled columns loop reads)
+_NV_FIELDS = np.array([[CANDIDATE_DTYPE.names.index(nv), CANDIDATE_DTYPE.names.index(d)]
+                       for nv, d in _NV_DEGREE.items()], np.int64)
 
 
 @lru_cache(maxsize=4096)
@@ -130,7 +136,8 @@ class CandidateSpace:
         if kernel is not None:  # the same rows, written by one compiled loop
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
             try:
-                kernel(start, r0, self.offsets, *self._packed(), mat)
+                kernel(start, r0, self.offsets, *self._packed(), _NV_FIELDS,
+                       _EP_FIELDS if self._expert_parallel else _EP_FIELDS[:0], mat)
             except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
                 _COMPILED["columns"] = None
                 return self.columns(start, stop)
@@ -154,13 +161,14 @@ class CandidateSpace:
                 opt = order[row * width + j]
                 for name, values in options.items():
                     out[name] = values[opt]
-        for nv, degree in _NV_DEGREE.items():
-            col = out[nv]
-            zero = col == 0
-            if zero.any():
-                col[zero] = out[degree][zero]
-        if self._expert_parallel:
-            out["nv_ep"] = expert_ranks_per_domain(out)
+            # (the compiled loop does these two itself)
+            for nv, degree in _NV_DEGREE.items():
+                col = out[nv]
+                zero = col == 0
+                if zero.any():
+                    col[zero] = out[degree][zero]
+            if self._expert_parallel:
+                out["nv_ep"] = expert_ranks_per_domain(out)
         out["index"] = g
         return out
 
@@ -213,12 +221,15 @@ COMPILED_COLUMNS_MIN_ROWS = 1024
 
 
 def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fields,
-                  fields_off, values, values_off, n_opt, out):  # pragma: no cover (compiled)
+                  fields_off, values, values_off, n_opt, nv_fields, ep_fields,
+                  out):  # pragma: no cover (compiled)
     """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``):
     first each row's base row and, per inner axis (innermost first), the option its
     position under the base row selects - the positions' mixed-radix digits counted up
     row by row, an odometer, instead of divided out of each index; then each column
-    written in one pass."""
+    written in one pass; last, an NVLink placement left 0 takes its group's degree
+    (``nv_fields``: pairs of rows of ``out``), and with ``ep_fields`` (rows nv_ep, nv_tp,
+    nv_cp, nv_dp, etp, ep) nv_ep is expert_ranks_per_domain's."""
     n = out.shape[1]
     n_axes = counts.shape[0]
     last = offsets.shape[0] - 2  # (the last base row)
@@ -263,6 +274,16 @@ def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fiel
         if not written[f]:
             for i in range(n):
                 out[f, i] = base[f, row[i]]
+    for p in range(nv_fields.shape[0]):
+        nv, degree = nv_fields[p, 0], nv_fields[p, 1]
+        for i in range(n):
+            if out[nv, i] == 0:
+                out[nv, i] = out[degree, i]
+    if ep_fields.shape[0]:
+        f = ep_fields
+        for i in range(n):
+            inside = out[f[1], i] * out[f[2], i] * out[f[3], i] // max(out[f[4], i], 1)
+            out[f[0], i] = min(max(inside, 1), max(out[f[5], i], 1))
 
 
 _COMPILED: dict[str, object] = {}
