@@ -17,7 +17,9 @@ by numba, in which every intermediate stays in registers:
 2. **Generate and compile.** The graph becomes Python source - scalar nodes computed
    once before the loop, array nodes as scalar statements in it - written to the cache
    directory and compiled by numba with its on-disk cache (``cache=True``), so a graph
-   compiles once per machine, not per run.
+   compiles once per machine, not per run. A long loop over whole blocks (``chunked``)
+   runs chunk by chunk, its inputs first copied into two buffers, so that LLVM can
+   vectorise it (see :func:`_generate`).
 3. **Call.** Later calls with the same input structure and guard values go straight to
    the compiled loop.
 
