@@ -347,3 +347,19 @@ def test_hardware_rows_are_taken_with_their_candidates():
     rows = HardwareRows([hw, dataclasses.replace(hw, hbm_bytes_per_s=1e12)],
                         np.array([0, 1, 1, 0]))
     assert rows.take(np.array([1, 3])).row.tolist() == [1, 0]
+
+
+def test_deduplicated_terms_equal_every_row_evaluated(monkeypatch):
+    """The per-layer and routed-expert terms found once per distinct row (the routed rows
+    from the layers' rank and the expert layout, calibrated._deduplicated) and gathered back
+    are, bit for bit, the terms evaluated on every row (numpy)."""
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    job, hw, _, cols = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=6000)
+    x = calibrated.make_context(job, hw, hw.calibration)
+    lay, routed = calibrated._layer_terms_dedup(x, cols, lazy=True)
+    # (deduplicated: gathered terms, on fewer distinct rows than candidates)
+    assert isinstance(lay["fwd"], fuse.Gathered) and isinstance(routed["gemm_f"], fuse.Gathered)
+    assert len(routed["gemm_f"].values) < len(cols["tp"]) / 2
+    c_moe = dict(cols, nv_dp=np.where(cols["etp"] > 1, cols["nv_dp"], 0))
+    _same_tree(calibrated._layer_terms(x, cols), fuse._materialized(lay))
+    _same_tree(calibrated._routed_terms(x, c_moe), fuse._materialized(routed))
