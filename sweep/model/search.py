@@ -69,10 +69,10 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
         evaluated += len(ok)
         n_ok = int(np.count_nonzero(ok))
         feasible += n_ok
-        if n_ok < len(ok):
-            codes, counts = np.unique(cols["reason"][~ok], return_counts=True)
-            for code, count in zip(codes.tolist(), counts.tolist()):
-                reasons[code] = reasons.get(code, 0) + count
+        if n_ok < len(ok):  # (reason codes are a few small integers: counted, not sorted)
+            counts = np.bincount(cols["reason"][~ok].astype(np.intp))
+            for code in np.flatnonzero(counts).tolist():
+                reasons[code] = reasons.get(code, 0) + int(counts[code])
         pos = best_positions(cols["samples_per_s"], ok, cand["index"], top_n)
         rows = _pack(cand, cols, pos)  # (feasible, best first: the first block's top-N)
         best = merge_top_n([best, rows], top_n) if len(best) else rows

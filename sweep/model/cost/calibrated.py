@@ -758,7 +758,7 @@ def _deduplicated(terms, x, c, keys, lazy=False, known=None):
     same distinct rows, found faster). The rows found are None when not deduplicated."""
     n = len(as_array(c["tp"]))
     by_variant = isinstance(c, Mapping) and "variant" in c
-    if n < 64 or (not by_variant and any(np.ndim(v) for v in x.values())):
+    if n < 64 or (not by_variant and any(_per_row(v) for v in x.values())):
         return terms(x, c), None
     keys = tuple(keys) + (("variant",) if by_variant else ())
     if known is None:
@@ -772,7 +772,9 @@ def _deduplicated(terms, x, c, keys, lazy=False, known=None):
     u = len(first)
     if 2 * u > n:
         return terms(x, c), None
-    sub = terms({k: v[first] if np.ndim(v) else v for k, v in x.items()}, uniq)
+    # (a scalar context, checked above, is every distinct row's)
+    sub = terms({k: v[first] if _per_row(v) else v for k, v in x.items()} if by_variant
+                else x, uniq)
 
     def gather(v):
         rows = np.broadcast_to(as_array(v, dtype=np.float64), (u,))
@@ -780,6 +782,14 @@ def _deduplicated(terms, x, c, keys, lazy=False, known=None):
 
     return ({k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
              for k, v in sub.items()}, (keys, inverse))
+
+
+def _per_row(v) -> bool:
+    """A context entry with a value per row (np.ndim(v) > 0, without np.ndim's cost on the
+    Python numbers most entries are)."""
+    if isinstance(v, (float, int)):
+        return False
+    return np.ndim(v) > 0
 
 
 def _params_per_layer(x, t):
