@@ -27,12 +27,12 @@ __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divi
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
+#: _NV_DEGREE as CANDIDATE field positions (what the compiled columns loop reads)
+_NV_FIELDS = np.array([[CANDIDATE_DTYPE.names.index(nv), CANDIDATE_DTYPE.names.index(d)]
+                       for nv, d in _NV_DEGREE.items()], np.int64)
 #: expert_ranks_per_domain's columns as CANDIDATE field positions (the compiled loop's)
 _EP_FIELDS = np.array([CANDIDATE_DTYPE.names.index(k) for k in
                        ("nv_ep", "nv_tp", "nv_cp", "nv_dp", "etp", "ep")], np.int64)
-#: the same as CANDIDATE field positions (what the compiled columns loop reads)
-_NV_FIELDS = np.array([[CANDIDATE_DTYPE.names.index(nv), CANDIDATE_DTYPE.names.index(d)]
-                       for nv, d in _NV_DEGREE.items()], np.int64)
 
 
 @lru_cache(maxsize=4096)
@@ -280,10 +280,10 @@ def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fiel
             if out[nv, i] == 0:
                 out[nv, i] = out[degree, i]
     if ep_fields.shape[0]:
-        f = ep_fields
+        e = ep_fields
         for i in range(n):
-            inside = out[f[1], i] * out[f[2], i] * out[f[3], i] // max(out[f[4], i], 1)
-            out[f[0], i] = min(max(inside, 1), max(out[f[5], i], 1))
+            inside = out[e[1], i] * out[e[2], i] * out[e[3], i] // max(out[e[4], i], 1)
+            out[e[0], i] = min(max(inside, 1), max(out[e[5], i], 1))
 
 
 _COMPILED: dict[str, object] = {}

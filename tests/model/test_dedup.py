@@ -1,7 +1,7 @@
 """unique_rows (sweep.model.cost.dedup): the distinct rows of some key columns, their inverse
 map and first occurrences, exactly as np.unique over the stacked keys gives them - whether
 the packed keys fit one table, need the prefix re-ranked as they outgrow it (an MoE block's
-17 keys), or one key alone spans more than a table (the sort); with numpy and with the
+16 keys), or one key alone spans more than a table (the sort); with numpy and with the
 compiled loop (blocks from COMPILED_MIN_ROWS rows when fused evaluation is on)."""
 
 from __future__ import annotations

@@ -363,3 +363,23 @@ def test_deduplicated_terms_equal_every_row_evaluated(monkeypatch):
     c_moe = dict(cols, nv_dp=np.where(cols["etp"] > 1, cols["nv_dp"], 0))
     _same_tree(calibrated._layer_terms(x, cols), fuse._materialized(lay))
     _same_tree(calibrated._routed_terms(x, c_moe), fuse._materialized(routed))
+
+
+def test_deduplicated_terms_of_hardware_variants_equal_every_row_evaluated(monkeypatch):
+    """As above with three hardware variants in one block (make_row_context: the context
+    per row, the variant a key): the routed rows found from the layers' rank, whose
+    variant it includes, give every row's terms."""
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    job, hw, _, cols = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=3000)
+    hws = [hw, dataclasses.replace(hw, hbm_bytes_per_s=4e12),
+           dataclasses.replace(hw, nvlink_bytes_per_s=4e11, hbm_capacity_bytes=1.4e11)]
+    n = len(cols["tp"])
+    rows = np.repeat(np.arange(3), n)
+    block = {k: np.tile(v, 3) for k, v in cols.items()}
+    x = calibrated.make_row_context(job, HardwareRows(hws, rows))
+    block["variant"] = rows
+    lay, routed = calibrated._layer_terms_dedup(x, block, lazy=True)
+    assert isinstance(routed["gemm_f"], fuse.Gathered)
+    c_moe = dict(block, nv_dp=np.where(block["etp"] > 1, block["nv_dp"], 0))
+    _same_tree(calibrated._layer_terms(x, block), fuse._materialized(lay))
+    _same_tree(calibrated._routed_terms(x, c_moe), fuse._materialized(routed))

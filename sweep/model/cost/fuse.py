@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -492,6 +493,9 @@ CHUNK_ROWS = 512
 #: of ~150 statements saves by running 4 rows at a time (the nersc2024 totals: 2 - 10 %
 #: slower chunked; the calibrated model's 400 - 900 statements: 1.9x faster)
 CHUNK_MIN_STATEMENTS = 300
+#: functions whose vectorised versions (SVML, when numba finds it) may differ from the C
+#: library's in the last bit
+_LIBM = frozenset(("exp", "log", "log2", "log10", "power"))
 #: padding of each buffer row (elements), so that the rows do not start a multiple of 4 KiB
 #: apart (loads and stores whose addresses agree in their low 12 bits stall each other:
 #: a power-of-two row length made the DeepSeek-V3 loop 2x slower)
@@ -502,14 +506,16 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
               chunked: bool = True) -> str:
     """Python source of the kernel ``kernel(n, p0.., a0.., o0..)``.
 
-    ``chunked``: the loop runs over chunks of CHUNK_ROWS rows. Each chunk's 64-bit inputs (columns,
-    and gathered terms ``values[index[i]]``) are first copied into a float and an integer
-    buffer, one short loop each; the statements then read the buffers. LLVM vectorises a
-    loop only if it can prove, or check at run time, that its stores never overlap its
-    loads, and gives up beyond a few dozen pointer pairs: a cost model reading 50 arrays
-    and gathering through indices stayed scalar (86 scalar divisions a row), while reading
-    two buffers it runs 4 rows per instruction (AVX2). Every operation is the same IEEE
-    operation on the same operands, so the results are bit for bit the scalar loop's.
+    ``chunked`` (and at least CHUNK_MIN_STATEMENTS statements, none of them exp, log or
+    power): the loop runs over chunks of CHUNK_ROWS rows. Each chunk's 64-bit inputs
+    (columns, and gathered terms ``values[index[i]]``) are first copied into a float and
+    an integer buffer, one short loop each; the statements then read the buffers. LLVM
+    vectorises a loop only if it can prove, or check at run time, that its stores never
+    overlap its loads, and gives up beyond a few dozen pointer pairs: a cost model reading
+    50 arrays and gathering through indices stayed scalar (86 scalar divisions a row),
+    while reading two buffers it runs 4 rows per instruction (AVX2). Every operation is the
+    same IEEE operation (+ - * /, comparisons, selects, floor, ceil, sqrt: correctly rounded)
+    on the same operands, so the results are bit for bit the scalar loop's.
     """
     nodes = g.nodes
     used = set(outputs)
@@ -518,7 +524,10 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
             used.update(nodes[i][1])
     statements = sum(1 for i in used if nodes[i][3] and nodes[i][0] not in
                      ("const", "param", "input", "take"))
-    chunked = chunked and statements >= CHUNK_MIN_STATEMENTS
+    # (vectorised, numba may call SVML's exp / log / power, within an ulp of the C
+    # library's but not bit for bit: such loops stay scalar)
+    chunked = chunked and statements >= CHUNK_MIN_STATEMENTS and not any(
+        nodes[i][0] in _LIBM for i in used if nodes[i][3])
     names: dict[int, str] = {}
     head, body = [], []
     params = [f"p{k}" for k in range(n_params)]
@@ -731,8 +740,9 @@ class fused:
                 outputs.append(("static", v))
         guard = tuple(sorted(g.guard_leaves))
         source = _generate(g, len(param_leaves), len(input_leaves), ids, self.chunked)
-        if source.count("\n") > self.max_nodes:
-            raise TraceError(f"{source.count(chr(10))} statements: too long to compile")
+        statements = len(re.findall(r"^ +v\d+ = ", source, re.M))
+        if statements > self.max_nodes:
+            raise TraceError(f"{statements} statements: too long to compile")
         kernel = _load(source)
         return _Compiled(guard, tuple(leaves[j][1] for j in guard), kernel, param_leaves,
                          input_leaves, outputs, result)

@@ -368,8 +368,8 @@ def _scores(n_layers, global_batch, strategy: str, flags: tuple, c: Mapping, lay
 # layers, and the totals of the few rows a search keeps (one call each instead of hundreds
 # of numpy calls on short arrays)
 _fused_layer = fused(_layer_terms, min_rows=1)
-_fused_totals = fused(_totals, min_rows=1, chunked=True)
-_fused_scores = fused(_scores, min_rows=1, fallback=_totals, chunked=True)
+_fused_totals = fused(_totals, min_rows=1)
+_fused_scores = fused(_scores, min_rows=1, fallback=_totals)
 
 
 def totals(job: Job, strategy: str, c, layer: dict[str, np.ndarray], hw: Hardware,
