@@ -30,9 +30,6 @@ _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_
 #: _NV_DEGREE as CANDIDATE field positions (what the compiled columns loop reads)
 _NV_FIELDS = np.array([[CANDIDATE_DTYPE.names.index(nv), CANDIDATE_DTYPE.names.index(d)]
                        for nv, d in _NV_DEGREE.items()], np.int64)
-#: expert_ranks_per_domain's columns as CANDIDATE field positions (the compiled loop's)
-_EP_FIELDS = np.array([CANDIDATE_DTYPE.names.index(k) for k in
-                       ("nv_ep", "nv_tp", "nv_cp", "nv_dp", "etp", "ep")], np.int64)
 
 
 @lru_cache(maxsize=4096)
@@ -136,8 +133,7 @@ class CandidateSpace:
         if kernel is not None:  # the same rows, written by one compiled loop
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
             try:
-                kernel(start, r0, self.offsets, *self._packed(), _NV_FIELDS,
-                       _EP_FIELDS if self._expert_parallel else _EP_FIELDS[:0], mat)
+                kernel(start, r0, self.offsets, *self._packed(), _NV_FIELDS, mat)
             except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
                 _COMPILED["columns"] = None
                 return self.columns(start, stop)
@@ -161,14 +157,13 @@ class CandidateSpace:
                 opt = order[row * width + j]
                 for name, values in options.items():
                     out[name] = values[opt]
-            # (the compiled loop does these two itself)
-            for nv, degree in _NV_DEGREE.items():
+            for nv, degree in _NV_DEGREE.items():  # (the compiled loop does this itself)
                 col = out[nv]
                 zero = col == 0
                 if zero.any():
                     col[zero] = out[degree][zero]
-            if self._expert_parallel:
-                out["nv_ep"] = expert_ranks_per_domain(out)
+        if self._expert_parallel:
+            out["nv_ep"] = expert_ranks_per_domain(out)
         out["index"] = g
         return out
 
@@ -221,15 +216,14 @@ COMPILED_COLUMNS_MIN_ROWS = 1024
 
 
 def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fields,
-                  fields_off, values, values_off, n_opt, nv_fields, ep_fields,
+                  fields_off, values, values_off, n_opt, nv_fields,
                   out):  # pragma: no cover (compiled)
     """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``):
     first each row's base row and, per inner axis (innermost first), the option its
     position under the base row selects - the positions' mixed-radix digits counted up
     row by row, an odometer, instead of divided out of each index; then each column
     written in one pass; last, an NVLink placement left 0 takes its group's degree
-    (``nv_fields``: pairs of rows of ``out``), and with ``ep_fields`` (rows nv_ep, nv_tp,
-    nv_cp, nv_dp, etp, ep) nv_ep is expert_ranks_per_domain's."""
+    (``nv_fields``: pairs of rows of ``out``)."""
     n = out.shape[1]
     n_axes = counts.shape[0]
     last = offsets.shape[0] - 2  # (the last base row)
@@ -279,11 +273,6 @@ def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fiel
         for i in range(n):
             if out[nv, i] == 0:
                 out[nv, i] = out[degree, i]
-    if ep_fields.shape[0]:
-        e = ep_fields
-        for i in range(n):
-            inside = out[e[1], i] * out[e[2], i] * out[e[3], i] // max(out[e[4], i], 1)
-            out[e[0], i] = min(max(inside, 1), max(out[e[5], i], 1))
 
 
 _COMPILED: dict[str, object] = {}

@@ -503,7 +503,7 @@ CHUNK_PAD = {"f": 8, "i": 24}
 
 
 def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
-              chunked: bool = True) -> str:
+              chunked: bool = False) -> str:
     """Python source of the kernel ``kernel(n, p0.., a0.., o0..)``.
 
     ``chunked`` (and at least CHUNK_MIN_STATEMENTS statements, none of them exp, log or
