@@ -64,24 +64,53 @@ class InnerAxis:
     """Options expanded under every base row (e.g. NVLink placements).
 
     ``options`` is a structured array of K options over some candidate columns; ``valid`` is a
-    (B, K) mask saying which options each base row admits. A value of 0 in an ``nv_*`` column
-    means "the whole group inside one domain" and resolves to the group's degree.
+    (P, K) mask of which options are allowed, and ``pattern`` the (B,) row of ``valid`` each
+    base row takes (None: P = B, one mask per base row). Base rows that differ only in
+    columns the rule ignores share a mask, so an axis costs P x K, not B x K. A value of 0
+    in an ``nv_*`` column means "the whole group inside one domain" and resolves to the
+    group's degree.
     """
 
     options: np.ndarray
     valid: np.ndarray
+    pattern: np.ndarray | None = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(B,) each base row's mask (row of ``valid``)."""
+        return (np.arange(len(self.valid), dtype=np.int64) if self.pattern is None
+                else np.asarray(self.pattern, np.int64))
 
     @property
     def counts(self) -> np.ndarray:
-        return self.valid.sum(axis=1).astype(np.int64)
+        """(B,) valid options per base row."""
+        return self.valid.sum(axis=1).astype(np.int64)[self.rows]
 
     @property
     def order(self) -> np.ndarray:
-        # per base row, the valid option indices first, each part in option order (distinct
-        # keys, so any sort gives the stable order; faster than a stable sort of the mask)
-        width = self.valid.shape[1]
-        key = np.where(self.valid, 0, width) + np.arange(width)
-        return np.argsort(key, axis=1)
+        """(P, K) per mask, its valid option indices first, in option order (the rest of the
+        row is never read: 0)."""
+        rows, cols = np.nonzero(self.valid)  # (row-major: each mask's options in order)
+        per_mask = self.valid.sum(axis=1)
+        first = np.cumsum(per_mask) - per_mask
+        out = np.zeros(self.valid.shape, np.int64)
+        out[rows, np.arange(len(rows)) - first[rows]] = cols
+        return out
+
+    @staticmethod
+    def by_key(options: np.ndarray, key: np.ndarray, rule) -> InnerAxis:
+        """The axis whose mask depends on base rows only through the (B,) integer ``key``
+        (e.g. a product of degrees): ``rule(rows)`` gives the (P, K) masks of the base
+        rows at positions ``rows`` (one row per distinct key; every row of a small base,
+        where finding the distinct keys would cost more than it saves)."""
+        if len(key) < BY_KEY_MIN_ROWS:
+            return InnerAxis(options=options, valid=rule(np.arange(len(key))))
+        _, first, pattern = np.unique(key, return_index=True, return_inverse=True)
+        return InnerAxis(options=options, valid=rule(first), pattern=pattern.ravel())
+
+
+#: bases from this many rows share masks between rows of equal key (InnerAxis.by_key)
+BY_KEY_MIN_ROWS = 1024
 
 
 class CandidateSpace:
@@ -100,6 +129,7 @@ class CandidateSpace:
         self._constant = _constant_fields(base)
         self.axes = list(axes)
         self._counts = [a.counts for a in self.axes]
+        self._patterns = [a.rows for a in self.axes]
         self._orders = [np.asarray(a.order, np.int64).ravel() for a in self.axes]
         self._widths = [a.valid.shape[1] for a in self.axes]
         self._options = [{n: a.options[n].astype(np.int64) for n in a.options.dtype.names}
@@ -149,12 +179,13 @@ class CandidateSpace:
                           if name in self._constant else col[row])
                    for name, col in self._base_cols.items()}
             # innermost axis varies fastest
-            for counts, order, width, options in zip(self._counts[::-1], self._orders[::-1],
-                                                     self._widths[::-1], self._options[::-1]):
+            for counts, pattern, order, width, options in zip(
+                    self._counts[::-1], self._patterns[::-1], self._orders[::-1],
+                    self._widths[::-1], self._options[::-1]):
                 c = counts[row]
                 j = local % c
                 local //= c
-                opt = order[row * width + j]
+                opt = order[pattern[row] * width + j]
                 for name, values in options.items():
                     out[name] = values[opt]
             for nv, degree in _NV_DEGREE.items():  # (the compiled loop does this itself)
@@ -174,20 +205,23 @@ class CandidateSpace:
             names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
             base = np.stack([self._base_cols[name] for name in CANDIDATE_DTYPE.names])
             rows = len(self.base)
-            inner = list(zip(self._counts, self._orders, self._widths, self._options))[::-1]
-            counts = np.array([c for c, _, _, _ in inner], np.int64).reshape(len(inner), rows)
-            order = np.concatenate([o for _, o, _, _ in inner] + [np.zeros(0, np.int64)])
-            order_off = np.cumsum([0] + [len(o) for _, o, _, _ in inner])[:-1]
-            width = np.array([w for _, _, w, _ in inner], np.int64)
-            fields = [names[f] for _, _, _, opts in inner for f in opts]
-            fields_off = np.cumsum([0] + [len(opts) for _, _, _, opts in inner])
+            inner = list(zip(self._counts, self._patterns, self._orders, self._widths,
+                             self._options))[::-1]
+            counts = np.array([c for c, _, _, _, _ in inner], np.int64).reshape(len(inner), rows)
+            pattern = np.array([p for _, p, _, _, _ in inner], np.int64).reshape(len(inner),
+                                                                                   rows)
+            order = np.concatenate([o for _, _, o, _, _ in inner] + [np.zeros(0, np.int64)])
+            order_off = np.cumsum([0] + [len(o) for _, _, o, _, _ in inner])[:-1]
+            width = np.array([w for _, _, _, w, _ in inner], np.int64)
+            fields = [names[f] for _, _, _, _, opts in inner for f in opts]
+            fields_off = np.cumsum([0] + [len(opts) for _, _, _, _, opts in inner])
             n_opt = np.array([len(next(iter(opts.values()))) if opts else 0
-                              for _, _, _, opts in inner], np.int64)
-            values = [v for _, _, _, opts in inner for v in opts.values()]
+                              for _, _, _, _, opts in inner], np.int64)
+            values = [v for _, _, _, _, opts in inner for v in opts.values()]
             values_off = np.cumsum([0] + [sum(len(v) for v in opts.values())
-                                          for _, _, _, opts in inner])[:-1]
+                                          for _, _, _, _, opts in inner])[:-1]
             self._packed_arrays = (
-                base, counts, order, np.asarray(order_off, np.int64), width,
+                base, counts, pattern, order, np.asarray(order_off, np.int64), width,
                 np.array(fields, np.int64), np.asarray(fields_off, np.int64),
                 np.concatenate(values + [np.zeros(0, np.int64)]).astype(np.int64),
                 np.asarray(values_off, np.int64), n_opt)
@@ -215,60 +249,87 @@ def _constant_fields(base: np.ndarray) -> dict[str, int]:
 COMPILED_COLUMNS_MIN_ROWS = 1024
 
 
-def _columns_loop(start, r, offsets, base, counts, order, order_off, width, fields,
+def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, width, fields,
                   fields_off, values, values_off, n_opt, nv_fields,
                   out):  # pragma: no cover (compiled)
-    """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``):
-    first each row's base row and, per inner axis (innermost first), the option its
-    position under the base row selects - the positions' mixed-radix digits counted up
-    row by row, an odometer, instead of divided out of each index; then each column
-    written in one pass; last, an NVLink placement left 0 takes its group's degree
-    (``nv_fields``: pairs of rows of ``out``)."""
+    """CandidateSpace.columns' rows (compiled by numba; ``r`` the base row of ``start``),
+    written in runs of equal values: under a base row, inner axis ``a`` (innermost first)
+    holds each option for ``inner`` consecutive rows (the product of the counts of the
+    axes inside it) and cycles through its options (in the order of the base row's mask,
+    ``pattern``); a base row's own fields hold for all its rows. Each run is a fill, not a
+    per-row gather. An NVLink placement left 0 takes its group's degree (``nv_fields``:
+    pairs of rows of ``out``), as it is written when the degree is the base row's."""
     n = out.shape[1]
+    stop = start + n
+    n_fields = base.shape[0]
     n_axes = counts.shape[0]
-    last = offsets.shape[0] - 2  # (the last base row)
-    row = np.empty(n, np.int64)
-    opt = np.empty((n_axes, n), np.int64)
-    digit = np.zeros(n_axes, np.int64)
-    if n:
-        local = start - offsets[r]
-        for a in range(n_axes):
-            c = counts[a, r]
-            digit[a] = local % c
-            local //= c
-    for i in range(n):
-        row[i] = r
-        for a in range(n_axes):
-            opt[a, i] = order[order_off[a] + r * width[a] + digit[a]]
-        a = 0
-        while a < n_axes:  # the next position: the innermost digit first, carrying
-            digit[a] += 1
-            if digit[a] < counts[a, r]:
-                break
-            digit[a] = 0
-            a += 1
-        if a == n_axes:  # past the base row's last position: the next row with any
-            r += 1
-            while r < last and offsets[r + 1] == offsets[r]:
-                r += 1
-    written = np.zeros(base.shape[0], np.bool_)
-    # (where two axes write one column, the outermost axis's option stands, as the numpy
-    # loop's last write does)
-    for a in range(n_axes - 1, -1, -1):
-        k = n_opt[a]
+    # the axis whose option each field holds: -1 the base row; where two axes write one
+    # field the outermost axis's option stands (as the numpy loop's last write does)
+    owner = np.full(n_fields, -1, np.int64)
+    for a in range(n_axes):
         for q in range(fields_off[a], fields_off[a + 1]):
-            f = fields[q]
-            if written[f]:
-                continue
-            written[f] = True
-            at = values_off[a] + (q - fields_off[a]) * k
-            for i in range(n):
-                out[f, i] = values[at + opt[a, i]]
-    for f in range(base.shape[0]):
-        if not written[f]:
-            for i in range(n):
-                out[f, i] = base[f, row[i]]
+            owner[fields[q]] = a
+    # an NVLink placement's group degree, where it is a base row's field (its 0s are then
+    # resolved as they are written; the others after)
+    degree_of = np.full(n_fields, -1, np.int64)
+    resolved = np.zeros(nv_fields.shape[0], np.bool_)
     for p in range(nv_fields.shape[0]):
+        if owner[nv_fields[p, 1]] < 0:
+            degree_of[nv_fields[p, 0]] = nv_fields[p, 1]
+            resolved[p] = True
+    table = np.empty(max(width.max(), 1) if n_axes else 1, np.int64)
+    last = offsets.shape[0] - 2  # (the last base row)
+    while r <= last and offsets[r] < stop:
+        lo = max(start, offsets[r])
+        hi = min(stop, offsets[r + 1])
+        if hi > lo:
+            for f in range(n_fields):
+                if owner[f] < 0:
+                    value = base[f, r]
+                    if value == 0 and degree_of[f] >= 0:
+                        value = base[degree_of[f], r]
+                    out[f, lo - start:hi - start] = value
+            p0 = lo - offsets[r]  # the block's part of the base row: positions [p0, p1)
+            p1 = hi - offsets[r]
+            shift = lo - start - p0  # (out's column of position p)
+            inner = 1
+            for a in range(n_axes):
+                c = counts[a, r]
+                at_order = order_off[a] + pattern[a, r] * width[a]
+                k = n_opt[a]
+                for q in range(fields_off[a], fields_off[a + 1]):
+                    f = fields[q]
+                    if owner[f] != a:
+                        continue
+                    at = values_off[a] + (q - fields_off[a]) * k
+                    for d in range(c):  # the field's value under each of the row's options
+                        table[d] = values[at + order[at_order + d]]
+                        if table[d] == 0 and degree_of[f] >= 0:
+                            table[d] = base[degree_of[f], r]
+                    run = p0 // inner  # (the run of position p0, and its option)
+                    digit = run % c
+                    if inner == 1:  # (runs of one row: the options in turn)
+                        column = out[f]
+                        for i in range(p0 + shift, p1 + shift):
+                            column[i] = table[digit]
+                            digit += 1
+                            if digit == c:
+                                digit = 0
+                        continue
+                    p = p0
+                    while p < p1:
+                        end = min(p1, (run + 1) * inner)
+                        out[f, p + shift:end + shift] = table[digit]
+                        p = end
+                        run += 1
+                        digit += 1
+                        if digit == c:
+                            digit = 0
+                inner *= c
+        r += 1
+    for p in range(nv_fields.shape[0]):
+        if resolved[p]:
+            continue
         nv, degree = nv_fields[p, 0], nv_fields[p, 1]
         for i in range(n):
             if out[nv, i] == 0:
@@ -336,6 +397,22 @@ def summa_nb_options(tp1: int, tp2: int, e: int) -> list[int]:
     return [c for c in nb_range if e % c == 0 and e // c >= 512]
 
 
+def _row_key(base: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
+    """(B,) int64 equal for two base rows exactly when they agree on ``fields`` (the
+    fields' values, >= 0, in mixed radix)."""
+    key = np.zeros(len(base), np.int64)
+    span = 1
+    for f in fields:
+        col = base[f].astype(np.int64)
+        radix = int(col.max(initial=0)) + 1
+        if span * radix >= 2**62:  # (would overflow: each value's rank instead)
+            values, col = np.unique(col, return_inverse=True)
+            radix = len(values)
+        key = key * radix + col.ravel()
+        span *= radix
+    return key
+
+
 def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
     """NVLink placements: the whole job in one domain if it fits, else every ordered
     factorisation of the domain size whose factors divide the group degrees."""
@@ -344,15 +421,17 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
     options = np.zeros(len(tuples) + 1, dtype=[(n, "i4") for n in nv_names])
     for i, n in enumerate(nv_names):
         options[n][1:] = tuples[:, i]  # option 0 = all zeros = "each group whole"
-    total = np.ones(len(base), dtype=np.int64)
-    for g in groups:
-        total *= base[g]
-    fits = total <= nvs
-    divides = np.ones((len(base), len(tuples)), dtype=bool)
-    for i, g in enumerate(groups):
-        divides &= (base[g][:, None] % tuples[None, :, i]) == 0
-    valid = np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
-    return InnerAxis(options=options, valid=valid)
+
+    def rule(rows: np.ndarray) -> np.ndarray:
+        degrees = [base[g][rows].astype(np.int64) for g in groups]
+        total = np.prod(degrees, axis=0) if degrees else np.ones(len(rows), np.int64)
+        fits = total <= nvs
+        divides = np.ones((len(rows), len(tuples)), dtype=bool)
+        for i, d in enumerate(degrees):
+            divides &= (d[:, None] % tuples[None, :, i]) == 0
+        return np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
+
+    return InnerAxis.by_key(options, _row_key(base, groups), rule)
 
 
 def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) -> CandidateSpace:
@@ -494,7 +573,9 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         raise ValueError(f"unknown calibrated strategy {strategy!r}")
     n = int(n_gpus)
     L, B = job.n_layers, job.global_batch
-    parts = []
+    degrees: list[tuple[int, ...]] = []  # (tp, second, pp, dp, nb, vpp) of each part
+    micro: list[np.ndarray] = []  # its micro-batch sizes (each under every policy)
+    pols: list[np.ndarray] = []  # its recompute policies, (k, 2)
     for tp, second, pp, dp, nb in _degree_combos(job, n, strategy):
         local = B // dp
         mbs = np.array(_divisors_tuple(local), dtype=np.int64)
@@ -513,17 +594,21 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         for v in vpps:
             # interleaving needs the micro-batch count to be a multiple of pp
             ok = mbs if v == 1 else mbs[(local // mbs) % pp == 0]
-            if len(ok) == 0:
-                continue
-            block = empty_candidates(len(ok) * len(pol))
-            block["tp"], block["pp"], block["dp"], block["vpp"] = tp, pp, dp, v
-            block["cp" if strategy == "1d" else "tp2"] = second
-            block["nb"] = nb
-            block["mbs"] = np.repeat(ok, len(pol))
-            block["recompute"] = np.tile(pol[:, 0], len(ok))
-            block["recompute_layers"] = np.tile(pol[:, 1], len(ok))
-            parts.append(block)
-    base = np.concatenate(parts) if parts else empty_candidates(0)
+            if len(ok):
+                degrees.append((tp, second, pp, dp, nb, v))
+                micro.append(ok)
+                pols.append(pol)
+    # the parts' rows: each micro-batch size under every policy, parts in order
+    lengths = np.array([len(m) * len(p) for m, p in zip(micro, pols)], np.int64)
+    base = empty_candidates(int(lengths.sum()))
+    if len(degrees):
+        per_part = np.array(degrees, np.int64)
+        for i, name in enumerate(("tp", "cp" if strategy == "1d" else "tp2", "pp", "dp", "nb",
+                                  "vpp")):
+            base[name] = np.repeat(per_part[:, i], lengths)
+        base["mbs"] = np.concatenate([np.repeat(m, len(p)) for m, p in zip(micro, pols)])
+        policy_rows = np.concatenate([np.tile(p, (len(m), 1)) for m, p in zip(micro, pols)])
+        base["recompute"], base["recompute_layers"] = policy_rows[:, 0], policy_rows[:, 1]
     axes = [_sp_axis(base, strategy == "1d", job.is_moe), _cp_comm_axis(base),
             _zero_axis(base, job.training)]
     if job.is_moe:
@@ -543,8 +628,9 @@ def _cp_comm_axis(base: np.ndarray) -> InnerAxis:
     """K/V exchange of context parallelism: 0 ring, 1 all-gather (only when cp > 1)."""
     options = np.zeros(2, dtype=[("cp_comm", "i4")])
     options["cp_comm"] = (0, 1)
-    split = (base["cp"] > 1)[:, None]
-    return InnerAxis(options=options, valid=np.concatenate([np.ones_like(split), split], 1))
+    split = base["cp"] > 1
+    return InnerAxis.by_key(options, split.astype(np.int64),
+                            lambda rows: np.stack([np.ones(len(rows), bool), split[rows]], 1))
 
 
 def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> InnerAxis:
@@ -552,10 +638,14 @@ def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> Inne
     with tp > 1 need sequence parallelism (Megatron-Core moe_layer.py MoELayer refuses
     tensor parallelism without it): (0, 0) only when tp = 1."""
     options = np.array([(0, 0), (1, 0), (1, 1)], dtype=[("sp", "i4"), ("tp_overlap", "i4")])
-    tp_on = (base["tp"] > 1)[:, None] & megatron
-    plain = ~tp_on if moe else np.ones_like(tp_on)
-    valid = np.concatenate([plain, tp_on, tp_on], axis=1)
-    return InnerAxis(options=options, valid=valid)
+    tp_on = (base["tp"] > 1) & megatron
+
+    def rule(rows: np.ndarray) -> np.ndarray:
+        on = tp_on[rows]
+        plain = ~on if moe else np.ones_like(on)
+        return np.stack([plain, on, on], axis=1)
+
+    return InnerAxis.by_key(options, tp_on.astype(np.int64), rule)
 
 
 def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
@@ -569,13 +659,16 @@ def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
     triples = [(a, b, o) for a in _divisors_tuple(job.n_experts)
                for b in _divisors_tuple(job.moe_ffn_hidden) for o in (0, 1) if o == 0 or a > 1]
     options = np.array(triples, dtype=[("ep", "i4"), ("etp", "i4"), ("a2a_overlap", "i4")])
-    mesh = (base["tp"].astype(np.int64) * base["cp"] * base["dp"])[:, None]
-    size = (options["ep"].astype(np.int64) * options["etp"])[None, :]
-    valid = mesh % size == 0
+    mesh = base["tp"].astype(np.int64) * base["cp"] * base["dp"]
     overlap_ok = job.training & ((base["pp"] == 1) | (base["vpp"] > 1)) & ~np.isin(
         base["recompute"], (Recompute.FULL, Recompute.FIRST_K))
-    valid &= (options["a2a_overlap"] == 0)[None, :] | overlap_ok[:, None]
-    return InnerAxis(options=options, valid=valid)
+    size = (options["ep"].astype(np.int64) * options["etp"])[None, :]
+    no_overlap = (options["a2a_overlap"] == 0)[None, :]
+
+    def rule(rows: np.ndarray) -> np.ndarray:
+        return (mesh[rows, None] % size == 0) & (no_overlap | overlap_ok[rows, None])
+
+    return InnerAxis.by_key(options, mesh * 2 + overlap_ok, rule)
 
 
 def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
@@ -588,19 +681,25 @@ def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
     options["zero"][:4] = np.arange(4)
     options["zero"][4:] = 3
     options["shard_group"][4:] = groups
-    dp = base["dp"].astype(np.int64)[:, None]
+    dp = base["dp"].astype(np.int64)
+    replicas = dp * base["cp"]
     g = np.array(groups, dtype=np.int64)[None, :]
-    valid = np.ones((len(base), len(options)), dtype=bool)
-    valid[:, 1:4] = training & (dp * base["cp"].astype(np.int64)[:, None] > 1)
-    valid[:, 4:] = training & (dp % g == 0) & (g < dp)
-    return InnerAxis(options=options, valid=valid)
+
+    def rule(rows: np.ndarray) -> np.ndarray:
+        valid = np.ones((len(rows), len(options)), dtype=bool)
+        valid[:, 1:4] = training & (replicas[rows, None] > 1)
+        valid[:, 4:] = training & (dp[rows, None] % g == 0) & (g < dp[rows, None])
+        return valid
+
+    return InnerAxis.by_key(options, _row_key(base, ("dp", "cp")), rule)
 
 
 def _offload_axis(base: np.ndarray) -> InnerAxis:
     """Offload bit masks 0-7 (1 weights, 2 activations, 4 optimizer state)."""
     options = np.zeros(8, dtype=[("offload", "i4")])
     options["offload"] = np.arange(8)
-    return InnerAxis(options=options, valid=np.ones((len(base), 8), dtype=bool))
+    return InnerAxis.by_key(options, np.zeros(len(base), np.int64),
+                            lambda rows: np.ones((len(rows), 8), dtype=bool))
 
 
 def enumerate_space(profile: str, job: Job, n_gpus: int, strategy: str,

@@ -131,3 +131,25 @@ def test_compiled_columns_skip_base_rows_without_options(monkeypatch):
             got = space.columns(start, stop)
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("space_of", [
+    lambda: enumerate_nersc(load_job("vit_era5"), 1024, "2d", 64),
+    lambda: enumerate_nersc(load_job("gpt3_1T"), 4096, "2d-seqp", 8),
+    lambda: enumerate_space("calibrated", load_job("llama3_8b"), 64, "1d", 8, True),
+    lambda: enumerate_space("calibrated", load_job("qwen3_30b_a3b"), 32, "1d", 8)],
+    ids=["nersc-2d", "nersc-2d-seqp", "calibrated-offload", "calibrated-moe"])
+def test_shared_masks_equal_each_rows_own(space_of, monkeypatch):
+    """Inner axes whose masks are found once per distinct key (InnerAxis.by_key) give the
+    space that each base row's own mask gives: the same rows in the same order."""
+    monkeypatch.setattr(candidates, "BY_KEY_MIN_ROWS", 1)
+    shared = space_of()
+    assert any(a.pattern is not None and len(a.valid) < len(shared.base) for a in shared.axes)
+    monkeypatch.setattr(candidates, "BY_KEY_MIN_ROWS", 10**12)
+    own = space_of()
+    assert all(a.pattern is None for a in own.axes)
+    assert own.size == shared.size
+    for start in range(0, own.size, 50000):
+        want, got = own.columns(start, start + 50000), shared.columns(start, start + 50000)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
