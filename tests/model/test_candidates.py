@@ -149,7 +149,13 @@ def test_shared_masks_equal_each_rows_own(space_of, monkeypatch):
     own = space_of()
     assert all(a.pattern is None for a in own.axes)
     assert own.size == shared.size
-    for start in range(0, own.size, 50000):
-        want, got = own.columns(start, start + 50000), shared.columns(start, start + 50000)
+    for a, b in zip(own.axes, shared.axes):  # each base row's options, in order
+        np.testing.assert_array_equal(a.valid, b.valid[b.rows])
+        np.testing.assert_array_equal(a.counts, b.counts)
+        taken = np.arange(a.valid.shape[1])[None, :] < a.counts[:, None]
+        np.testing.assert_array_equal(np.where(taken, a.order, -1),
+                                      np.where(taken, b.order[b.rows], -1))
+    for start in np.random.default_rng(0).integers(0, own.size, 3).tolist():
+        want, got = own.columns(start, start + 5000), shared.columns(start, start + 5000)
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)

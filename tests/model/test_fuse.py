@@ -39,8 +39,17 @@ def _same(a, b) -> None:
         assert np.array_equal(a, b)
 
 
+def _flatten(tree, path=()) -> list:
+    """[(path, leaf)] of a nest of dicts / lists / tuples, dicts in sorted key order."""
+    if isinstance(tree, dict):
+        return [x for k in sorted(tree, key=str) for x in _flatten(tree[k], path + (k,))]
+    if isinstance(tree, (list, tuple)):
+        return [x for i, v in enumerate(tree) for x in _flatten(v, path + (i,))]
+    return [(path, tree)]
+
+
 def _same_tree(ref, got) -> None:
-    ref_leaves, got_leaves = list(fuse._flatten(ref)), list(fuse._flatten(got))
+    ref_leaves, got_leaves = _flatten(ref), _flatten(got)
     assert [p for p, _ in ref_leaves] == [p for p, _ in got_leaves]
     for (path, a), (_, b) in zip(ref_leaves, got_leaves):
         if np.ndim(a) or np.ndim(b):

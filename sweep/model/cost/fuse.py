@@ -337,24 +337,30 @@ _FUNCTIONS: dict[Callable, Callable] = {
 
 # ------------------------------------------------------------------------------ inputs
 
-def _flatten(tree, path=()) -> list:
-    """[(path, leaf)] of a nest of dicts / lists / tuples, in a stable order."""
-    out: list = []
-    _flatten_into(tree, path, out)
-    return out
-
-
-def _flatten_into(tree, path, out) -> None:
-    # (on every evaluation: plain dicts, lists and tuples are recognised before the ABCs)
+def _walk(tree, leaves: list, shape: list) -> None:
+    """Append the leaves of a nest of dicts / lists / tuples to ``leaves`` (dicts in their
+    keys' order) and its shape to ``shape``: each dict's keys (a tuple), each list's or
+    tuple's length (an int; -1 - length for a tuple), in the same order. (On every
+    evaluation: leaves and plain containers are recognised before the ABCs.)"""
     kind = _container(tree)
     if kind == 1:
-        for k in sorted(tree, key=str):
-            _flatten_into(tree[k], path + (k,), out)
+        keys = tuple(tree)
+        shape.append(keys)
+        for k in keys:
+            v = tree[k]
+            if type(v) in _ATOMS:
+                leaves.append(v)
+            else:
+                _walk(v, leaves, shape)
     elif kind == 2:
-        for i, v in enumerate(tree):
-            _flatten_into(v, path + (i,), out)
+        shape.append(-1 - len(tree) if type(tree) is tuple else len(tree))
+        for v in tree:
+            if type(v) in _ATOMS:
+                leaves.append(v)
+            else:
+                _walk(v, leaves, shape)
     else:
-        out.append((path, tree))
+        leaves.append(tree)
 
 
 #: types that are never containers (checked before the Mapping ABC, which is slow)
@@ -362,10 +368,15 @@ _LEAF_TYPES = frozenset((np.ndarray, float, int, bool, str, type(None), np.float
                          np.int32, np.int8, np.bool_))
 
 
+#: leaves recognised by their type alone (what the hot path meets: arrays, numbers, the
+#: gathered per-layer terms, tracers)
+_ATOMS = _LEAF_TYPES | {Gathered, Tracer}
+
+
 def _container(tree) -> int:
     """1 for a mapping, 2 for a list or tuple, 0 for a leaf."""
     t = type(tree)
-    if t in _LEAF_TYPES:
+    if t in _ATOMS:
         return 0
     if t is dict:
         return 1
@@ -377,30 +388,38 @@ def _container(tree) -> int:
 
 
 def _rebuild(tree, leaves):
-    """``tree`` with its leaves replaced, in _flatten's order."""
+    """``tree`` with its leaves replaced, in _walk's order."""
     kind = _container(tree)
     if kind == 1:
-        return {k: _rebuild(tree[k], leaves) for k in sorted(tree, key=str)}
+        return {k: next(leaves) if type(v) in _ATOMS else _rebuild(v, leaves)
+                for k, v in tree.items()}
     if kind == 2:
         out = [_rebuild(v, leaves) for v in tree]
         return out if isinstance(tree, list) else tuple(out)
     return next(leaves)
 
 
+#: _leaf_kind of a Python number, by its type
+_NUMBER_KINDS = {bool: ("scalar", "bool"), int: ("scalar", "int"), float: ("scalar", "float")}
+
+
 def _leaf_kind(v, n):
     """('array', dtype) for a column of n, ('take', dtypes) for a Gathered one, ('scalar',
     type) for a number, ('static', v) for anything else, ('bad',) for arrays of another
     length (not traceable)."""
-    if type(v) is np.ndarray and v.ndim == 1:  # (the common case first)
-        return ("array", v.dtype.str) if v.shape[0] == n else ("bad",)
+    t = type(v)
+    if t is np.ndarray and v.ndim == 1:  # (the common cases first)
+        return ("array", v.dtype) if v.shape[0] == n else ("bad",)
+    if t in _NUMBER_KINDS:
+        return _NUMBER_KINDS[t]
     if isinstance(v, Gathered):
-        if v.index.shape != (n,) or v.values.ndim != 1:
+        if v.index.ndim != 1 or v.index.shape[0] != n or v.values.ndim != 1:
             return ("bad",)
-        return ("take", v.values.dtype.str, v.index.dtype.str)
+        return ("take", v.values.dtype, v.index.dtype)
     if isinstance(v, np.ndarray) and v.ndim > 0:
         if v.shape != (n,):
             return ("bad",)  # an array of another shape: not traceable
-        return ("array", v.dtype.str)
+        return ("array", v.dtype)
     if isinstance(v, (bool, np.bool_)):
         return ("scalar", "bool")
     if isinstance(v, (int, float, np.integer, np.floating)) or \
@@ -684,34 +703,35 @@ class fused:
         self.traces = 0  # graphs traced (tests)
 
     def __call__(self, *args):
-        leaves = list(_flatten(args))
-        n = next((v.shape[0] for _, v in leaves if isinstance(v, np.ndarray) and v.ndim),
-                 0)
+        leaves: list = []
+        shape: list = []
+        _walk(args, leaves, shape)
+        n = next((v.shape[0] for v in leaves if isinstance(v, np.ndarray) and v.ndim), 0)
         if n < self.min_rows or not enabled():
             return self.fallback(*_materialized(args))
-        kinds = tuple([(p, _leaf_kind(v, n)) for p, v in leaves])
-        if kinds in self._untraceable or ("bad",) in [k for _, k in kinds]:
+        kinds = [_leaf_kind(v, n) for v in leaves]
+        key = (tuple(shape), tuple(kinds))
+        if key in self._untraceable or ("bad",) in kinds:
             return self.fallback(*_materialized(args))
-        values = [v for _, v in leaves]
-        entries = self._cache.setdefault(kinds, [])
+        entries = self._cache.setdefault(key, [])
         for entry in entries:
-            if tuple(values[j] for j in entry.guard_leaves) == entry.guard_values:
-                return self._run(entry, values, n)
+            if tuple([leaves[j] for j in entry.guard_leaves]) == entry.guard_values:
+                return self._run(entry, leaves, n)
         if len(entries) >= MAX_GRAPHS:  # inputs whose decisions vary without end
             return self.fallback(*_materialized(args))
         try:
             entry = self._trace(args, leaves, kinds, n)
         except TraceError:
-            self._untraceable.add(kinds)
+            self._untraceable.add(key)
             return self.fallback(*_materialized(args))
         entries.append(entry)
-        return self._run(entry, values, n)
+        return self._run(entry, leaves, n)
 
     def _trace(self, args, leaves, kinds, n) -> _Compiled:
         self.traces += 1
         g = _Graph(n)
         traced, param_leaves, input_leaves = [], [], []  # (inputs: (leaf, part))
-        for j, ((_, v), (_, kind)) in enumerate(zip(leaves, kinds)):
+        for j, (v, kind) in enumerate(zip(leaves, kinds)):
             if kind[0] == "array":
                 traced.append(g.add("input", (len(input_leaves),), v.dtype, True))
                 input_leaves.append((j, None))
@@ -725,9 +745,10 @@ class fused:
             else:
                 traced.append(v)
         result = self.fn(*_rebuild(args, iter(traced)))
-        out_leaves = list(_flatten(result))
+        out_leaves: list = []
+        _walk(result, out_leaves, [])
         outputs, ids = [], []
-        for _, v in out_leaves:
+        for v in out_leaves:
             if isinstance(v, Tracer) and (v.is_array or v.leaves):
                 # a column, or a scalar computed from the inputs (by the kernel's head)
                 outputs.append(("array" if v.is_array else "scalar", v.dtype))
@@ -744,7 +765,7 @@ class fused:
         if statements > self.max_nodes:
             raise TraceError(f"{statements} statements: too long to compile")
         kernel = _load(source)
-        return _Compiled(guard, tuple(leaves[j][1] for j in guard), kernel, param_leaves,
+        return _Compiled(guard, tuple(leaves[j] for j in guard), kernel, param_leaves,
                          input_leaves, outputs, result)
 
     @staticmethod
