@@ -88,24 +88,24 @@ class InnerAxis:
 
     @property
     def order(self) -> np.ndarray:
-        """(P, K) per mask, its valid option indices first, in option order (the rest of the
-        row is never read: 0)."""
-        rows, cols = np.nonzero(self.valid)  # (row-major: each mask's options in order)
-        per_mask = self.valid.sum(axis=1)
-        first = np.cumsum(per_mask) - per_mask
-        out = np.zeros(self.valid.shape, np.int64)
-        out[rows, np.arange(len(rows)) - first[rows]] = cols
-        return out
+        """(P, K) per mask, its valid option indices first, in option order (then the others,
+        never read)."""
+        # (valid options first, each part in option order: distinct keys, so any sort gives
+        # the stable order; faster than a stable sort of the mask)
+        width = self.valid.shape[1]
+        return np.argsort(np.where(self.valid, 0, width) + np.arange(width), axis=1)
 
     @staticmethod
-    def by_key(options: np.ndarray, key: np.ndarray, rule) -> InnerAxis:
-        """The axis whose mask depends on base rows only through the (B,) integer ``key``
-        (e.g. a product of degrees): ``rule(rows)`` gives the (P, K) masks of the base
-        rows at positions ``rows`` (one row per distinct key; every row of a small base,
-        where finding the distinct keys would cost more than it saves)."""
-        if len(key) < BY_KEY_MIN_ROWS:
-            return InnerAxis(options=options, valid=rule(np.arange(len(key))))
-        _, first, pattern = np.unique(key, return_index=True, return_inverse=True)
+    def by_key(options: np.ndarray, n_rows: int, key, rule) -> InnerAxis:
+        """The axis over ``n_rows`` base rows whose mask depends on a base row only through
+        its integer ``key`` (an (n_rows,) array, or a function giving it; e.g. a product
+        of degrees): ``rule(rows)`` gives the masks of the base rows at positions ``rows``
+        (one row per distinct key; every row of a small base, where finding the distinct
+        keys would cost more than it saves)."""
+        if n_rows < BY_KEY_MIN_ROWS:
+            return InnerAxis(options=options, valid=rule(np.arange(n_rows)))
+        _, first, pattern = np.unique(key() if callable(key) else key, return_index=True,
+                                      return_inverse=True)
         return InnerAxis(options=options, valid=rule(first), pattern=pattern.ravel())
 
 
@@ -125,7 +125,11 @@ class CandidateSpace:
         if base.dtype != CANDIDATE_DTYPE:
             raise TypeError("base rows must have CANDIDATE_DTYPE")
         self.base = base
-        self._base_cols = {n: base[n].astype(np.int64) for n in CANDIDATE_DTYPE.names}
+        # (F, B) every field of every base row as int64
+        self._base_matrix = np.empty((len(CANDIDATE_DTYPE.names), len(base)), np.int64)
+        for i, name in enumerate(CANDIDATE_DTYPE.names):
+            self._base_matrix[i] = base[name]
+        self._base_cols = dict(zip(CANDIDATE_DTYPE.names, self._base_matrix))
         self._constant = _constant_fields(base)
         self.axes = list(axes)
         self._counts = [a.counts for a in self.axes]
@@ -159,13 +163,20 @@ class CandidateSpace:
         g = np.arange(start, stop, dtype=np.int64)
         r0 = int(np.searchsorted(self.offsets, start, side="right")) - 1
         n = len(g)
-        kernel = _columns_kernel() if n >= COMPILED_COLUMNS_MIN_ROWS else None
+        kernel = None
+        if n >= COMPILED_COLUMNS_MIN_ROWS:
+            r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
+            runs = n >= RUNS_MIN_ROWS_PER_BASE * (r1 - r0 + 1)
+            kernel = _columns_kernel(runs)
         if kernel is not None:  # the same rows, written by one compiled loop
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
             try:
-                kernel(start, r0, self.offsets, *self._packed(), _NV_FIELDS, mat)
+                packed = self._packed()
+                # (the runs loop reads a base row's fields together, the other each field)
+                base = packed[0] if runs else self._base_matrix
+                kernel(start, r0, self.offsets, base, *packed[1:], _NV_FIELDS, mat)
             except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
-                _COMPILED["columns"] = None
+                _COMPILED["columns" if runs else "columns-rows"] = None
                 return self.columns(start, stop)
             out = dict(zip(CANDIDATE_DTYPE.names, mat))
         else:
@@ -203,7 +214,7 @@ class CandidateSpace:
         axis first), built once."""
         if self._packed_arrays is None:
             names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
-            base = np.stack([self._base_cols[name] for name in CANDIDATE_DTYPE.names])
+            base = np.ascontiguousarray(self._base_matrix.T)  # (B, F): a base row's fields together
             rows = len(self.base)
             inner = list(zip(self._counts, self._patterns, self._orders, self._widths,
                              self._options))[::-1]
@@ -249,6 +260,16 @@ def _constant_fields(base: np.ndarray) -> dict[str, int]:
 COMPILED_COLUMNS_MIN_ROWS = 1024
 
 
+def _fill(out, f, lo, hi, value):  # pragma: no cover (compiled)
+    """``out[f, lo:hi] = value``: a slice fill for long runs, a plain loop for short ones
+    (where the slice's own set-up costs more than the stores)."""
+    if hi - lo >= 32:
+        out[f, lo:hi] = value
+    else:
+        for i in range(lo, hi):
+            out[f, i] = value
+
+
 def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, width, fields,
                   fields_off, values, values_off, n_opt, nv_fields,
                   out):  # pragma: no cover (compiled)
@@ -258,10 +279,11 @@ def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, wi
     axes inside it) and cycles through its options (in the order of the base row's mask,
     ``pattern``); a base row's own fields hold for all its rows. Each run is a fill, not a
     per-row gather. An NVLink placement left 0 takes its group's degree (``nv_fields``:
-    pairs of rows of ``out``), as it is written when the degree is the base row's."""
+    pairs of rows of ``out``), as it is written when the degree is the base row's.
+    ``base``: (base rows, fields)."""
     n = out.shape[1]
     stop = start + n
-    n_fields = base.shape[0]
+    n_fields = base.shape[1]
     n_axes = counts.shape[0]
     # the axis whose option each field holds: -1 the base row; where two axes write one
     # field the outermost axis's option stands (as the numpy loop's last write does)
@@ -285,10 +307,10 @@ def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, wi
         if hi > lo:
             for f in range(n_fields):
                 if owner[f] < 0:
-                    value = base[f, r]
+                    value = base[r, f]
                     if value == 0 and degree_of[f] >= 0:
-                        value = base[degree_of[f], r]
-                    out[f, lo - start:hi - start] = value
+                        value = base[r, degree_of[f]]
+                    _fill(out, f, lo - start, hi - start, value)
             p0 = lo - offsets[r]  # the block's part of the base row: positions [p0, p1)
             p1 = hi - offsets[r]
             shift = lo - start - p0  # (out's column of position p)
@@ -305,7 +327,7 @@ def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, wi
                     for d in range(c):  # the field's value under each of the row's options
                         table[d] = values[at + order[at_order + d]]
                         if table[d] == 0 and degree_of[f] >= 0:
-                            table[d] = base[degree_of[f], r]
+                            table[d] = base[r, degree_of[f]]
                     run = p0 // inner  # (the run of position p0, and its option)
                     digit = run % c
                     if inner == 1:  # (runs of one row: the options in turn)
@@ -319,7 +341,7 @@ def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, wi
                     p = p0
                     while p < p1:
                         end = min(p1, (run + 1) * inner)
-                        out[f, p + shift:end + shift] = table[digit]
+                        _fill(out, f, p + shift, end + shift, table[digit])
                         p = end
                         run += 1
                         digit += 1
@@ -336,21 +358,89 @@ def _columns_loop(start, r, offsets, base, counts, pattern, order, order_off, wi
                 out[nv, i] = out[degree, i]
 
 
+def _columns_rows_loop(start, r, offsets, base, counts, pattern, order, order_off, width,
+                       fields, fields_off, values, values_off, n_opt, nv_fields,
+                       out):  # pragma: no cover (compiled)
+    """_columns_loop's rows row by row, for blocks of small base rows (a few candidates
+    each, where a run's set-up costs more than its stores): first each row's base row and,
+    per inner axis (innermost first), the option its position under the base row selects
+    - the positions' mixed-radix digits counted up row by row, an odometer, instead of
+    divided out of each index; then each column written in one pass; last, an NVLink
+    placement left 0 takes its group's degree. ``base``: (fields, base rows)."""
+    n = out.shape[1]
+    n_axes = counts.shape[0]
+    last = offsets.shape[0] - 2  # (the last base row)
+    row = np.empty(n, np.int64)
+    opt = np.empty((n_axes, n), np.int64)
+    digit = np.zeros(n_axes, np.int64)
+    if n:
+        local = start - offsets[r]
+        for a in range(n_axes):
+            c = counts[a, r]
+            digit[a] = local % c
+            local //= c
+    for i in range(n):
+        row[i] = r
+        for a in range(n_axes):
+            opt[a, i] = order[order_off[a] + pattern[a, r] * width[a] + digit[a]]
+        a = 0
+        while a < n_axes:  # the next position: the innermost digit first, carrying
+            digit[a] += 1
+            if digit[a] < counts[a, r]:
+                break
+            digit[a] = 0
+            a += 1
+        if a == n_axes:  # past the base row's last position: the next row with any
+            r += 1
+            while r < last and offsets[r + 1] == offsets[r]:
+                r += 1
+    written = np.zeros(base.shape[0], np.bool_)
+    # (where two axes write one column, the outermost axis's option stands, as the numpy
+    # loop's last write does)
+    for a in range(n_axes - 1, -1, -1):
+        k = n_opt[a]
+        for q in range(fields_off[a], fields_off[a + 1]):
+            f = fields[q]
+            if written[f]:
+                continue
+            written[f] = True
+            at = values_off[a] + (q - fields_off[a]) * k
+            for i in range(n):
+                out[f, i] = values[at + opt[a, i]]
+    for f in range(base.shape[0]):
+        if not written[f]:
+            for i in range(n):
+                out[f, i] = base[f, row[i]]
+    for p in range(nv_fields.shape[0]):
+        nv, degree = nv_fields[p, 0], nv_fields[p, 1]
+        for i in range(n):
+            if out[nv, i] == 0:
+                out[nv, i] = out[degree, i]
+
+
+#: blocks whose base rows hold at least this many of the block's candidates on average
+#: are written in runs (_columns_loop), others row by row (_columns_rows_loop)
+RUNS_MIN_ROWS_PER_BASE = 32
+
+
 _COMPILED: dict[str, object] = {}
 
 
-def _columns_kernel():
-    """_columns_loop compiled, or None: when fused evaluation is off (numba missing or
-    SWEEP_FUSE=0) or its compiled loop cannot be had (e.g. no writable cache directory).
-    Compiled as fuse.py compiles its loops: from a module file in its cache directory
-    (SWEEP_CACHE_DIR), with numba's on-disk cache beside it."""
+def _columns_kernel(runs: bool = True):
+    """_columns_loop (``runs``) or _columns_rows_loop compiled, or None: when fused
+    evaluation is off (numba missing or SWEEP_FUSE=0) or its compiled loop cannot be had
+    (e.g. no writable cache directory). Compiled as fuse.py compiles its loops: from a
+    module file in its cache directory (SWEEP_CACHE_DIR), with numba's on-disk cache
+    beside it."""
     from .cost import fuse
 
     if not fuse.enabled():
         return None
-    if "columns" not in _COMPILED:
-        _COMPILED["columns"] = fuse.compile_loop(_columns_loop)
-    return _COMPILED["columns"]
+    name = "columns" if runs else "columns-rows"
+    if name not in _COMPILED:
+        _COMPILED[name] = (fuse.compile_loop(_fill, _columns_loop) if runs
+                           else fuse.compile_loop(_columns_rows_loop))
+    return _COMPILED[name]
 
 
 def expert_ranks_per_domain(cols: dict[str, np.ndarray]) -> np.ndarray:
@@ -424,14 +514,16 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
 
     def rule(rows: np.ndarray) -> np.ndarray:
         degrees = [base[g][rows].astype(np.int64) for g in groups]
-        total = np.prod(degrees, axis=0) if degrees else np.ones(len(rows), np.int64)
+        total = degrees[0].copy()
+        for d in degrees[1:]:
+            total *= d
         fits = total <= nvs
         divides = np.ones((len(rows), len(tuples)), dtype=bool)
         for i, d in enumerate(degrees):
             divides &= (d[:, None] % tuples[None, :, i]) == 0
         return np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
 
-    return InnerAxis.by_key(options, _row_key(base, groups), rule)
+    return InnerAxis.by_key(options, len(base), lambda: _row_key(base, groups), rule)
 
 
 def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) -> CandidateSpace:
@@ -629,7 +721,7 @@ def _cp_comm_axis(base: np.ndarray) -> InnerAxis:
     options = np.zeros(2, dtype=[("cp_comm", "i4")])
     options["cp_comm"] = (0, 1)
     split = base["cp"] > 1
-    return InnerAxis.by_key(options, split.astype(np.int64),
+    return InnerAxis.by_key(options, len(base), split.astype(np.int64),
                             lambda rows: np.stack([np.ones(len(rows), bool), split[rows]], 1))
 
 
@@ -645,7 +737,7 @@ def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> Inne
         plain = ~on if moe else np.ones_like(on)
         return np.stack([plain, on, on], axis=1)
 
-    return InnerAxis.by_key(options, tp_on.astype(np.int64), rule)
+    return InnerAxis.by_key(options, len(base), tp_on.astype(np.int64), rule)
 
 
 def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
@@ -668,7 +760,7 @@ def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
     def rule(rows: np.ndarray) -> np.ndarray:
         return (mesh[rows, None] % size == 0) & (no_overlap | overlap_ok[rows, None])
 
-    return InnerAxis.by_key(options, mesh * 2 + overlap_ok, rule)
+    return InnerAxis.by_key(options, len(base), mesh * 2 + overlap_ok, rule)
 
 
 def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
@@ -691,14 +783,14 @@ def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
         valid[:, 4:] = training & (dp[rows, None] % g == 0) & (g < dp[rows, None])
         return valid
 
-    return InnerAxis.by_key(options, _row_key(base, ("dp", "cp")), rule)
+    return InnerAxis.by_key(options, len(base), lambda: _row_key(base, ("dp", "cp")), rule)
 
 
 def _offload_axis(base: np.ndarray) -> InnerAxis:
     """Offload bit masks 0-7 (1 weights, 2 activations, 4 optimizer state)."""
     options = np.zeros(8, dtype=[("offload", "i4")])
     options["offload"] = np.arange(8)
-    return InnerAxis.by_key(options, np.zeros(len(base), np.int64),
+    return InnerAxis.by_key(options, len(base), np.zeros(len(base), np.int64),
                             lambda rows: np.ones((len(rows), 8), dtype=bool))
 
 

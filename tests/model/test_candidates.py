@@ -87,13 +87,16 @@ def test_blocks_concatenate_to_the_space(job):
     lambda job: enumerate_space("calibrated", load_job("llama3_8b"), 64, "1d", 8, True),
     lambda job: enumerate_space("calibrated", load_job("qwen3_30b_a3b"), 32, "1d", 8)],
     ids=["nersc-2d", "nersc-1d", "calibrated-offload", "calibrated-moe"])
-def test_compiled_columns_equal_numpy(job, space_of, monkeypatch):
-    """The compiled loop (an odometer over the inner axes' options) writes the rows numpy
-    writes, whatever the block's start: mid base row, on a row boundary, across empty rows."""
+@pytest.mark.parametrize("runs", [True, False], ids=["runs", "rows"])
+def test_compiled_columns_equal_numpy(job, space_of, runs, monkeypatch):
+    """Both compiled loops (runs of equal values filled; an odometer over the inner axes'
+    options row by row) write the rows numpy writes, whatever the block's start: mid base
+    row, on a row boundary, across empty rows."""
     if not fuse.available():
         pytest.skip("numba is not installed")
     space = space_of(job)
     monkeypatch.setattr(candidates, "COMPILED_COLUMNS_MIN_ROWS", 1)
+    monkeypatch.setattr(candidates, "RUNS_MIN_ROWS_PER_BASE", 0 if runs else 10**12)
     rng = np.random.default_rng(0)
     starts = [0, 1, int(space.offsets[1]), int(space.offsets[-2])] + \
         rng.integers(0, space.size, 6).tolist()
@@ -105,10 +108,12 @@ def test_compiled_columns_equal_numpy(job, space_of, monkeypatch):
             got = space.columns(start, start + size)
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    assert candidates._COMPILED.get("columns") is not None  # (compiled, not numpy after a failure)
+    # (compiled, not numpy after a failure)
+    assert candidates._COMPILED.get("columns" if runs else "columns-rows") is not None
 
 
-def test_compiled_columns_skip_base_rows_without_options(monkeypatch):
+@pytest.mark.parametrize("runs", [True, False], ids=["runs", "rows"])
+def test_compiled_columns_skip_base_rows_without_options(runs, monkeypatch):
     """Base rows none of whose options are valid hold no candidates (sizes 0)."""
     if not fuse.available():
         pytest.skip("numba is not installed")
@@ -123,6 +128,7 @@ def test_compiled_columns_skip_base_rows_without_options(monkeypatch):
                                              candidates.InnerAxis(second, np.ones((6, 2), bool))])
     assert space.size == 12
     monkeypatch.setattr(candidates, "COMPILED_COLUMNS_MIN_ROWS", 1)
+    monkeypatch.setattr(candidates, "RUNS_MIN_ROWS_PER_BASE", 0 if runs else 10**12)
     for start in range(space.size):
         for stop in range(start + 1, space.size + 1):
             monkeypatch.setenv("SWEEP_FUSE", "0")
