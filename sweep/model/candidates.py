@@ -130,7 +130,7 @@ class CandidateSpace:
         for i, name in enumerate(CANDIDATE_DTYPE.names):
             self._base_matrix[i] = base[name]
         self._base_cols = dict(zip(CANDIDATE_DTYPE.names, self._base_matrix))
-        self._constant = _constant_fields(base)
+        self._constant = _constant_fields(self._base_matrix)
         self.axes = list(axes)
         self._counts = [a.counts for a in self.axes]
         self._patterns = [a.rows for a in self.axes]
@@ -243,17 +243,14 @@ class CandidateSpace:
         return to_records(self.columns(start, stop))
 
 
-def _constant_fields(base: np.ndarray) -> dict[str, int]:
-    """{field: value} of the CANDIDATE fields equal in every row of ``base`` (each row's
-    bytes against the first row's: one comparison for all fields, not one per field)."""
-    if not len(base):
+def _constant_fields(matrix: np.ndarray) -> dict[str, int]:
+    """{field: value} of the CANDIDATE fields equal in every base row (``matrix``: (fields,
+    base rows), int64)."""
+    if not matrix.shape[1]:
         return {}
-    raw = np.ascontiguousarray(base).view(np.uint8).reshape(len(base), base.dtype.itemsize)
-    same = (raw == raw[0]).all(axis=0)
-    names = CANDIDATE_DTYPE.names
-    starts = [CANDIDATE_DTYPE.fields[n][1] for n in names]
-    whole = np.logical_and.reduceat(same, starts)
-    return {n: int(base[n][0]) for n, ok in zip(names, whole.tolist()) if ok}
+    same = (matrix == matrix[:, :1]).all(axis=1).tolist()
+    first = matrix[:, 0].tolist()
+    return {n: v for n, ok, v in zip(CANDIDATE_DTYPE.names, same, first) if ok}
 
 
 #: blocks from this many rows are written by the compiled loop when fused evaluation is on
@@ -511,6 +508,8 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
     options = np.zeros(len(tuples) + 1, dtype=[(n, "i4") for n in nv_names])
     for i, n in enumerate(nv_names):
         options[n][1:] = tuples[:, i]  # option 0 = all zeros = "each group whole"
+    factors = divisors(nvs)  # (every tuple's entries are among them)
+    factor_of = np.searchsorted(factors, tuples)
 
     def rule(rows: np.ndarray) -> np.ndarray:
         degrees = [base[g][rows].astype(np.int64) for g in groups]
@@ -519,8 +518,8 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
             total *= d
         fits = total <= nvs
         divides = np.ones((len(rows), len(tuples)), dtype=bool)
-        for i, d in enumerate(degrees):
-            divides &= (d[:, None] % tuples[None, :, i]) == 0
+        for i, d in enumerate(degrees):  # (a remainder per distinct factor, not per tuple)
+            divides &= ((d[:, None] % factors[None, :]) == 0)[:, factor_of[:, i]]
         return np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
 
     return InnerAxis.by_key(options, len(base), lambda: _row_key(base, groups), rule)

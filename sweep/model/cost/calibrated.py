@@ -777,8 +777,12 @@ def _deduplicated(terms, x, c, keys, lazy=False, known=None):
                 else x, uniq)
 
     def gather(v):
-        rows = np.broadcast_to(as_array(v, dtype=np.float64), (u,))
-        return Gathered(np.ascontiguousarray(rows), inverse) if lazy else rows[inverse]
+        if type(v) is np.ndarray and v.shape == (u,) and v.dtype == np.float64 and \
+                v.flags.c_contiguous:  # (what the compiled loops return)
+            rows = v
+        else:
+            rows = np.ascontiguousarray(np.broadcast_to(as_array(v, dtype=np.float64), (u,)))
+        return Gathered(rows, inverse) if lazy else rows[inverse]
 
     return ({k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
              for k, v in sub.items()}, (keys, inverse))

@@ -38,6 +38,7 @@ directory (``SWEEP_CACHE_DIR``, else ``$XDG_CACHE_HOME/sweep`` or ``~/.cache/swe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -57,8 +58,9 @@ class TraceError(Exception):
     """The function did something a trace cannot follow (a decision on array values)."""
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """numba can be imported."""
+    """numba can be imported (looked up once: every evaluation asks)."""
     return importlib.util.find_spec("numba") is not None
 
 
