@@ -80,3 +80,17 @@ def test_one_key_wider_than_a_table_and_the_empty_block():
     _check({"e": rng.choice(ext, 3000), "s": rng.integers(0, 2, 3000)}, ("s", "e"))
     uniq, inverse = unique_rows({"a": np.zeros(0, np.int64)}, ("a",))
     assert len(uniq["a"]) == 0 and len(inverse) == 0
+
+
+def test_small_spans_dense_sparse_and_the_word_edge():
+    """Keys whose values fill their range (ranked without a table), keys with gaps in a
+    range of at most 64 (their values found as the bits of one word, bit 63 included) and
+    a key one past that range."""
+    rng = np.random.default_rng(5)
+    n = 4096
+    cols = {"dense": rng.integers(0, 5, n), "bits": rng.choice([1, 2, 4, 8, 16, 32, 64], n),
+            "edge": rng.choice([-7, 56], n), "past": rng.choice([0, 64], n),
+            "neg": rng.integers(-3, 3, n)}
+    _check(cols, tuple(cols))
+    _check(cols, ("edge", "dense"))
+    _check(cols, ("past", "bits", "neg"))

@@ -114,12 +114,9 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
         col = keys[j]
         lo = col[0]
         hi = col[0]
-        for i in range(n):
-            v = col[i]
-            if v < lo:
-                lo = v
-            if v > hi:
-                hi = v
+        for i in range(n):  # (min and max: reductions LLVM vectorises; the ifs it did not)
+            lo = min(lo, col[i])
+            hi = max(hi, col[i])
         wide = float(hi) - float(lo) + 1.0 > limit
         if wide:  # (rank this key by a sort: its distinct values, not its range)
             values = np.unique(col)
@@ -128,15 +125,25 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
             span = hi - lo + 1
             if span == 1:  # (a constant key: no digit)
                 continue
+        dense = False  # (every value of the range present: its rank is value - lo)
         if not wide:  # (a key's distinct values, not its range: 1 - 64 is 7 powers of 2)
             rank = np.zeros(span, np.int64)
-            for i in range(n):
-                rank[col[i] - lo] = 1
+            if span <= 64:  # (the values present as the bits of a word: no scatter)
+                present = np.uint64(0)
+                for i in range(n):
+                    present |= np.uint64(1) << np.uint64(col[i] - lo)
+                for v in range(span):
+                    if present & (np.uint64(1) << np.uint64(v)):
+                        rank[v] = 1
+            else:
+                for i in range(n):
+                    rank[col[i] - lo] = 1
             distinct = 0
             for v in range(span):
                 if rank[v]:
                     rank[v] = distinct
                     distinct += 1
+            dense = distinct == span
             span = distinct
         if size > 1 and span > limit // size:
             size = _rank_in_place(packed, size)
@@ -144,6 +151,9 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
             ranks = np.searchsorted(values, col)
             for i in range(n):
                 packed[i] = packed[i] * span + ranks[i]
+        elif dense:  # (no table: arithmetic that vectorises)
+            for i in range(n):
+                packed[i] = packed[i] * span + (col[i] - lo)
         else:
             for i in range(n):
                 packed[i] = packed[i] * span + rank[col[i] - lo]
@@ -152,11 +162,20 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
             values = np.unique(packed)
             packed = np.searchsorted(values, packed)
             size = len(values)
-    u = _rank_in_place(packed, size)
+    # each code's rank among the distinct codes, written as the inverse (with each distinct
+    # row's first position) in the same pass
+    lookup = np.full(size, -1, np.int64)
+    for i in range(n):
+        lookup[packed[i]] = 0
+    u = 0
+    for v in range(size):
+        if lookup[v] == 0:
+            lookup[v] = u
+            u += 1
     for i in range(u):
         first[i] = n
     for i in range(n):
-        r = packed[i]
+        r = lookup[packed[i]]
         inverse[i] = r
         if first[r] == n:
             first[r] = i
