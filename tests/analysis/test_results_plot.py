@@ -407,6 +407,7 @@ def partial_files(nersc, grid, tmp_path_factory):
     return files
 
 
+@pytest.mark.slow  # (about 30 s of figures: CI's slow run)
 def test_every_kind_on_partial_single_point_and_empty_results(partial_files, tmp_path):
     """No kind crashes: it draws what exists or says (SweepError) why there is nothing;
     the kinds that fit always draw, and the report draws exactly those."""
