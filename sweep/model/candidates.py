@@ -214,7 +214,8 @@ class CandidateSpace:
         axis first), built once."""
         if self._packed_arrays is None:
             names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
-            base = np.ascontiguousarray(self._base_matrix.T)  # (B, F): a base row's fields together
+            # (B, F): a base row's fields together (what the runs loop reads)
+            base = np.ascontiguousarray(self._base_matrix.T)
             rows = len(self.base)
             inner = list(zip(self._counts, self._patterns, self._orders, self._widths,
                              self._options))[::-1]
@@ -486,11 +487,13 @@ def summa_nb_options(tp1: int, tp2: int, e: int) -> list[int]:
 
 def _row_key(base: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
     """(B,) int64 equal for two base rows exactly when they agree on ``fields`` (the
-    fields' values, >= 0, in mixed radix)."""
+    fields' offsets from their least values, in mixed radix)."""
     key = np.zeros(len(base), np.int64)
     span = 1
     for f in fields:
         col = base[f].astype(np.int64)
+        if len(col):
+            col -= col.min()
         radix = int(col.max(initial=0)) + 1
         if span * radix >= 2**62:  # (would overflow: each value's rank instead)
             values, col = np.unique(col, return_inverse=True)
