@@ -164,14 +164,7 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
             size = len(values)
     # each code's rank among the distinct codes, written as the inverse (with each distinct
     # row's first position) in the same pass
-    lookup = np.full(size, -1, np.int64)
-    for i in range(n):
-        lookup[packed[i]] = 0
-    u = 0
-    for v in range(size):
-        if lookup[v] == 0:
-            lookup[v] = u
-            u += 1
+    lookup, u = _ranks(packed, size)
     for i in range(u):
         first[i] = n
     for i in range(n):
@@ -182,9 +175,9 @@ def _unique_loop(keys, limit, inverse, first):  # pragma: no cover (compiled)
     return u
 
 
-def _rank_in_place(packed, size):  # pragma: no cover (compiled)
-    """Each code of ``packed`` (in [0, size)) replaced by its rank among the distinct
-    codes; returns how many there are."""
+def _ranks(packed, size):  # pragma: no cover (compiled)
+    """(each code's rank among the distinct codes of ``packed`` (in [0, size)), by code;
+    how many there are)."""
     lookup = np.full(size, -1, np.int64)
     for i in range(len(packed)):
         lookup[packed[i]] = 0
@@ -193,6 +186,13 @@ def _rank_in_place(packed, size):  # pragma: no cover (compiled)
         if lookup[v] == 0:
             lookup[v] = u
             u += 1
+    return lookup, u
+
+
+def _rank_in_place(packed, size):  # pragma: no cover (compiled)
+    """Each code of ``packed`` (in [0, size)) replaced by its rank among the distinct
+    codes; returns how many there are."""
+    lookup, u = _ranks(packed, size)
     for i in range(len(packed)):
         packed[i] = lookup[packed[i]]
     return u
@@ -210,5 +210,5 @@ def _unique_kernel():
     if not fuse.enabled():
         return None
     if "unique" not in _COMPILED:
-        _COMPILED["unique"] = fuse.compile_loop(_rank_in_place, _unique_loop)
+        _COMPILED["unique"] = fuse.compile_loop(_ranks, _rank_in_place, _unique_loop)
     return _COMPILED["unique"]
