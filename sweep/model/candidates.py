@@ -498,7 +498,10 @@ def _row_key(base: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
         if span * radix >= 2**62:  # (would overflow: each value's rank instead)
             values, col = np.unique(col, return_inverse=True)
             radix = len(values)
-        key = key * radix + col.ravel()
+        if span * radix >= 2**62:  # (still: the key so far by its rank too)
+            values, key = np.unique(key, return_inverse=True)
+            span = len(values)
+        key = key.ravel() * radix + col.ravel()
         span *= radix
     return key
 

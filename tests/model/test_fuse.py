@@ -110,6 +110,28 @@ def test_graph_reused_for_other_values_of_inputs_no_decision_reads():
     assert f.traces == 1
 
 
+def _nested_sum(xs):
+    return sum(v[0] if isinstance(v, list) else 2.0 * v for v in xs)
+
+
+def _ordered(d):
+    return {"first": d[next(iter(d))]}
+
+
+@needs_numba
+def test_inputs_of_another_structure_get_their_own_graph():
+    """Nests with the same containers and leaves in other places, and dicts with the same
+    keys in another order, are other inputs: each is traced, none reuses another's loop."""
+    x, y = np.arange(3.0), np.arange(3.0) + 10.0
+    f = fuse.fused(_nested_sum, min_rows=1)
+    _same(f([[x], y]), x + 2.0 * y)
+    _same(f([x, [y]]), 2.0 * x + y)
+    g = fuse.fused(_ordered, min_rows=1)
+    _same(g({"a": x, "b": y})["first"], x)
+    _same(g({"b": y, "a": x})["first"], y)
+    assert f.traces == 2 and g.traces == 2
+
+
 @needs_numba
 def test_gathered_terms_are_read_through_their_index():
     """A per-layer term given as its distinct rows and an index (fuse.Gathered) gives what

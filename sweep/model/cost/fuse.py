@@ -341,9 +341,10 @@ _FUNCTIONS: dict[Callable, Callable] = {
 
 def _walk(tree, leaves: list, shape: list) -> None:
     """Append the leaves of a nest of dicts / lists / tuples to ``leaves`` (dicts in their
-    keys' order) and its shape to ``shape``: each dict's keys (a tuple), each list's or
-    tuple's length (an int; -1 - length for a tuple), in the same order. (On every
-    evaluation: leaves and plain containers are recognised before the ABCs.)"""
+    keys' order) and its shape to ``shape``, in the same order: each dict's keys (a
+    tuple), each list's or tuple's length (an int; -1 - length for a tuple), and None for
+    each leaf (so that the shape is the whole tree: ``[[x], y]`` and ``[x, [y]]`` differ).
+    (On every evaluation: leaves and plain containers are recognised before the ABCs.)"""
     kind = _container(tree)
     if kind == 1:
         keys = tuple(tree)
@@ -352,17 +353,20 @@ def _walk(tree, leaves: list, shape: list) -> None:
             v = tree[k]
             if type(v) in _ATOMS:
                 leaves.append(v)
+                shape.append(None)
             else:
                 _walk(v, leaves, shape)
     elif kind == 2:
-        shape.append(-1 - len(tree) if type(tree) is tuple else len(tree))
+        shape.append(-1 - len(tree) if isinstance(tree, tuple) else len(tree))
         for v in tree:
             if type(v) in _ATOMS:
                 leaves.append(v)
+                shape.append(None)
             else:
                 _walk(v, leaves, shape)
     else:
         leaves.append(tree)
+        shape.append(None)
 
 
 #: types that are never containers (checked before the Mapping ABC, which is slow)
@@ -393,8 +397,8 @@ def _rebuild(tree, leaves):
     """``tree`` with its leaves replaced, in _walk's order."""
     kind = _container(tree)
     if kind == 1:
-        return {k: next(leaves) if type(v) in _ATOMS else _rebuild(v, leaves)
-                for k, v in tree.items()}
+        return {k: next(leaves) if type(tree[k]) in _ATOMS else _rebuild(tree[k], leaves)
+                for k in tree}  # (the keys as _walk takes them)
     if kind == 2:
         out = [_rebuild(v, leaves) for v in tree]
         return out if isinstance(tree, list) else tuple(out)
