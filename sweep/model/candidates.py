@@ -424,21 +424,50 @@ RUNS_MIN_ROWS_PER_BASE = 32
 _COMPILED: dict[str, object] = {}
 
 
-def _columns_kernel(runs: bool = True):
-    """_columns_loop (``runs``) or _columns_rows_loop compiled, or None: when fused
-    evaluation is off (numba missing or SWEEP_FUSE=0) or its compiled loop cannot be had
-    (e.g. no writable cache directory). Compiled as fuse.py compiles its loops: from a
-    module file in its cache directory (SWEEP_CACHE_DIR), with numba's on-disk cache
-    beside it."""
+def _nv_masks_loop(degrees, factors, factor_of, nvs, out):  # pragma: no cover (compiled)
+    """_nv_axis's masks, compiled: for base row r (``degrees``: (groups, rows)), out[r, 0]
+    whether its groups fit in one domain of ``nvs`` together; else out[r, 1 + t] whether
+    each factor of placement t (``factors[factor_of[t]]``) divides its group's degree (a
+    remainder per distinct factor, as the numpy rule takes)."""
+    n_groups, n_rows = degrees.shape
+    n_factors = factors.shape[0]
+    whole = np.empty((n_groups, n_factors), np.bool_)
+    for r in range(n_rows):
+        total = 1
+        for g in range(n_groups):
+            total *= degrees[g, r]
+        fits = total <= nvs
+        out[r, 0] = fits
+        for g in range(n_groups):
+            for f in range(n_factors):
+                whole[g, f] = degrees[g, r] % factors[f] == 0
+        for t in range(factor_of.shape[0]):  # (without branches: rows alternate unpredictably)
+            ok = not fits
+            for g in range(n_groups):
+                ok &= whole[g, factor_of[t, g]]
+            out[r, 1 + t] = ok
+
+
+def _compiled(name: str):
+    """A compiled loop of this module ("columns": _columns_loop, "columns-rows":
+    _columns_rows_loop, "nv-masks": _nv_masks_loop), or None: when fused evaluation is off
+    (numba missing or SWEEP_FUSE=0) or the loop cannot be had (e.g. no writable cache
+    directory). Compiled as fuse.py compiles its loops: from a module file in its cache
+    directory (SWEEP_CACHE_DIR), with numba's on-disk cache beside it."""
     from .cost import fuse
 
     if not fuse.enabled():
         return None
-    name = "columns" if runs else "columns-rows"
     if name not in _COMPILED:
-        _COMPILED[name] = (fuse.compile_loop(_fill, _columns_loop) if runs
-                           else fuse.compile_loop(_columns_rows_loop))
+        functions = {"columns": (_fill, _columns_loop), "columns-rows": (_columns_rows_loop,),
+                     "nv-masks": (_nv_masks_loop,)}[name]
+        _COMPILED[name] = fuse.compile_loop(*functions)
     return _COMPILED[name]
+
+
+def _columns_kernel(runs: bool = True):
+    """_columns_loop (``runs``) or _columns_rows_loop compiled, or None (see _compiled)."""
+    return _compiled("columns" if runs else "columns-rows")
 
 
 def expert_ranks_per_domain(cols: dict[str, np.ndarray]) -> np.ndarray:
@@ -518,6 +547,15 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
     factor_of = np.searchsorted(factors, tuples)
 
     def rule(rows: np.ndarray) -> np.ndarray:
+        kernel = _compiled("nv-masks")
+        if kernel is not None:  # (one call, where the numpy below makes twenty)
+            out = np.empty((len(rows), len(tuples) + 1), dtype=np.bool_)
+            try:
+                kernel(np.stack([base[g][rows] for g in groups]).astype(np.int64), factors,
+                       factor_of, nvs, out)
+                return out
+            except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
+                _COMPILED["nv-masks"] = None
         degrees = [base[g][rows].astype(np.int64) for g in groups]
         total = degrees[0].copy()
         for d in degrees[1:]:

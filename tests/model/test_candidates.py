@@ -117,6 +117,28 @@ def test_compiled_columns_equal_numpy(job, space_of, runs, monkeypatch):
     assert candidates._COMPILED.get("columns" if runs else "columns-rows") is not None
 
 
+@pytest.mark.parametrize("nvs", [1, 4, 8, 36, 72, 144])
+def test_compiled_nvlink_masks_equal_numpy(nvs, monkeypatch):
+    """The compiled NVLink placement masks (one loop) are numpy's: which placements fit and
+    which factorisations divide the group degrees, for domains of powers of two and of 3s
+    (72 = 8 x 9) and degrees from 1 to 4096, some dividing no factor."""
+    if not fuse.available():
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(nvs)
+    base = empty_candidates(400)
+    for g, values in (("tp", [1, 2, 3, 4, 6, 8, 9, 12, 36, 72]), ("cp", [1, 2, 3, 5, 16]),
+                      ("dp", [1, 2, 4, 9, 18, 27, 64, 4096]), ("pp", [1, 2, 3, 7, 8, 144])):
+        base[g] = rng.choice(values, len(base))
+    groups = ("tp", "cp", "dp", "pp")
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    want = candidates._nv_axis(base, nvs, groups)
+    monkeypatch.setenv("SWEEP_FUSE", "1")
+    got = candidates._nv_axis(base, nvs, groups)
+    np.testing.assert_array_equal(got.valid[got.rows], want.valid[want.rows])
+    assert want.valid[:, 0].any() and want.valid[:, 1:].any()  # (both kinds of rows)
+    assert candidates._COMPILED.get("nv-masks") is not None  # (compiled, not numpy)
+
+
 @pytest.mark.parametrize("runs", [True, False], ids=["runs", "rows"])
 def test_compiled_columns_skip_base_rows_without_options(runs, monkeypatch):
     """Base rows none of whose options are valid hold no candidates (sizes 0)."""
