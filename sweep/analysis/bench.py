@@ -3,7 +3,8 @@
 Each workload is one whole case, searched exactly as a rank searches it (enumeration, cost
 evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
 search is single-threaded), best of ``repeat`` measurements (a workload shorter than 0.2 s
-repeated within each, as timeit does), so a loaded machine reads slower, not faster. The
+repeated within each, as timeit does; the workloads' measurements take turns, so that each
+workload's spread over the whole bench), so a loaded machine reads slower, not faster. The
 standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an NVLink domain
 of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
 the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
@@ -82,51 +83,66 @@ def nersc_reproduction() -> Workload:
 MIN_MEASURED_S = 0.2
 
 
-def _time_workload(w: Workload, repeat: int) -> tuple[int, float]:
-    """(candidates, CPU seconds of one run of ``w``): the best of ``repeat`` measurements.
-    A workload that runs under MIN_MEASURED_S is measured as timeit measures a statement:
-    a run first (two if the first is under a second: its first calls trace and load the
-    compiled loops), then each measurement repeats it until it has run that long, and
-    counts the mean (a single 2 ms run reads the allocator's warm-up, not
-    what a rank searching case after case spends on each)."""
-    loaded = []
-    for job_name, hw_name, nvs, strategy, n, *fields in w.cases:
-        hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs,
-                                 **dict(fields[0] if fields else ()))
-        loaded.append((load_job(job_name), hw, strategy, n))
-    # variants of one space share its enumeration and are searched together, as in a run
-    # (SpaceCache, runner._batches)
-    groups: dict[tuple, list] = {}
-    for job, hw, strategy, n in loaded:
-        groups.setdefault((job, n, strategy, hw.nvlink_domain), []).append(hw)
+class _Timer:
+    """One workload ready to time: loaded, run once or twice (its first calls trace and load
+    the compiled loops), and each measurement's loop count, as timeit measures a statement:
+    a workload that runs under MIN_MEASURED_S is repeated until it has run that long, and
+    its mean counts (a single 2 ms run reads the allocator's warm-up, not what a rank
+    searching case after case spends on each)."""
 
-    def run() -> int:
-        count = 0
-        for (job, n, strategy, nvs), hws in groups.items():
-            space = enumerate_space(w.profile, job, n, strategy, nvs)
-            search_cases(w.profile, job, hws, strategy, n, space, 10)
-            count += space.size * len(hws)
-        return count
+    def __init__(self, w: Workload, wanted: int) -> None:
+        loaded = []
+        for job_name, hw_name, nvs, strategy, n, *fields in w.cases:
+            hw = dataclasses.replace(load_hardware(hw_name), nvlink_domain=nvs,
+                                     **dict(fields[0] if fields else ()))
+            loaded.append((load_job(job_name), hw, strategy, n))
+        # variants of one space share its enumeration and are searched together, as in a
+        # run (SpaceCache, runner._batches)
+        groups: dict[tuple, list] = {}
+        for job, hw, strategy, n in loaded:
+            groups.setdefault((job, n, strategy, hw.nvlink_domain), []).append(hw)
 
-    start = time.process_time()
-    count = run()
-    first = time.process_time() - start
-    if first < 1.0:  # (the first run's tracing and loading of compiled loops: once more)
+        def run() -> int:
+            count = 0
+            for (job, n, strategy, nvs), hws in groups.items():
+                space = enumerate_space(w.profile, job, n, strategy, nvs)
+                search_cases(w.profile, job, hws, strategy, n, space, 10)
+                count += space.size * len(hws)
+            return count
+
+        self.run, self.wanted = run, wanted
         start = time.process_time()
-        run()
+        self.count = run()
         first = time.process_time() - start
-    if first >= MIN_MEASURED_S:
-        times = [first]
-        loops, repeat = 1, repeat - 1
-    else:
-        times = []
-        loops = int(np.ceil(MIN_MEASURED_S / max(first, 1e-6)))
-    for _ in range(repeat):
-        start = time.process_time()
-        for _ in range(loops):
+        if first < 1.0:  # (the first run's tracing and loading of compiled loops: once more)
+            start = time.process_time()
             run()
-        times.append((time.process_time() - start) / loops)
-    return count, min(times)
+            first = time.process_time() - start
+        self.times: list[float] = [first] if first >= MIN_MEASURED_S else []
+        self.loops = 1 if first >= MIN_MEASURED_S else int(np.ceil(MIN_MEASURED_S
+                                                                   / max(first, 1e-6)))
+
+    def measure(self) -> None:
+        """One more measurement, if the workload wants one."""
+        if len(self.times) >= self.wanted:
+            return
+        start = time.process_time()
+        for _ in range(self.loops):
+            self.run()
+        self.times.append((time.process_time() - start) / self.loops)
+
+
+def _time_workloads(workloads, repeats) -> list[tuple[int, float]]:
+    """(candidates, CPU seconds of one run) of each workload: the best of its ``repeats``
+    measurements. The measurements take turns, one of each workload per round, so that
+    each workload's spread over the whole bench: a slow phase of a shared machine (on a
+    cloud VM, seconds to minutes of a noisy neighbour) then slows some of a workload's
+    measurements, not all of them."""
+    timers = [_Timer(w, r) for w, r in zip(workloads, repeats)]
+    for _ in range(max(repeats, default=0)):
+        for t in timers:
+            t.measure()
+    return [(t.count, min(t.times)) for t in timers]
 
 
 def run_bench(repeat: int = 5, full: bool = False) -> dict:
@@ -134,9 +150,9 @@ def run_bench(repeat: int = 5, full: bool = False) -> dict:
     workloads = list(STANDARD) + [MOE, MANY_CASES] + (
         [CALIBRATED_LARGE, nersc_reproduction()] if full else [])
     rows = []
-    for w in workloads:
-        count, seconds = _time_workload(w, 1 if w is CALIBRATED_LARGE or len(w.cases) > 500
-                                        else min(repeat, 3) if len(w.cases) > 10 else repeat)
+    repeats = [1 if w is CALIBRATED_LARGE or len(w.cases) > 500
+               else min(repeat, 3) if len(w.cases) > 10 else repeat for w in workloads]
+    for w, (count, seconds) in zip(workloads, _time_workloads(workloads, repeats)):
         rows.append({"workload": w.name, "profile": w.profile, "cases": len(w.cases),
                      "candidates": count, "cpu_seconds": seconds,
                      "candidates_per_core_second": count / seconds if seconds > 0 else 0.0,
