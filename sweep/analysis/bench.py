@@ -4,7 +4,7 @@ Each workload is one whole case, searched exactly as a rank searches it (enumera
 evaluation in blocks, top-10 selection). Time is the process CPU time of one core (the
 search is single-threaded), best of ``repeat`` measurements (a workload shorter than 0.2 s
 repeated within each, as timeit does; the workloads' measurements take turns, so that each
-workload's spread over the whole bench), so a loaded machine reads slower, not faster. The
+workload's are spread over the whole bench), so a loaded machine reads slower, not faster. The
 standard workloads are the gpt3_1T spaces of the NERSC study on B200 with an NVLink domain
 of 8 at 4096 GPUs, and the calibrated profile's space of Llama 3 8B on 64 H100;
 the mixture-of-experts workload, DeepSeek-V3 on 64 GPUs of a GB200 NVL72 (expert parallelism
@@ -118,9 +118,12 @@ class _Timer:
             start = time.process_time()
             run()
             first = time.process_time() - start
-        self.times: list[float] = [first] if first >= MIN_MEASURED_S else []
-        self.loops = 1 if first >= MIN_MEASURED_S else int(np.ceil(MIN_MEASURED_S
-                                                                   / max(first, 1e-6)))
+        self.times: list[float] = []
+        if first >= MIN_MEASURED_S:  # (long enough: the warm-up run is a measurement)
+            self.times.append(first)
+            self.loops = 1
+        else:
+            self.loops = int(np.ceil(MIN_MEASURED_S / max(first, 1e-6)))
 
     def measure(self) -> None:
         """One more measurement, if the workload wants one."""
@@ -132,12 +135,12 @@ class _Timer:
         self.times.append((time.process_time() - start) / self.loops)
 
 
-def _time_workloads(workloads, repeats) -> list[tuple[int, float]]:
+def _time_workloads(workloads: list[Workload], repeats: list[int]) -> list[tuple[int, float]]:
     """(candidates, CPU seconds of one run) of each workload: the best of its ``repeats``
-    measurements. The measurements take turns, one of each workload per round, so that
-    each workload's spread over the whole bench: a slow phase of a shared machine (on a
-    cloud VM, seconds to minutes of a noisy neighbour) then slows some of a workload's
-    measurements, not all of them."""
+    measurements. The measurements take turns, one of each workload per round (after a
+    warm-up run that may count as one), so that each workload's measurements are spread
+    over the whole bench: a slow phase of a shared machine (on a cloud VM, seconds to
+    minutes of a noisy neighbour) then slows some of them, not all."""
     timers = [_Timer(w, r) for w, r in zip(workloads, repeats)]
     for _ in range(max(repeats, default=0)):
         for t in timers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sweep.analysis import bench
 
 
@@ -28,3 +30,38 @@ def test_measurements_take_turns_so_that_each_workload_spans_the_bench(monkeypat
     # each workload's best (least) time, with its candidate count
     assert out == [(7, 0.03), (7, 0.04), (7, 0.05)]
 
+
+class _Space:
+    size = 3
+
+
+def _timer(monkeypatch, first_run_s: float, wanted: int):
+    """A _Timer of one case whose runs take ``first_run_s`` CPU seconds each (the search
+    and the clock stubbed): (timer, runs made)."""
+    clock, runs = [0.0], []
+
+    def search(*args):
+        runs.append(args)
+        clock[0] += first_run_s
+
+    monkeypatch.setattr(bench, "enumerate_space", lambda *args: _Space())
+    monkeypatch.setattr(bench, "search_cases", search)
+    monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
+    w = bench.Workload("w", "nersc2024", (("gpt3_1T", "nersc-B200", 8, "1d", 64),))
+    return bench._Timer(w, wanted), runs
+
+
+def test_a_long_warm_up_run_counts_as_the_first_measurement(monkeypatch):
+    timer, runs = _timer(monkeypatch, 0.5, 2)  # (>= MIN_MEASURED_S, < 1 s: run twice)
+    assert len(runs) == 2 and timer.times == [0.5] and timer.loops == 1 and timer.count == 3
+    timer.measure()
+    timer.measure()  # (a third measurement is not wanted)
+    assert len(runs) == 3 and timer.times == [0.5, 0.5]
+
+
+def test_a_short_workload_is_repeated_until_it_has_run_long_enough(monkeypatch):
+    timer, runs = _timer(monkeypatch, 0.03, 3)
+    assert timer.times == [] and timer.loops == 7  # (ceil(0.2 / 0.03))
+    for _ in range(4):
+        timer.measure()
+    assert len(runs) == 2 + 3 * 7 and timer.times == pytest.approx([0.03] * 3)

@@ -118,22 +118,25 @@ def test_compiled_columns_equal_numpy(job, space_of, runs, monkeypatch):
 
 
 @pytest.mark.parametrize("nvs", [1, 4, 8, 36, 72, 144])
-def test_compiled_nvlink_masks_equal_numpy(nvs, monkeypatch):
+@pytest.mark.parametrize("rows, groups", [(400, ("tp", "cp", "dp", "pp")),
+                                          (3000, ("tp", "dp", "pp"))],
+                         ids=["mask-per-row", "shared-masks"])
+def test_compiled_nvlink_masks_equal_numpy(nvs, rows, groups, monkeypatch):
     """The compiled NVLink placement masks (one loop) are numpy's: which placements fit and
     which factorisations divide the group degrees, for domains of powers of two and of 3s
-    (72 = 8 x 9) and degrees from 1 to 4096, some dividing no factor."""
-    if not fuse.available():
-        pytest.skip("numba is not installed")
+    (72 = 8 x 9), degrees from 1 to 4096, some dividing no factor; a mask per base row and
+    masks shared by the rows of equal degrees (bases from BY_KEY_MIN_ROWS rows)."""
+    pytest.importorskip("numba")  # (the compiled loop is used once numba is loaded)
     rng = np.random.default_rng(nvs)
-    base = empty_candidates(400)
+    base = empty_candidates(rows)
     for g, values in (("tp", [1, 2, 3, 4, 6, 8, 9, 12, 36, 72]), ("cp", [1, 2, 3, 5, 16]),
                       ("dp", [1, 2, 4, 9, 18, 27, 64, 4096]), ("pp", [1, 2, 3, 7, 8, 144])):
         base[g] = rng.choice(values, len(base))
-    groups = ("tp", "cp", "dp", "pp")
     monkeypatch.setenv("SWEEP_FUSE", "0")
     want = candidates._nv_axis(base, nvs, groups)
     monkeypatch.setenv("SWEEP_FUSE", "1")
     got = candidates._nv_axis(base, nvs, groups)
+    assert (want.pattern is None) == (rows < candidates.BY_KEY_MIN_ROWS)
     np.testing.assert_array_equal(got.valid[got.rows], want.valid[want.rows])
     assert want.valid[:, 0].any() and want.valid[:, 1:].any()  # (both kinds of rows)
     assert candidates._COMPILED.get("nv-masks") is not None  # (compiled, not numpy)
