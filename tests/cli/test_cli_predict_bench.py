@@ -57,6 +57,7 @@ def test_unknown_hardware_lists_known(capsys):
     assert code == 2 and "unknown hardware 'X900'" in err and "H100-SXM" in err
 
 
+@pytest.mark.slow  # (10 s: every workload run; CI runs it with the slow tests)
 def test_bench_reports_rates(capsys):
     code, out, _ = run(capsys, "bench", "--repeat", "1", "--json")
     assert code == 0
