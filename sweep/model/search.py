@@ -14,6 +14,7 @@ import numpy as np
 
 from .candidates import CandidateSpace, enumerate_space
 from .cost import evaluate_columns, pack_results
+from .cost.calibrated import SCREEN_MAX_FEASIBLE
 from .hardware import Hardware
 from .job import Job
 from .rows import HardwareRows
@@ -62,12 +63,15 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
     reasons: dict[int, int] = {}
     reached = stop
     partial = False
+    screen = None  # (the first block's sample decides; then the block before it)
     for s in range(start, stop, block_size):
         cand = space.columns(s, min(s + block_size, stop))
-        cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand, scores_only=True)
+        cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand, scores_only=True,
+                                screen=screen)
         ok = cols["feasible"]
         evaluated += len(ok)
         n_ok = int(np.count_nonzero(ok))
+        screen = n_ok <= SCREEN_MAX_FEASIBLE * len(ok)
         feasible += n_ok
         if n_ok < len(ok):  # (reason codes are a few small integers: counted, not sorted)
             counts = np.bincount(cols["reason"][~ok].astype(np.intp))

@@ -349,6 +349,67 @@ def test_search_on_scores_alone_equals_search_with_every_column(monkeypatch):
     assert np.all(got.top["mem_bytes"] > 0) and np.all(got.top["t_compute_s"] > 0)
 
 
+@needs_numba
+@pytest.mark.parametrize("screen", [True, False, None])
+def test_screened_scores_are_the_scores_of_the_rows_that_fit(monkeypatch, screen):
+    """Screened (the reasons of every row first, step times for the rows that fit only),
+    a block's reasons are those of the whole evaluation and so are, bit for bit, the step
+    times of its rows that fit; the others are inf (never ranked). Llama 3 70B on 32 H100:
+    most rows do not fit; a sample decides alone (None) to screen such a block."""
+    monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
+    job, hw, space, _ = _block("llama3_70b", "H100-SXM", 8, 32, size=0)
+    cand = space.columns(space.size - 20000, space.size)  # (about a fifth of its rows fit)
+    x = calibrated.make_context(job, hw, hw.calibration, "1d")
+    whole = calibrated.evaluate(x, cand)
+    fits = whole["reason"] == 0
+    assert 0 < np.count_nonzero(fits) < 0.25 * len(fits)  # (a block worth screening)
+    got = calibrated.evaluate(x, cand, scores_only=True, screen=screen)
+    _same(np.broadcast_to(got["reason"], fits.shape), whole["reason"])
+    step = np.broadcast_to(got["step_time_s"], fits.shape)
+    _same(step[fits], whole["step_time_s"][fits])
+    assert np.all(np.isinf(step[~fits])) == (screen is not False)
+
+
+@needs_numba
+def test_a_block_where_most_rows_fit_is_not_screened(monkeypatch):
+    """A sample of a block where most rows fit says the reasons' own pass would not pay:
+    every row's step time, as without screening."""
+    monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
+    job, hw, _, cand = _block("llama3_8b", "H100-SXM", 8, 64)
+    x = calibrated.make_context(job, hw, hw.calibration, "1d")
+    calls, real = [], calibrated._fused_reasons
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[1]["tp"]))  # (the rows of its candidate columns)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibrated, "_fused_reasons", spy)
+    got = calibrated.evaluate(x, cand, scores_only=True)
+    assert calls == [-(-len(cand["tp"]) // calibrated.SCREEN_STRIDE)]  # (the sample only)
+    assert np.all(np.isfinite(got["step_time_s"]))
+
+
+@needs_numba
+def test_screened_search_equals_search_without_screening(monkeypatch):
+    """A whole search, one case block by block (the block before decides) and several
+    hardware variants a block (each block's sample decides), screened and not: the same top
+    rows, counts and reasons."""
+    job, hw, space, _ = _block("llama3_70b", "H100-SXM", 8, 16)
+    hws = [hw, dataclasses.replace(hw, hbm_capacity_bytes=40e9)]
+
+    def searches():
+        return [search_range("calibrated", job, hw, "1d", 16, space, 0, space.size, 20,
+                             block_size=20000)] + search_cases("calibrated", job, hws * 2,
+                                                               "1d", 16, space, 20)
+    monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 10**12)
+    ref = searches()
+    monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
+    assert ref[0].feasible and len(ref[0].top) == 20  # (rows that fit, among many that do not)
+    for a, b in zip(ref, searches()):
+        _same(a.top, b.top)
+        assert (a.evaluated, a.feasible, a.reasons) == (b.evaluated, b.feasible, b.reasons)
+
+
 def test_scalar_context_equals_stacked_context_for_mla():
     """MLA with query compression: one context per run (validation) and one context for the
     block (a search) cost the same projections (a Python bool negated with ~ once made the

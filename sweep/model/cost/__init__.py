@@ -64,8 +64,8 @@ NERSC_SCORES_MIN_ROWS = 16384
 
 
 def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
-                     candidates: Mapping[str, np.ndarray], scores_only: bool = False
-                     ) -> dict[str, np.ndarray]:
+                     candidates: Mapping[str, np.ndarray], scores_only: bool = False,
+                     screen: bool | None = None) -> dict[str, np.ndarray]:
     """Evaluate a block of candidates of one case; every METRIC column as an array.
 
     Args:
@@ -79,6 +79,9 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         scores_only: what a search ranks by is enough: ``samples_per_s``, ``reason`` and
             ``feasible`` are always there; the other metrics may be missing, and then
             ``complete`` is False (evaluate the rows kept again, in full).
+        screen: (calibrated, scores only) step times for the rows that fit in memory only
+            (True; the others inf), for every row (False), or as a sample of the block
+            says (None): the rows that fit get the same numbers either way.
     """
     n = len(candidates["index"])
     if profile == "nersc2024":
@@ -98,10 +101,10 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         if isinstance(hw, HardwareRows):  # rows of several variants (search_cases)
             x = calibrated.make_row_context(job, hw, strategy)
             columns = {k: candidates[k] for k in CANDIDATE_DTYPE.names}
-            cols = calibrated.evaluate(x, dict(columns, variant=hw.row), scores_only)
+            cols = calibrated.evaluate(x, dict(columns, variant=hw.row), scores_only, screen)
         else:
             x = calibrated.make_context(job, hw, hw.calibration, strategy)
-            cols = calibrated.evaluate(x, candidates, scores_only)
+            cols = calibrated.evaluate(x, candidates, scores_only, screen)
         if scores_only and "mem_bytes" not in cols:
             step = np.broadcast_to(cols["step_time_s"], (n,))
             reason = np.broadcast_to(cols["reason"], (n,)).astype(np.int8)

@@ -708,12 +708,14 @@ class fused:
         self._untraceable: set[tuple] = set()
         self.traces = 0  # graphs traced (tests)
 
-    def __call__(self, *args):
+    def __call__(self, *args, min_rows: int | None = None):
+        """``fn(*args)``; ``min_rows``: this call's own threshold instead of the object's
+        (a few rows picked out of a block: the graph and the loop are the block's)."""
         leaves: list = []
         shape: list = []
         _walk(args, leaves, shape)
         n = next((v.shape[0] for v in leaves if isinstance(v, np.ndarray) and v.ndim), 0)
-        if n < self.min_rows or not enabled():
+        if n < (self.min_rows if min_rows is None else min_rows) or not enabled():
             return self.fallback(*_materialized(args))
         kinds = [_leaf_kind(v, n) for v in leaves]
         key = (tuple(shape), tuple(kinds))
