@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .candidates import CandidateSpace, enumerate_space
-from .cost import evaluate_columns, pack_results
-from .cost.calibrated import SCREEN_MAX_FEASIBLE
+from .cost import calibrated, evaluate_columns, pack_results
 from .hardware import Hardware
 from .job import Job
 from .rows import HardwareRows
@@ -71,7 +70,7 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
         ok = cols["feasible"]
         evaluated += len(ok)
         n_ok = int(np.count_nonzero(ok))
-        screen = n_ok <= SCREEN_MAX_FEASIBLE * len(ok)
+        screen = n_ok <= calibrated.SCREEN_MAX_FEASIBLE * len(ok)
         feasible += n_ok
         if n_ok < len(ok):  # (reason codes are a few small integers: counted, not sorted)
             counts = np.bincount(cols["reason"][~ok].astype(np.intp))
@@ -111,7 +110,7 @@ def search_cases(profile: str, job: Job, hws: Sequence[Hardware], strategy: str,
         variant = np.repeat(np.arange(k, dtype=np.int64), size)
         rows_hw = HardwareRows(chunk, variant)
         cols = evaluate_columns(profile, job, rows_hw, strategy, n_gpus, cand,
-                                scores_only=True)
+                                scores_only=True, screen=None)
         ok = cols["feasible"]
         feasible = np.bincount(variant[ok], minlength=k)
         reasons: list[dict[int, int]] = [{} for _ in range(k)]

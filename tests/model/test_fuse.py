@@ -373,7 +373,8 @@ def test_screened_scores_are_the_scores_of_the_rows_that_fit(monkeypatch, screen
 @needs_numba
 def test_a_block_where_most_rows_fit_is_not_screened(monkeypatch):
     """A sample of a block where most rows fit says the reasons' own pass would not pay:
-    every row's step time, as without screening."""
+    every row's step time, as without screening; told to screen it all the same (the block
+    before fitted worse), the reasons show it and every row gets its step time too."""
     monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
     job, hw, _, cand = _block("llama3_8b", "H100-SXM", 8, 64)
     x = calibrated.make_context(job, hw, hw.calibration, "1d")
@@ -384,28 +385,52 @@ def test_a_block_where_most_rows_fit_is_not_screened(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(calibrated, "_fused_reasons", spy)
-    got = calibrated.evaluate(x, cand, scores_only=True)
-    assert calls == [-(-len(cand["tp"]) // calibrated.SCREEN_STRIDE)]  # (the sample only)
-    assert np.all(np.isfinite(got["step_time_s"]))
+    whole = calibrated.evaluate(x, cand, scores_only=True, screen=False)
+    assert calls == []
+    n = len(cand["tp"])
+    for screen, reasons in ((None, [-(-n // calibrated.SCREEN_STRIDE)]), (True, [n])):
+        calls.clear()
+        got = calibrated.evaluate(x, cand, scores_only=True, screen=screen)
+        assert calls == reasons  # (the sample only; the whole block, then every step time)
+        _same(got["step_time_s"], whole["step_time_s"])
+        _same(got["reason"], whole["reason"])
 
 
 @needs_numba
 def test_screened_search_equals_search_without_screening(monkeypatch):
-    """A whole search, one case block by block (the block before decides) and several
-    hardware variants a block (each block's sample decides), screened and not: the same top
-    rows, counts and reasons."""
+    """Whole searches screened and not: one case block by block (the block before decides)
+    and several hardware variants a block (each block's sample decides; each row its own
+    variant's numbers, some variants with too little memory for most rows), dense and MoE:
+    the same top rows, counts and reasons - and screening did run."""
+    screened, real = [], calibrated._screened_scores
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        screened.append(out is not None and np.isinf(out["step_time_s"]).any())
+        return out
+
+    monkeypatch.setattr(calibrated, "_screened_scores", spy)
     job, hw, space, _ = _block("llama3_70b", "H100-SXM", 8, 16)
-    hws = [hw, dataclasses.replace(hw, hbm_capacity_bytes=40e9)]
+    small_job, small_hw, small, _ = _block("llama3_8b", "H100-SXM", 4, 4)
+    moe_job, moe_hw, moe_space, _ = _block("qwen3_30b_a3b", "B200", 8, 8)
+    variants = [dataclasses.replace(small_hw, hbm_capacity_bytes=cap, hbm_bytes_per_s=bw)
+                for cap in (24e9, 40e9, 80e9) for bw in (2e12, 3.35e12)]
+    assert 65536 // small.size >= 4  # (variants share blocks: per-row contexts)
 
     def searches():
         return [search_range("calibrated", job, hw, "1d", 16, space, 0, space.size, 20,
-                             block_size=20000)] + search_cases("calibrated", job, hws * 2,
-                                                               "1d", 16, space, 20)
+                             block_size=20000),
+                search_range("calibrated", moe_job, moe_hw, "1d", 8, moe_space, 0,
+                             moe_space.size, 20, block_size=20000),
+                *search_cases("calibrated", small_job, variants, "1d", 4, small, 20)]
     monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 10**12)
     ref = searches()
+    assert not any(screened)
     monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
+    got = searches()
     assert ref[0].feasible and len(ref[0].top) == 20  # (rows that fit, among many that do not)
-    for a, b in zip(ref, searches()):
+    assert any(screened)
+    for a, b in zip(ref, got):
         _same(a.top, b.top)
         assert (a.evaluated, a.feasible, a.reasons) == (b.evaluated, b.feasible, b.reasons)
 

@@ -65,7 +65,7 @@ NERSC_SCORES_MIN_ROWS = 16384
 
 def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                      candidates: Mapping[str, np.ndarray], scores_only: bool = False,
-                     screen: bool | None = None) -> dict[str, np.ndarray]:
+                     screen: bool | None = False) -> dict[str, np.ndarray]:
     """Evaluate a block of candidates of one case; every METRIC column as an array.
 
     Args:
@@ -79,9 +79,11 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         scores_only: what a search ranks by is enough: ``samples_per_s``, ``reason`` and
             ``feasible`` are always there; the other metrics may be missing, and then
             ``complete`` is False (evaluate the rows kept again, in full).
-        screen: (calibrated, scores only) step times for the rows that fit in memory only
-            (True; the others inf), for every row (False), or as a sample of the block
-            says (None): the rows that fit get the same numbers either way.
+        screen: (calibrated, scores only, fused evaluation on, blocks from
+            calibrated.SCREEN_MIN_ROWS rows) step times for the rows that fit in memory
+            only, the others inf and their ``samples_per_s`` 0 (True), for every row
+            (False), or as a sample of the block says (None): the rows that fit get the same
+            numbers either way (what a search ranks).
     """
     n = len(candidates["index"])
     if profile == "nersc2024":

@@ -814,16 +814,17 @@ def _tensors_per_layer(x):
     return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
 
 
-def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | None = None
+def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | None = False
              ) -> dict[str, np.ndarray]:
     """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
     ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones. The per-layer
     terms are found once per distinct layer (numpy); the rest, elementwise, runs as one
     compiled loop when numba is installed (fuse.py: same results). ``scores_only``: the
     compiled loop may compute ``step_time_s`` and ``reason`` alone (what a search ranks
-    by; the other columns then for its best rows only). ``screen`` (scores only, compiled):
-    the step times of the rows that fit in memory only (True), of every row (False), or
-    as a sample of the block's rows says (None; see SCREEN_MAX_FEASIBLE)."""
+    by; the other columns then for its best rows only). ``screen`` (scores only, compiled,
+    from SCREEN_MIN_ROWS rows): the step times of the rows that fit in memory only, the
+    others inf (True), of every row (False), or as a sample of the block's rows says (None;
+    see SCREEN_MAX_FEASIBLE)."""
     lay, routed = _layer_terms_dedup(x, c, lazy=fuse_enabled())
     n = len(as_array(c["tp"]))
     if scores_only and screen is not False and fuse_enabled() and n >= SCREEN_MIN_ROWS:
@@ -833,10 +834,11 @@ def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | N
     return (_fused_scores if scores_only else _fused_results)(x, c, lay, routed)
 
 
-#: scores-only blocks from this many rows are screened: a sample's feasibility first, and
-#: where at most SCREEN_MAX_FEASIBLE of it fits, the reasons of every row (the memory side
-#: of the model alone: 54 - 65 % of the scores loop's time) and step times for the rows
-#: that fit only (on 64 GPUs 99.5 % of DeepSeek-V3's candidates do not)
+#: scores-only blocks from this many rows may be screened (a search asks): where at most
+#: SCREEN_MAX_FEASIBLE of a block fits, the reasons of every row first (the memory side of
+#: the model alone: about half the scores loop's time on DeepSeek-V3 and Llama 3 8B
+#: blocks) and step times for the rows that fit only (on 64 GPUs 99.5 % of DeepSeek-V3's
+#: candidates do not)
 SCREEN_MIN_ROWS = 8192
 SCREEN_MAX_FEASIBLE = 0.25
 #: every SCREEN_STRIDE-th row of a block is the sample
@@ -848,7 +850,8 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
     """The scores of a block (step_time_s, reason) with step times computed for the rows
     that fit only (the others: inf, never ranked), or None where a ``sample`` of its rows
     says too many fit for the reasons' own pass to pay. The same numbers for the rows that
-    fit: the loops compute each row alone."""
+    fit: the loops compute each row alone. (A block found to fit better than guessed gets
+    every row's step time: its reasons' pass wasted, no more.)"""
     if sample:
         size = -(-n // SCREEN_STRIDE)
         fits = _fused_reasons(*_rows_of((x, c, lay, routed), slice(0, n, SCREEN_STRIDE), n),
@@ -856,8 +859,10 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
         if np.count_nonzero(np.broadcast_to(fits, (size,))) > SCREEN_MAX_FEASIBLE * size:
             return None
     reason = np.broadcast_to(_fused_reasons(x, c, lay, routed)["reason"], (n,))
-    step = np.full(n, np.inf)
     ok = np.flatnonzero(reason == Reason.OK)
+    if len(ok) > SCREEN_MAX_FEASIBLE * n:  # (picking the rows out would cost more)
+        return _fused_scores(x, c, lay, routed)
+    step = np.full(n, np.inf)
     if len(ok):
         step[ok] = _fused_scores(*_rows_of((x, c, lay, routed), ok, n),
                                  min_rows=1)["step_time_s"]
@@ -883,7 +888,7 @@ def _rows_of(tree, rows, n: int, taken: dict | None = None):
             # (the index kept beside: its id stays its)
             taken[key] = (tree.index, np.ascontiguousarray(tree.index[rows]))
         return Gathered(tree.values, taken[key][1])
-    if t is np.ndarray and tree.shape == (n,):
+    if isinstance(tree, np.ndarray) and tree.shape == (n,):
         return np.ascontiguousarray(tree[rows])
     return tree
 
@@ -905,7 +910,8 @@ def _reasons(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarr
 # (without numba the scores are all the results: numpy computes every column anyway)
 _fused_results = fused(_results, chunked=True)
 _fused_scores = fused(_scores, fallback=_results, chunked=True)
-_fused_reasons = fused(_reasons, chunked=True)
+# (chunked from fewer statements: a dense model's reasons are ~160, twice as fast chunked)
+_fused_reasons = fused(_reasons, chunked=True, chunk_min_statements=100)
 
 
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:

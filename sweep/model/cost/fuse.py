@@ -528,17 +528,18 @@ CHUNK_PAD = {"f": 8, "i": 24}
 
 
 def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
-              chunked: bool = False) -> str:
+              chunked: bool = False, min_statements: int | None = None) -> str:
     """Python source of the kernel ``kernel(n, p0.., a0.., o0..)``.
 
-    ``chunked`` (and at least CHUNK_MIN_STATEMENTS statements, none of them exp, log or
-    power): the loop runs over chunks of CHUNK_ROWS rows. Each chunk's 64-bit inputs
-    (columns, and gathered terms ``values[index[i]]``) are first copied into a float and
-    an integer buffer, one short loop each; the statements then read the buffers. LLVM
-    vectorises a loop only if it can prove, or check at run time, that its stores never
-    overlap its loads, and gives up beyond a few dozen pointer pairs: a cost model reading
-    50 arrays and gathering through indices stayed scalar (86 scalar divisions a row),
-    while reading two buffers it runs 4 rows per instruction (AVX2). Every operation is the
+    ``chunked`` (and at least ``min_statements`` statements, default CHUNK_MIN_STATEMENTS,
+    none of them exp, log or power): the loop runs over chunks of CHUNK_ROWS rows. Each
+    chunk's 64-bit inputs (columns, and gathered terms ``values[index[i]]``) are first
+    copied into a float and an integer buffer, one short loop each; the statements then
+    read the buffers. LLVM vectorises a loop only if it can prove, or check at run time,
+    that its stores never overlap its loads, and gives up beyond a few dozen pointer
+    pairs: a cost model reading 50 arrays and gathering through indices stayed scalar (86
+    scalar divisions a row), while reading two buffers it runs 4 rows per instruction
+    (AVX2). Every operation is the
     same IEEE operation (+ - * /, comparisons, selects, floor, ceil, sqrt: correctly rounded)
     on the same operands, so the results are bit for bit the scalar loop's.
     """
@@ -551,7 +552,8 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
                      ("const", "param", "input", "take"))
     # (vectorised, numba may call SVML's exp / log / power, within an ulp of the C
     # library's but not bit for bit: such loops stay scalar)
-    chunked = chunked and statements >= CHUNK_MIN_STATEMENTS and not any(
+    least = CHUNK_MIN_STATEMENTS if min_statements is None else min_statements
+    chunked = chunked and statements >= least and not any(
         nodes[i][0] in _LIBM for i in used if nodes[i][3])
     names: dict[int, str] = {}
     head, body = [], []
@@ -697,12 +699,14 @@ class fused:
     ``min_rows`` rows run the fallback (the loop's call costs tens of microseconds)."""
 
     def __init__(self, fn: Callable, min_rows: int = 2048, fallback: Callable | None = None,
-                 max_nodes: int = MAX_NODES, chunked: bool = False):
+                 max_nodes: int = MAX_NODES, chunked: bool = False,
+                 chunk_min_statements: int | None = None):
         self.fn, self.min_rows, self.max_nodes = fn, min_rows, max_nodes
         # chunked: inputs copied into buffers chunk by chunk so that the loop vectorises
         # (_generate); for loops over whole blocks of candidates, not a block's few
-        # distinct layers (it costs a third more compile time)
-        self.chunked = chunked
+        # distinct layers (it costs a third more compile time); from so many statements
+        # (None: CHUNK_MIN_STATEMENTS)
+        self.chunked, self.chunk_min_statements = chunked, chunk_min_statements
         self.fallback = fallback or fn  # what runs when the loop cannot (same results)
         self._cache: dict[tuple, list[_Compiled]] = {}
         self._untraceable: set[tuple] = set()
@@ -768,7 +772,8 @@ class fused:
             else:
                 outputs.append(("static", v))
         guard = tuple(sorted(g.guard_leaves))
-        source = _generate(g, len(param_leaves), len(input_leaves), ids, self.chunked)
+        source = _generate(g, len(param_leaves), len(input_leaves), ids, self.chunked,
+                           self.chunk_min_statements)
         statements = len(re.findall(r"^ +v\d+ = ", source, re.M))
         if statements > self.max_nodes:
             raise TraceError(f"{statements} statements: too long to compile")
