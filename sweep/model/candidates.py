@@ -168,7 +168,7 @@ class CandidateSpace:
         if n >= COMPILED_COLUMNS_MIN_ROWS:
             r1 = int(np.searchsorted(self.offsets, stop - 1, side="right")) - 1
             runs = n >= RUNS_MIN_ROWS_PER_BASE * (r1 - r0 + 1)
-            kernel = _columns_kernel(runs)
+            kernel = _compiled("columns" if runs else "columns-rows")
         if kernel is not None:  # the same rows, written by one compiled loop
             mat = np.empty((len(CANDIDATE_DTYPE.names), n), np.int64)
             try:
@@ -464,11 +464,6 @@ def _compiled(name: str):
                      "nv-masks": (_nv_masks_loop,)}[name]
         _COMPILED[name] = fuse.compile_loop(*functions)
     return _COMPILED[name]
-
-
-def _columns_kernel(runs: bool = True):
-    """_columns_loop (``runs``) or _columns_rows_loop compiled, or None (see _compiled)."""
-    return _compiled("columns" if runs else "columns-rows")
 
 
 def expert_ranks_per_domain(cols: dict[str, np.ndarray]) -> np.ndarray:

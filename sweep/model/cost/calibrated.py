@@ -38,7 +38,7 @@ from ..rows import HardwareRows
 from ..schema import Reason, Recompute
 from . import moe
 from .dedup import unique_rows
-from .fuse import Gathered, as_array, fused
+from .fuse import Gathered, as_array, fused, map_leaves
 from .fuse import enabled as fuse_enabled
 from .kernels import (FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s,
                       p2p_s)
@@ -869,28 +869,22 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
     return {"step_time_s": step, "reason": reason}
 
 
-def _rows_of(tree, rows, n: int, taken: dict | None = None):
+def _rows_of(tree, rows, n: int):
     """``tree`` (nested dicts, lists, tuples) with every per-row leaf - an (n,) array, a
     Gathered term - taken at ``rows`` (positions, or a slice), as contiguous arrays; other
-    leaves (scalars) as they are. (The terms of one dedup share their index: taken once,
-    ``taken`` by the index's id.)"""
-    taken = {} if taken is None else taken
-    t = type(tree)
-    if t is dict or (t not in (list, tuple, Gathered, np.ndarray) and isinstance(tree, Mapping)):
-        return {k: v if type(v) in (float, int) else _rows_of(v, rows, n, taken)
-                for k, v in tree.items()}
-    if t is list or t is tuple:
-        out = [_rows_of(v, rows, n, taken) for v in tree]
-        return out if t is list else tuple(out)
-    if t is Gathered:
-        key = id(tree.index)
-        if key not in taken:
-            # (the index kept beside: its id stays its)
-            taken[key] = (tree.index, np.ascontiguousarray(tree.index[rows]))
-        return Gathered(tree.values, taken[key][1])
-    if isinstance(tree, np.ndarray) and tree.shape == (n,):
-        return np.ascontiguousarray(tree[rows])
-    return tree
+    leaves (scalars) as they are. (The terms of one dedup share their index: taken once.)"""
+    taken: dict[int, tuple] = {}  # id(index) -> (the index, kept: its id stays its; taken)
+
+    def take(v):
+        if type(v) is Gathered:
+            if id(v.index) not in taken:
+                taken[id(v.index)] = (v.index, np.ascontiguousarray(v.index[rows]))
+            return Gathered(v.values, taken[id(v.index)][1])
+        if isinstance(v, np.ndarray) and v.shape == (n,):
+            return np.ascontiguousarray(v[rows])
+        return v
+
+    return map_leaves(tree, take)
 
 
 def _results(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarray]:

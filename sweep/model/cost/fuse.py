@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["fused", "Tracer", "TraceError", "Gathered", "available", "enabled", "as_array",
+           "map_leaves",
            "cache_dir", "load_kernel"]
 
 
@@ -99,14 +100,17 @@ class Gathered:
         return self.values[self.index]
 
 
+def map_leaves(tree, fn: Callable):
+    """``tree`` (a nest of dicts, lists and tuples) with each leaf ``v`` replaced by
+    ``fn(v)``: the dicts plain dicts, in their keys' order."""
+    leaves: list = []
+    _walk(tree, leaves, [])
+    return _rebuild(tree, iter([fn(v) for v in leaves]))
+
+
 def _materialized(tree):
     """``tree`` with every :class:`Gathered` taken."""
-    if isinstance(tree, Mapping):
-        return {k: _materialized(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        out = [_materialized(v) for v in tree]
-        return out if isinstance(tree, list) else tuple(out)
-    return tree.array() if isinstance(tree, Gathered) else tree
+    return map_leaves(tree, lambda v: v.array() if isinstance(v, Gathered) else v)
 
 
 # ------------------------------------------------------------------------------ tracing
@@ -539,9 +543,9 @@ def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
     that its stores never overlap its loads, and gives up beyond a few dozen pointer
     pairs: a cost model reading 50 arrays and gathering through indices stayed scalar (86
     scalar divisions a row), while reading two buffers it runs 4 rows per instruction
-    (AVX2). Every operation is the
-    same IEEE operation (+ - * /, comparisons, selects, floor, ceil, sqrt: correctly rounded)
-    on the same operands, so the results are bit for bit the scalar loop's.
+    (AVX2). Every operation is the same IEEE operation (+ - * /, comparisons, selects,
+    floor, ceil, sqrt: correctly rounded) on the same operands, so the results are bit for
+    bit the scalar loop's.
     """
     nodes = g.nodes
     used = set(outputs)
