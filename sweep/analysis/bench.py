@@ -28,7 +28,7 @@ import numpy as np
 from .. import __version__
 from ..engine.catalog import load_hardware, load_job
 from ..model.candidates import enumerate_space
-from ..model.cost import fuse
+from ..model.cost import NERSC_SCORES_MIN_ROWS, fuse
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
 __all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
@@ -188,6 +188,11 @@ def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
     return picked[np.random.default_rng(0).permutation(samples)]
 
 
+#: rows of a unit searched to warm up (estimate_search_seconds): past every threshold from
+#: which a compiled loop runs (NERSC_SCORES_MIN_ROWS is the largest)
+WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
+
+
 def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:
     """Core-seconds of search the plan needs on this machine (``sweep plan``'s estimate).
 
@@ -231,12 +236,25 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
                      int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
         return 1
 
-    search(units[picked[0]], int(units["start"][picked[0]]) + 1)  # warm up (first-call costs)
+    warmed: set = set()
+
+    def warm_up(unit) -> None:
+        """A unit's first rows searched once, untimed, before the first unit of its job and
+        strategy is timed: their first calls trace, compile or load from the cache the
+        compiled loops a search of them runs (about a second on a cold process) - a cost
+        paid once per process, not per candidate."""
+        case = plan.cases[int(unit["case_id"])]
+        key = (plan.spec.cost_model, case.job, case.strategy)
+        if key not in warmed:
+            warmed.add(key)
+            search(unit, min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS))
+
     seconds: dict[int, float] = {}
     ratios = []
     spent = 0.0
     for u in picked:
         if u not in seconds:
+            warm_up(units[u])
             start = time.process_time()
             together = search(units[u])
             spent += time.process_time() - start
