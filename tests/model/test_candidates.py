@@ -96,7 +96,8 @@ def test_blocks_concatenate_to_the_space(job):
 def test_compiled_columns_equal_numpy(job, space_of, runs, monkeypatch):
     """Both compiled loops (runs of equal values filled; an odometer over the inner axes'
     options row by row) write the rows numpy writes, whatever the block's start: mid base
-    row, on a row boundary, across empty rows."""
+    row, on a row boundary, across empty rows; and an MoE space's EP ranks per domain, the
+    loop after them."""
     if not fuse.available():
         pytest.skip("numba is not installed")
     space = space_of(job)
@@ -113,8 +114,10 @@ def test_compiled_columns_equal_numpy(job, space_of, runs, monkeypatch):
             got = space.columns(start, start + size)
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    # (compiled, not numpy after a failure)
+    # (compiled, not numpy after a failure; an MoE space's nv_ep too)
     assert candidates._COMPILED.get("columns" if runs else "columns-rows") is not None
+    if space._expert_parallel:
+        assert candidates._COMPILED.get("expert-ranks") is not None
 
 
 @pytest.mark.parametrize("nvs", [1, 4, 8, 36, 72, 144])
