@@ -468,8 +468,9 @@ def test_hardware_rows_are_taken_with_their_candidates():
 
 def test_deduplicated_terms_equal_every_row_evaluated(monkeypatch):
     """The per-layer and routed-expert terms found once per distinct row (the routed rows
-    from the layers' rank and the expert layout, calibrated._deduplicated) and gathered back
-    are, bit for bit, the terms evaluated on every row (numpy)."""
+    by the columns they read, an ETP group's span only where etp > 1,
+    calibrated._deduplicated) and gathered back are, bit for bit, the terms evaluated on
+    every row (numpy)."""
     monkeypatch.setenv("SWEEP_FUSE", "0")
     job, hw, _, cols = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=6000)
     x = calibrated.make_context(job, hw, hw.calibration)
@@ -477,15 +478,13 @@ def test_deduplicated_terms_equal_every_row_evaluated(monkeypatch):
     # (deduplicated: gathered terms, on fewer distinct rows than candidates)
     assert isinstance(lay["fwd"], fuse.Gathered) and isinstance(routed["gemm_f"], fuse.Gathered)
     assert len(routed["gemm_f"].values) < len(cols["tp"]) / 2
-    c_moe = dict(cols, nv_dp=np.where(cols["etp"] > 1, cols["nv_dp"], 0))
     _same_tree(calibrated._layer_terms(x, cols), fuse._materialized(lay))
-    _same_tree(calibrated._routed_terms(x, c_moe), fuse._materialized(routed))
+    _same_tree(calibrated._routed_terms(x, cols), fuse._materialized(routed))
 
 
 def test_deduplicated_terms_of_hardware_variants_equal_every_row_evaluated(monkeypatch):
     """As above with three hardware variants in one block (make_row_context: the context
-    per row, the variant a key): the routed rows found from the layers' rank, whose
-    variant it includes, give every row's terms."""
+    per row, the variant a key of both the layer and the routed rows)."""
     monkeypatch.setenv("SWEEP_FUSE", "0")
     job, hw, _, cols = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=3000)
     hws = [hw, dataclasses.replace(hw, hbm_bytes_per_s=4e12),
@@ -497,6 +496,5 @@ def test_deduplicated_terms_of_hardware_variants_equal_every_row_evaluated(monke
     block["variant"] = rows
     lay, routed = calibrated._layer_terms_dedup(x, block, lazy=True)
     assert isinstance(routed["gemm_f"], fuse.Gathered)
-    c_moe = dict(block, nv_dp=np.where(block["etp"] > 1, block["nv_dp"], 0))
     _same_tree(calibrated._layer_terms(x, block), fuse._materialized(lay))
-    _same_tree(calibrated._routed_terms(x, c_moe), fuse._materialized(routed))
+    _same_tree(calibrated._routed_terms(x, block), fuse._materialized(routed))

@@ -589,9 +589,21 @@ def _layer(x, c, lay):
 #: combinations, so the layer model runs once per combination (sweep.model.cost.dedup)
 LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv_tp",
               "nv_tp2", "nv_cp", "recompute")
-#: and the columns an MoE block's routed experts depend on besides (not a2a_overlap: what
-#: the overlap hides is decided per candidate, _moe_block)
-MOE_LAYER_KEYS = ("ep", "etp", "nv_ep", "nv_dp")
+#: the candidate columns an MoE block's routed experts read (_routed_terms): the tokens
+#: entering the block (tp, cp, mbs, sp), the expert layout (ep, etp, nv_ep) and the attention
+#: mesh's GPUs of a domain an ETP group spans (nv_tp x nv_cp x nv_dp, with etp > 1 only) -
+#: not the layer's recompute, TP overlap or K/V exchange, nor a2a_overlap (what the overlap
+#: hides is decided per candidate, _moe_block); a block has ~15x fewer distinct routed rows
+#: than distinct rows of LAYER_KEYS and the expert layout
+ROUTED_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp", "nv_ep", "nv_tp", "nv_cp", "nv_dp")
+
+
+def _tokens(x, c, t, cp, b):
+    """(T, sp, Ta) of a 1D block: tokens per GPU (the micro-batch's sequence over cp), whether
+    sequence parallelism splits the norm region over the t TP ranks, and its tokens there."""
+    sp = (as_array(c["sp"]) > 0) & (t > 1)
+    T = b * x["s"] / cp
+    return T, sp, np.where(sp, T / t, T)
 
 
 def _layout(x, c):
@@ -607,10 +619,9 @@ def _layout(x, c):
                 "sp": np.ones(np.shape(T), dtype=bool), "q_split": t2, "kv_group": t2,
                 "kv_domain": as_array(c["nv_tp2"], dtype=np.float64),
                 "kv_allgather": np.ones(np.shape(T), dtype=bool)}
-    sp = (as_array(c["sp"]) > 0) & (t > 1)
-    T = b * s / cp
+    T, sp, Ta = _tokens(x, c, t, cp, b)
     return {"b": b, "t": t, "t2": np.ones_like(t), "summa": False, "T": T,
-            "Ta": np.where(sp, T / t, T), "sp": sp, "q_split": cp, "kv_group": cp,
+            "Ta": Ta, "sp": sp, "q_split": cp, "kv_group": cp,
             "kv_domain": as_array(c["nv_cp"], dtype=np.float64),
             "kv_allgather": as_array(c["cp_comm"]) > 0}
 
@@ -722,23 +733,28 @@ def _with_moe(x, c, lay, routed):
 
 
 def _routed_terms(x, c):
-    """The routed experts of an MoE block for the candidates ``c`` (sweep.model.cost.moe)."""
-    return moe.routed_experts(x, c, _layout(x, c), _gemm_rate(x)[0])
+    """The routed experts of an MoE block for the candidates ``c`` (sweep.model.cost.moe),
+    from the ROUTED_KEYS columns alone (an MoE block is 1D: SUMMA blocks are dense,
+    candidates._degree_combos)."""
+    t, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
+    return moe.routed_experts(x, c, {"Ta": _tokens(x, c, t, cp, b)[2]}, _gemm_rate(x)[0])
 
 
 def _layer_terms_dedup(x, c, lazy=False):
     """(_layer_terms, and for an MoE job _routed_terms or else None) evaluated once per
-    distinct LAYER_KEYS (and MOE_LAYER_KEYS) row and gathered back (when the context is
+    distinct LAYER_KEYS (and ROUTED_KEYS) row and gathered back (when the context is
     scalar, i.e. one job on one hardware variant); ``lazy``: gathered by the compiled loop
     that reads them (fuse.Gathered). _combine adds the routed part to an MoE block."""
-    lay, layer_rows = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS, lazy)
+    lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS, lazy)
     if not _has_moe(x):
         return lay, None
-    # the routed experts also depend on the expert layout; nv_dp matters to them only
-    # through the ETP group's placement (etp > 1)
-    c_moe = dict(c, nv_dp=np.where(as_array(c["etp"]) > 1, c["nv_dp"], 0))
-    routed, _ = _deduplicated(_fused_routed_terms, x, c_moe, LAYER_KEYS + MOE_LAYER_KEYS,
-                              lazy, layer_rows)
+    # the routed experts' rows: the placement of the attention mesh matters to them only as
+    # the GPUs of a domain an ETP group spans (etp > 1; moe.routed_experts etp_domain)
+    etp = as_array(c["etp"])
+    span = np.where(etp > 1, as_array(c["nv_tp"]) * as_array(c["nv_cp"])
+                    * as_array(c["nv_dp"]), 0)
+    routed = _deduplicated(_fused_routed_terms, x, dict(c, _etp_span=span),
+                           ROUTED_KEYS[:7] + ("_etp_span",), lazy, reads=ROUTED_KEYS)
     return lay, routed
 
 
@@ -748,30 +764,24 @@ _fused_layer_terms = fused(_layer_terms, min_rows=32)
 _fused_routed_terms = fused(_routed_terms, min_rows=32)
 
 
-def _deduplicated(terms, x, c, keys, lazy=False, known=None):
-    """(``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
-    back, the distinct rows found): when the context is scalar (one job on one hardware
-    variant), or when it varies by row only as the variant column ``c["variant"]`` does
-    (make_row_context). ``lazy``: each term a fuse.Gathered (its distinct rows and where
-    each candidate's is). ``known``: the distinct rows of some of the keys, found before
-    (keys, inverse) - their rank stands for those keys (one key instead of a dozen: the
-    same distinct rows, found faster). The rows found are None when not deduplicated."""
+def _deduplicated(terms, x, c, keys, lazy=False, reads=None):
+    """``terms(x, c)`` evaluated once per distinct row of the ``keys`` columns and gathered
+    back: when the context is scalar (one job on one hardware variant), or when it varies by
+    row only as the variant column ``c["variant"]`` does (make_row_context). ``lazy``: each
+    term a fuse.Gathered (its distinct rows and where each candidate's is). ``reads``: the
+    columns ``terms`` reads, taken at each distinct row's first candidate (default: the
+    keys; rows with equal keys must give equal terms)."""
     n = len(as_array(c["tp"]))
     by_variant = isinstance(c, Mapping) and "variant" in c
     if n < 64 or (not by_variant and any(_per_row(v) for v in x.values())):
-        return terms(x, c), None
+        return terms(x, c)
     keys = tuple(keys) + (("variant",) if by_variant else ())
-    if known is None:
-        uniq, inverse, first = unique_rows(c, keys, return_first=True)
-    else:
-        # (the known keys' rank orders their rows as the keys themselves do)
-        rest = tuple(k for k in keys if k not in known[0])
-        _, inverse, first = unique_rows(dict(c, _known=known[1]), ("_known",) + rest,
-                                        return_first=True)
-        uniq = {k: as_array(c[k], dtype=np.int64)[first] for k in keys}
+    uniq, inverse, first = unique_rows(c, keys, return_first=True)
     u = len(first)
     if 2 * u > n:
-        return terms(x, c), None
+        return terms(x, c)
+    if reads is not None:
+        uniq = {k: as_array(c[k], dtype=np.int64)[first] for k in reads}
     # (a scalar context, checked above, is every distinct row's)
     sub = terms({k: v[first] if _per_row(v) else v for k, v in x.items()} if by_variant
                 else x, uniq)
@@ -784,8 +794,8 @@ def _deduplicated(terms, x, c, keys, lazy=False, known=None):
             rows = np.ascontiguousarray(np.broadcast_to(as_array(v, dtype=np.float64), (u,)))
         return Gathered(rows, inverse) if lazy else rows[inverse]
 
-    return ({k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
-             for k, v in sub.items()}, (keys, inverse))
+    return {k: [gather(a) for a in v] if isinstance(v, list) else gather(v)
+            for k, v in sub.items()}
 
 
 def _per_row(v) -> bool:

@@ -139,8 +139,8 @@ def router_s(x: Mapping, T_l) -> tuple[np.ndarray, np.ndarray]:
 def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     """Per-micro-batch times, FLOPs and kept activations of one block's routed part (the
     router aside: router_s): token permutation, dispatch and combine all-to-alls, the grouped
-    expert GEMMs and their activation function. ``lay`` is calibrated._layout; ``peak`` the
-    GEMM peak of the job's format."""
+    expert GEMMs and their activation function. ``lay`` holds ``Ta``, the tokens entering the
+    block (calibrated._tokens); ``peak`` the GEMM peak of the job's format."""
     T_l = lay["Ta"]  # tokens entering the block on this GPU (its sequence-parallel shard)
     ab, sb, e = x["act_bytes"], x["saved_in_bytes"], x["e"]
     ep = as_array(c["ep"], dtype=np.float64)
