@@ -498,3 +498,38 @@ def test_deduplicated_terms_of_hardware_variants_equal_every_row_evaluated(monke
     assert isinstance(routed["gemm_f"], fuse.Gathered)
     _same_tree(calibrated._layer_terms(x, block), fuse._materialized(lay))
     _same_tree(calibrated._routed_terms(x, block), fuse._materialized(routed))
+
+
+@needs_numba
+@pytest.mark.parametrize("rest", [0.5, 0.0], ids=["two-pass", "one-pass"])
+def test_moe_reasons_from_the_first_stage_first_equal_every_rows(monkeypatch, rest):
+    """An MoE block's reasons in two passes (calibrated._block_reasons: the rows over HBM on
+    the first pipeline stage, then the whole reason of the rest only) are every row's
+    reasons - rows over HBM on a middle or last stage only among them - and the rows that
+    fit get their step times bit for bit; with too many rows left (FIRST_STAGE_MAX_REST 0)
+    one pass over the block instead. DeepSeek-V3 on 64 GB200: most rows are over HBM on
+    their first stage already."""
+    monkeypatch.setattr(calibrated, "SCREEN_MIN_ROWS", 1)
+    monkeypatch.setattr(calibrated, "FIRST_STAGE_MAX_REST", rest)
+    job, hw, space, _ = _block("deepseek_v3", "GB200-NVL72", 72, 64, size=0)
+    cand = space.columns(3_450_000, 3_480_000)  # (rows that fit, and later stages over HBM)
+    x = calibrated.make_context(job, hw, hw.calibration, "1d")
+    whole = calibrated.evaluate(x, cand)
+    calls, real = [], calibrated._fused_reasons
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[1]["tp"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibrated, "_fused_reasons", spy)
+    got = calibrated.evaluate(x, cand, scores_only=True, screen=True)
+    n = len(cand["tp"])
+    _same(np.broadcast_to(got["reason"], (n,)).astype(np.int64),
+          whole["reason"].astype(np.int64))
+    fits = whole["reason"] == 0
+    _same(np.broadcast_to(got["step_time_s"], (n,))[fits], whole["step_time_s"][fits])
+    # (the block has rows over HBM on a later stage only, that the first pass let through)
+    first = calibrated._fused_first_stage_over(
+        x, cand, *calibrated._layer_terms_dedup(x, cand, lazy=True))["over"] > 0
+    assert 0.5 * n < np.count_nonzero(first) < np.count_nonzero(~fits)
+    assert calls == ([np.count_nonzero(~first)] if rest else [n])

@@ -868,7 +868,7 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
                               min_rows=1)["reason"] == Reason.OK
         if np.count_nonzero(np.broadcast_to(fits, (size,))) > SCREEN_MAX_FEASIBLE * size:
             return None
-    reason = np.broadcast_to(_fused_reasons(x, c, lay, routed)["reason"], (n,))
+    reason = _block_reasons(x, c, lay, routed, n)
     ok = np.flatnonzero(reason == Reason.OK)
     if len(ok) > SCREEN_MAX_FEASIBLE * n:  # (picking the rows out would cost more)
         return _fused_scores(x, c, lay, routed)
@@ -877,6 +877,30 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
         step[ok] = _fused_scores(*_rows_of((x, c, lay, routed), ok, n),
                                  min_rows=1)["step_time_s"]
     return {"step_time_s": step, "reason": reason}
+
+
+#: an MoE block's rows left after its first stages' memory: from this share of the block,
+#: every row's reason in one pass instead
+FIRST_STAGE_MAX_REST = 0.5
+
+
+def _block_reasons(x: Mapping, c: Mapping, lay: Mapping, routed, n: int) -> np.ndarray:
+    """Every row's reason. An MoE block's memory is the largest of three pipeline stages'
+    (first, middle, last: _combine), computed three times a row: the rows over HBM on the
+    first stage alone are out of memory whatever the others hold (a third of the work; 91 %
+    of DeepSeek-V3's candidates on 64 GPUs), and only the rest get the whole reason. The
+    same codes either way."""
+    if not _has_moe(x):
+        return np.broadcast_to(_fused_reasons(x, c, lay, routed)["reason"], (n,))
+    over = np.broadcast_to(_fused_first_stage_over(x, c, lay, routed)["over"] > 0, (n,))
+    rest = np.flatnonzero(~over)
+    if len(rest) > FIRST_STAGE_MAX_REST * n:  # (picking the rows out would cost more)
+        return np.broadcast_to(_fused_reasons(x, c, lay, routed)["reason"], (n,))
+    reason = np.full(n, Reason.OUT_OF_MEMORY, np.int64)
+    if len(rest):
+        reason[rest] = _fused_reasons(*_rows_of((x, c, lay, routed), rest, n),
+                                      min_rows=1)["reason"]
+    return reason
 
 
 def _rows_of(tree, rows, n: int):
@@ -911,11 +935,19 @@ def _reasons(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarr
     return {"reason": _combine(x, c, lay, routed)[0]["reason"]}
 
 
+def _first_stage_over(x: Mapping, c: Mapping, lay: Mapping, routed) -> dict[str, np.ndarray]:
+    # (the first pipeline stage's memory alone: over HBM there, over HBM - the reason - on
+    # the stage a candidate is judged by, whose memory is the largest of its stages')
+    over = _combine(x, c, lay, routed)[1]["mem_first_bytes"] > x["hbm_bytes"]
+    return {"over": np.where(over, 1.0, 0.0)}
+
+
 # (without numba the scores are all the results: numpy computes every column anyway)
 _fused_results = fused(_results, chunked=True)
 _fused_scores = fused(_scores, fallback=_results, chunked=True)
 # (chunked from fewer statements: a dense model's reasons are ~160, twice as fast chunked)
 _fused_reasons = fused(_reasons, chunked=True, chunk_min_statements=100)
+_fused_first_stage_over = fused(_first_stage_over, chunked=True, chunk_min_statements=100)
 
 
 def _step(x: Mapping, c: Mapping) -> tuple[dict[str, np.ndarray], dict]:
@@ -1179,6 +1211,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # middle stage holds one layer more and no vocabulary, and may be the larger
     mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
                   nm_first, nm_first * p_exp_layer, exp_shard)
+    mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
     if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
@@ -1219,7 +1252,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
              "rec_slow": recompute_s(n_slow, nm_slow), "first_slowest": first_slowest,
              "nm_slow": nm_slow, "mtp": mtp_s, "accum_moe": accum_moe,
              "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
-             "multi": multi}
+             "multi": multi, "mem_first_bytes": mem_first}
     return out, parts
 
 
