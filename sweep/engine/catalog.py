@@ -236,8 +236,14 @@ def load_calibration(path: Path) -> dict[str, dict[str, float]]:
 
 @lru_cache(maxsize=256)
 def _load_hardware_file(path: Path) -> Hardware:
+    """A hardware file with its generation's calibrated parameters: from the calibration
+    file beside it, else the shipped catalog's (a file copied elsewhere, or on
+    SWEEP_CATALOG_PATH, is calibrated as the catalog's own); its own ``calibration`` values
+    over both."""
     hw = parse_hardware(read_yaml(path), str(path), path.stem)
     cal_path = path.parent / CALIBRATION_FILE
+    if not cal_path.is_file():
+        cal_path = REPO_ROOT / "hardware" / CALIBRATION_FILE
     if cal_path.is_file():
         table = load_calibration(cal_path)
         merged = {**table.get("memory", {}), **table.get(hw.generation, {}), **hw.calibration}

@@ -111,6 +111,9 @@ _PLAIN = {
 #:   against 3.9 TFLOPS of special functions); Blackwell Ultra doubles the exponentials (32
 #:   per SM per clock: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025), set in the B300 and
 #:   GB300 files
+#: the architecture families a hardware file's ``generation`` may name
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+
 GENERATION_DEFAULTS: dict[str, dict[str, float]] = {
     "matrix_sustained_fraction": {"volta": 0.869, "ampere": 0.869, "hopper": 0.803,
                                   "blackwell": 0.776},
@@ -348,6 +351,9 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         raise _fail(source, "gemm_tile", f"expected [M, N] positive integers (at most "
                                          f"{MAX_HW_COUNT}), got {brief(tile)}")
     generation = str(values.get("generation", ""))
+    if "generation" in values and generation not in GENERATIONS:
+        raise _fail(source, "generation", f"unknown generation {brief(values['generation'])}; "
+                                          f"known: {', '.join(GENERATIONS)}")
     if "exp_per_s" in values:
         exp_per_s = _positive(values["exp_per_s"], source, "exp_per_s")
     else:

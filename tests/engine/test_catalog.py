@@ -76,6 +76,8 @@ def test_sustained_gemm_fraction_is_optional_and_a_fraction():
     ({"matrix_tflops": {"bf17": 3}}, "x.yaml: matrix_tflops.bf17: unknown precision"),
     ({"hbm_bandwidth": "1 TB"}, "x.yaml: hbm_bandwidth: unit 'TB' is not a unit of bytes_per_s"),
     ({"hbm_TBps": 1}, "x.yaml: hbm_TBps: hbm_bandwidth is given twice (hbm_GBps and hbm_TBps)"),
+    ({"generation": "Hopper"}, "x.yaml: generation: unknown generation 'Hopper'; known: volta, "
+                               "ampere, hopper, blackwell"),
 ])
 def test_hardware_errors_name_file_and_key(change, message):
     raw = dict(MIN_HW)
@@ -145,3 +147,29 @@ def test_published_parameter_counts():
     assert load_job("llama2_70b").params_total() == pytest.approx(68.98e9, rel=0.01)
     assert load_job("llama3_405b").params_total() == pytest.approx(405.9e9, rel=0.01)
     assert load_job("gpt3_175b").params_total() == pytest.approx(175e9, rel=0.01)
+
+
+def test_a_hardware_file_outside_the_catalog_is_calibrated_as_the_catalogs(tmp_path,
+                                                                            monkeypatch):
+    """A copy of a shipped hardware file elsewhere (by path, or on SWEEP_CATALOG_PATH) gets
+    its generation's calibrated parameters from the shipped calibration file, as the
+    original does; a calibration file beside it is its own; its own values override both."""
+    import shutil
+
+    from sweep.engine import catalog
+
+    shipped = load_hardware("H100-SXM")
+    assert shipped.calibration["gemm_eff"]  # (the fitted parameters)
+    copy = tmp_path / "myh100.yaml"
+    shutil.copy(catalog.REPO_ROOT / "hardware" / "H100-SXM.yaml", copy)
+    assert load_hardware(str(copy)).calibration == shipped.calibration
+    (tmp_path / "hardware").mkdir()
+    shutil.copy(copy, tmp_path / "hardware" / "mine.yaml")
+    monkeypatch.setenv("SWEEP_CATALOG_PATH", str(tmp_path))
+    assert load_hardware("mine").calibration == shipped.calibration
+    # a calibration file of one's own beside it, and the file's own values over it
+    (tmp_path / "calibration.yaml").write_text("hopper: {gemm_eff: 0.5}\n")
+    text = copy.read_text() + "calibration: {kernel_us: 3.0}\n"
+    (tmp_path / "own.yaml").write_text(text)
+    own = load_hardware(str(tmp_path / "own.yaml")).calibration
+    assert own["gemm_eff"] == 0.5 and own["kernel_us"] == 3.0
