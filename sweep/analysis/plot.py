@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SweepError, install_hint
+from ..model.hardware import quantity_dimension
 from . import fmt
 from .results import DEGREES, MEMORY_PARTS, TIME_PARTS, Results, _pandas
 
@@ -555,6 +556,8 @@ _QUANTITY_TEXT = {"hbm": "HBM", "nvlink": "NVLink bandwidth", "scaleout": "scale
                   "matrix": "16-bit tensor peak", "vector": "16-bit vector peak",
                   "host_memory": "host memory", "host_link": "host link bandwidth",
                   "nvlink_latency": "NVLink latency", "scaleout_latency": "scale-out latency"}
+#: the SI unit of a canonical quantity's swept values
+_SI_UNIT_TEXT = {"bytes_per_s": "B/s", "bytes": "B", "s": "s", "flops_per_s": "FLOP/s"}
 _PLAIN_AXES = {"nvlink_domain": "GPUs per NVLink domain", "nics_per_gpu": "NICs per GPU",
                "nvlink_efficiency": "NVLink efficiency",
                "scaleout_efficiency": "scale-out efficiency"}
@@ -564,6 +567,10 @@ def axis_label(key: str) -> str:
     """A swept key as a physical axis label: hbm_GBps -> 'HBM bandwidth [GB/s]'."""
     if key in _PLAIN_AXES:
         return _PLAIN_AXES[key]
+    dimension = quantity_dimension(key)  # (hbm_bandwidth: "3.35 TB/s" values, swept in SI)
+    if dimension is not None:
+        name = key.replace("_", " ").replace("hbm", "HBM").replace("nvlink", "NVLink")
+        return f"{name} [{_SI_UNIT_TEXT[dimension]}]"
     base, _, unit = key.rpartition("_")
     if unit in _UNIT_TEXT and base:
         name = _QUANTITY_TEXT.get(base, base.replace("_", " "))
@@ -617,9 +624,12 @@ def _value_text(res: Results, axis: str, value) -> str:
 
 
 def _tick_text(values) -> list[str]:
-    """One format per axis: thousands separators from 10,000 up, else 4 significant digits."""
-    big = max((abs(float(v)) for v in values), default=0.0) >= 1e4
-    return [f"{float(v):,.0f}" if big else f"{float(v):.4g}" for v in values]
+    """One format per axis: SI prefixes from a million up (values in SI units: 3.35e12 B/s
+    reads 3.35 T), thousands separators from 10,000, else 4 significant digits."""
+    top = max((abs(float(v)) for v in values), default=0.0)
+    if top >= 1e6:
+        return [fmt.si(float(v)) for v in values]
+    return [f"{float(v):,.0f}" if top >= 1e4 else f"{float(v):.4g}" for v in values]
 
 
 def _heatmap(res: Results, opts: PlotOptions):

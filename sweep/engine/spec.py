@@ -48,9 +48,10 @@ import yaml
 
 from ..errors import SpecError
 from ..model.cost import PROFILES
-from ..model.hardware import MAX_NVLINK_DOMAIN, Hardware, apply_overrides, parse_hardware
+from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, parse_hardware,
+                              quantity_dimension)
 from ..model.job import Job, override_job, parse_job
-from ..model.units import brief, finite_float
+from ..model.units import brief, finite_float, parse_quantity
 from .catalog import load_hardware, load_job, read_yaml
 
 __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", "resolved_yaml",
@@ -319,6 +320,20 @@ def _load_base(name: str, source: str, key: str, near: Path | None,
     return bases[name]
 
 
+def _axis_label_value(name: str, value: Any, position: int) -> float:
+    """The number a grid value is recorded as (GridAxis.labels)."""
+    number = finite_float(value)
+    if number is not None:
+        return number
+    dimension = quantity_dimension(name)
+    if dimension is not None and isinstance(value, str):
+        try:
+            return parse_quantity(value, dimension)
+        except ValueError:  # (the override's own validation names the error)
+            pass
+    return float(position)
+
+
 def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolved) -> GridAxis:
     if isinstance(raw, Mapping) and "interpolate" in raw:
         return _interpolate_axis(name, raw, source, key, near, bases, resolved)
@@ -335,9 +350,10 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
     values = _values(raw, source, key, integer=(name == "nvlink_domain"),
                      maximum=MAX_NVLINK_DOMAIN)
-    # the value itself where it is a number (values are validated with the overrides)
-    labels = tuple(float(i) if finite_float(v) is None else float(v)
-                   for i, v in enumerate(values))
+    # the value itself where it is a number, in SI where it is a string with a unit under
+    # a canonical quantity key ("3.35 TB/s" -> 3.35e12), else its position (values are
+    # validated with the overrides)
+    labels = tuple(_axis_label_value(name, v, i) for i, v in enumerate(values))
     listed = isinstance(raw, (list, Mapping))
     paths = tuple({name: f"{key}[{i}]" if listed else key} for i in range(len(values)))
     return GridAxis(name, tuple({name: v} for v in values), labels, paths)

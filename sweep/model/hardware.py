@@ -63,6 +63,12 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "host_link": ("bytes_per_s", "host_link"),
 }
 _BY_PREFIX = {(prefix, dim): name for name, (dim, prefix) in _QUANTITIES.items()}
+
+
+def quantity_dimension(key: str) -> str | None:
+    """The dimension of a canonical quantity key that takes a string with a unit
+    (``hbm_bandwidth`` -> ``bytes_per_s``), or None for any other key."""
+    return _QUANTITIES[key][0] if key in _QUANTITIES else None
 #: canonical quantity -> (a string with a unit, the same under a unit-suffixed key)
 _SPELLINGS = {
     "hbm_bandwidth": ("'3.35 TB/s'", "hbm_GBps"), "hbm_capacity": ("'80 GiB'", "hbm_GiB"),

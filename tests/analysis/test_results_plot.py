@@ -286,6 +286,10 @@ def test_layout_and_heatmap(nersc, grid):
     assert axis_label("nvlink_domain") == "GPUs per NVLink domain"
     assert _tick_text([9111, 16000]) == ["9,111", "16,000"]  # not 9111 next to 1.6e+04
     assert _tick_text([0.5, 2.25]) == ["0.5", "2.25"]
+    # a canonical quantity swept as strings with units: its values in SI
+    assert axis_label("hbm_bandwidth") == "HBM bandwidth [B/s]"
+    assert axis_label("nvlink_latency") == "NVLink latency [s]"
+    assert _tick_text([3.35e12, 4.8e12]) == ["3.35 T", "4.8 T"]
 
 
 def test_kinds_that_fit_and_why_not(nersc, grid):

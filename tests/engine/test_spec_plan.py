@@ -48,6 +48,17 @@ def test_grid_forms_and_variant_order():
     z = expand_variants(zipped)
     assert [(x.hardware.hbm_capacity_bytes, x.hardware.hbm_bytes_per_s) for x in z] == \
         [(80e9, 2000e9), (141e9, 4800e9)]
+    # values given as strings with units under a canonical key: labelled and recorded as
+    # swept by their values in SI, not by their positions (which two groups would share)
+    units = expand_variants(spec_of(hardware=[
+        {"base": "H100-SXM", "grid": {"hbm_bandwidth": ["3.35 TB/s", "4.8 TB/s"]}},
+        {"base": "H100-SXM", "grid": {"hbm_bandwidth": ["8 TB/s"]}}]))
+    assert [x.label for x in units] == ["H100-SXM[hbm_bandwidth=3.35e+12]",
+                                        "H100-SXM[hbm_bandwidth=4.8e+12]",
+                                        "H100-SXM[hbm_bandwidth=8e+12]"]
+    assert [x.swept for x in units] == [(("hbm_bandwidth", 3.35e12),),
+                                        (("hbm_bandwidth", 4.8e12),), (("hbm_bandwidth", 8e12),)]
+    assert [x.hardware.hbm_bytes_per_s for x in units] == [3.35e12, 4.8e12, 8e12]
 
 
 def test_nersc_grids_reproduce_the_study():
