@@ -32,7 +32,7 @@ from ..model.cost import NERSC_SCORES_MIN_ROWS, fuse
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
 __all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
-           "run_bench", "estimate_search_seconds", "pps_sample"]
+           "run_bench", "estimate_search_seconds", "pps_sample", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,22 @@ def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
 WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
 
 
+def warm_up(plan, cache, unit) -> tuple[float, float]:
+    """Search the first WARM_UP_ROWS candidates of work unit ``unit`` of ``plan`` once: its
+    first calls trace, compile or load (from the on-disk cache) the compiled loops a search
+    of its job and strategy runs. Returns (CPU seconds, resident bytes added: numba, LLVM
+    and the loops' code, about 125 MB on a fresh process, plus what the search's own arrays
+    left in the heap - an upper bound)."""
+    from ..engine.plan import rss_bytes
+
+    case = plan.cases[int(unit["case_id"])]
+    rss, start = rss_bytes(), time.process_time()
+    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                 case.n_gpus, cache.of(case), int(unit["start"]),
+                 min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS), plan.spec.top_n)
+    return time.process_time() - start, max(0.0, rss_bytes() - rss)
+
+
 def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:
     """Core-seconds of search the plan needs on this machine (``sweep plan``'s estimate).
 
@@ -210,7 +226,8 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
     sizes = (units["stop"] - units["start"]).astype(np.float64)
     total = float(sizes.sum())
     if total == 0:
-        return {"core_seconds": 0.0, "units_timed": 0, "cpu_seconds": 0.0}
+        return {"core_seconds": 0.0, "units_timed": 0, "cpu_seconds": 0.0,
+                "startup_seconds": 0.0, "startup_bytes": 0.0}
     picked = pps_sample(sizes, samples)
 
     def search(unit, stop=None) -> int:
@@ -237,24 +254,28 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
         return 1
 
     warmed: set = set()
+    startup = {"cpu_s": 0.0, "bytes": 0.0}
 
-    def warm_up(unit) -> None:
+    def warm_once(unit) -> None:
         """A unit's first rows searched once, untimed, before the first unit of its job and
         strategy is timed: their first calls trace, compile or load from the cache the
         compiled loops a search of them runs (about a second on a cold process) - a cost
-        paid once per process, not per candidate."""
+        paid once per process, not per candidate; so is the memory they add (warm_up)."""
         case = plan.cases[int(unit["case_id"])]
         key = (plan.spec.cost_model, case.job, case.strategy)
-        if key not in warmed:
-            warmed.add(key)
-            search(unit, min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS))
+        if key in warmed:
+            return
+        warmed.add(key)
+        cpu_s, grown = warm_up(plan, cache, unit)
+        startup["cpu_s"] += cpu_s
+        startup["bytes"] += grown
 
     seconds: dict[int, float] = {}
     ratios = []
     spent = 0.0
     for u in picked:
         if u not in seconds:
-            warm_up(units[u])
+            warm_once(units[u])
             start = time.process_time()
             together = search(units[u])
             spent += time.process_time() - start
@@ -263,5 +284,6 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
         if spent >= budget_s:
             break
     return {"core_seconds": total * float(np.mean(ratios)), "units_timed": len(seconds),
-            "cpu_seconds": spent}
+            "cpu_seconds": spent, "startup_seconds": startup["cpu_s"],
+            "startup_bytes": startup["bytes"]}
 

@@ -75,6 +75,7 @@ def plan_and_estimate(spec, budget_s: float):
     plan_bytes = max(0.0, rss_bytes() - base)
     estimate = estimate_search_seconds(plan, cache, budget_s=budget_s)
     estimate["memory"] = {"base_bytes": base, "plan_bytes": plan_bytes,
+                          "startup_bytes": estimate["startup_bytes"],
                           "working_bytes": measure_working_set(plan, cache)}
     return plan, estimate, plan_s
 

@@ -38,6 +38,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             "work_units": len(plan.units), "candidates": plan.total_candidates,
             "candidates_per_core_second": rate, "estimated_core_seconds": core_s,
             "units_timed": estimate["units_timed"], "plan_seconds": plan_s,
+            "startup_seconds": estimate["startup_seconds"],
             "memory_bytes": {"ranks": args.ranks, "per_rank": memory["rank"],
                              "rank0_with_reduction": memory["rank0"], "serial": serial,
                              **estimate["memory"]}})
@@ -46,10 +47,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"  {len(spec.jobs)} job(s) x {len(plan.variants)} hardware variant(s) x "
           f"{len(spec.strategies)} strateg{'y' if len(spec.strategies) == 1 else 'ies'} x "
           f"{len(spec.gpus)} GPU count(s) = {len(cases)} cases, {len(plan.units)} work units")
+    first = plan_s + estimate["startup_seconds"]  # (every rank, before it searches)
     print(f"  {plan.total_candidates:,} candidates; {estimate['units_timed']} sampled work "
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
-          f"core-seconds ({core_s / 2:.3g} s on 2 ranks, {core_s / 64:.3g} s on 64), after "
-          f"{plan_s:.2g} s of planning on every rank")
+          f"core-seconds of search ({first + core_s / 2:.3g} s on 2 ranks, "
+          f"{first + core_s / 64:.3g} s on 64), after {plan_s:.2g} s of planning and "
+          f"{estimate['startup_seconds']:.2g} s of start-up (loading compiled loops) on "
+          f"every rank")
     gb = [fmt.gigabytes(x, ".3g") for x in (serial, memory["rank"], memory["rank0"])]
     print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} ranks "
           f"{gb[1]} per rank, rank 0 {gb[2]} with the reduction (every case with candidates "

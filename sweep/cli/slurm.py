@@ -43,9 +43,9 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
               f"(--nodes, --ntasks-per-node, --array) or a smaller unit_size in the spec",
               file=sys.stderr)
     core_s = estimate["core_seconds"]
-    per_rank_s = core_s / min(workers, max(len(plan.units), 1))
+    per_rank_s = core_s / min(workers, max(len(plan.units), 1)) + estimate["startup_seconds"]
     print(f"sweep slurm: about {core_s:.3g} core-seconds of search at this machine's speed, "
-          f"~{per_rank_s:.3g} s on each of {workers} rank(s)", file=sys.stderr)
+          f"~{per_rank_s:.3g} s on each of {workers} rank(s) with its start-up", file=sys.stderr)
     if limit_s is not None and per_rank_s > 0.8 * limit_s:
         print(f"sweep slurm: note: that is {per_rank_s / limit_s:.0%} of --time {args.time}; "
               f"the job may stop at its limit (submitting again continues it): raise --time "

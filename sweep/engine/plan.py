@@ -195,12 +195,15 @@ MPI_BYTES = 16 * 2**20
 
 
 def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float,
-                    working_bytes: float, mpi_bytes: float = MPI_BYTES) -> dict:
+                    working_bytes: float, mpi_bytes: float = MPI_BYTES,
+                    startup_bytes: float = 0.0) -> dict:
     """Peak memory per rank of running ``plan`` on ``ranks`` ranks (pure arithmetic).
 
     ``base_bytes`` is the process before planning (interpreter, numpy, h5py, sweep),
     ``plan_bytes`` what building the plan added (the work-unit table, candidate counts and
-    spaces: every rank builds it), ``working_bytes`` the cost core's peak over one block,
+    spaces: every rank builds it), ``startup_bytes`` what loading the compiled loops of
+    fused evaluation adds (numba, LLVM: bench.estimate_search_seconds measures it; 0
+    without), ``working_bytes`` the cost core's peak over one block,
     ``mpi_bytes`` what MPI adds on more than one rank (0 if ``base_bytes`` was measured with
     it). A rank holds its results up to SEAL_ROWS rows (every case with candidates
     counted with its full top-N and one work unit: an upper bound), then seals them to disk,
@@ -214,7 +217,7 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
 
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
-    fixed = base_bytes + plan_bytes + working_bytes
+    fixed = base_bytes + plan_bytes + startup_bytes + working_bytes
 
     def held(share: float) -> float:
         return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS)

@@ -153,9 +153,16 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)  # SpecError for useless GPU counts before anything is written
     if options.max_memory is not None:  # refused before anything is written, too
-        refuse_over(estimate_memory(plan, size, base, max(0.0, rss_bytes() - base),
-                                    measure_working_set(plan, cache), mpi_bytes=0.0),
-                    options.max_memory)
+        from ..analysis.bench import warm_up
+
+        plan_bytes = max(0.0, rss_bytes() - base)
+        # the compiled loops loaded first (the largest case's), then the working set traced
+        largest = int(np.argmax(plan.cases.candidates))
+        unit = plan.units[int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
+        startup_bytes = warm_up(plan, cache, unit)[1] if len(plan.units) else 0.0
+        refuse_over(estimate_memory(plan, size, base, plan_bytes,
+                                    measure_working_set(plan, cache), mpi_bytes=0.0,
+                                    startup_bytes=startup_bytes), options.max_memory)
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()
     resume = options.resume or options.shard is not None  # shards start in any order

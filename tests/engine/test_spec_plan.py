@@ -246,7 +246,8 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
 
 
 def test_memory_estimate_by_hand(monkeypatch):
-    """estimate_memory: the plan on every rank, each rank's share of the results it holds
+    """estimate_memory: the plan and the compiled loops on every rank, each rank's share of
+    the results it holds
     (top-N rows and work units, at most SEAL_ROWS), and on rank 0 also the reduction
     (every work unit, a few numbers per case, one slice, the in-memory results file), in
     bytes."""
@@ -275,6 +276,10 @@ def test_memory_estimate_by_hand(monkeypatch):
               + REDUCE_SLICE_BYTES + COMPRESSED_FRACTION * image)
     assert m["rank0"] == pytest.approx(fixed + held + reduce)
     assert m["serial"] == pytest.approx(65e6 + RUN_BYTES_PER_ROW * (rows + units) + reduce)
+    # the compiled loops' memory (numba, LLVM: measured by the warm-up) on every rank
+    loaded = estimate_memory(plan, 4, base_bytes=50e6, plan_bytes=10e6, working_bytes=5e6,
+                             startup_bytes=120e6)
+    assert all(loaded[k] == pytest.approx(m[k] + 120e6) for k in ("rank", "rank0", "serial"))
     # more ranks never need more memory per rank
     per = [estimate_memory(plan, r, 50e6, 10e6, 5e6)["rank"] for r in (2, 4, 8, 64)]
     assert per == sorted(per, reverse=True)
@@ -292,7 +297,7 @@ def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
     assert main(["plan", str(SMALL), "--json", "--ranks", "3"]) == 0
     memory = json.loads(capsys.readouterr().out)["memory_bytes"]
     assert memory["ranks"] == 3 and memory["rank0_with_reduction"] >= memory["per_rank"] > 0
-    assert memory["working_bytes"] > 0
+    assert memory["working_bytes"] > 0 and memory["startup_bytes"] >= 0
     assert main(["plan", str(SMALL), "--max-memory", "1MiB"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--max-memory" in err and "more than 0.00105 GB" in err
