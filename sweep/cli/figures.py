@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import positive_int
+from ._common import positive_int, positive_number
 
 
 def _plot_options(args: argparse.Namespace):
@@ -51,7 +51,7 @@ def add_parsers(sub) -> None:
     pt.add_argument("-o", "--output", required=True, help="FILE.png, .svg or .pdf")
     pt.add_argument("--metric", default="samples_per_s",
                     help="scaling: samples_per_s | tokens_per_s | step_time_s | days")
-    pt.add_argument("--tokens", type=float, default=0.0,
+    pt.add_argument("--tokens", type=positive_number, default=0.0,
                     help="scaling --metric days: tokens to train on (e.g. 1e12)")
     pt.add_argument("--strategy", help="only this strategy (default: best over strategies)")
     pt.add_argument("--job", action="append", help="only this job (repeatable)")

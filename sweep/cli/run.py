@@ -14,6 +14,7 @@ from ._common import (
     os_error_text,
     plan_and_estimate,
     positive_int,
+    positive_number,
     print_error,
     set_flag,
     shard,
@@ -376,7 +377,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--out", help="run folder (default results/<spec name>)")
     r.add_argument("--resume", action="store_true", help="continue an earlier run in the folder")
     r.add_argument("--force", action="store_true", help="discard an earlier run in the folder")
-    r.add_argument("--checkpoint", type=float, default=60.0, metavar="SECONDS",
+    r.add_argument("--checkpoint", type=positive_number, default=60.0, metavar="SECONDS",
                    help="rewrite part files at least this often (default 60)")
     r.add_argument("--no-reduce", action="store_true", help="leave the merge to sweep reduce")
     r.add_argument("--shard", type=shard, metavar="I/K",

@@ -7,7 +7,7 @@ import sys
 
 from .. import __version__
 from ..errors import SweepError
-from ._common import max_variants_flag, plan_and_estimate, positive_int
+from ._common import max_variants_flag, plan_and_estimate, positive_int, positive_number
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
@@ -152,6 +152,6 @@ def add_parsers(sub) -> None:
                     "and reduce.sbatch beside it)")
     sl.add_argument("--submit", action="store_true", help="submit it with sbatch")
     sl.add_argument("--wait", action="store_true", help="with --submit: wait for the job")
-    sl.add_argument("--wait-timeout", type=float, default=3600.0, metavar="SECONDS")
+    sl.add_argument("--wait-timeout", type=positive_number, default=3600.0, metavar="SECONDS")
     max_variants_flag(sl)
     sl.set_defaults(func=_cmd_slurm)

@@ -254,6 +254,13 @@ def test_bad_shards_are_refused(tmp_path, capsys):
         assert exc.value.code == 2
         assert f"expected I/K with 0 <= I < K (shard I of K), got '{bad}'" in \
             capsys.readouterr().err
+    # a checkpoint interval that is no interval (0 rewrote the part files after every unit,
+    # nan never)
+    for bad in ("0", "-5", "nan", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            main(["run", SMALL, "--serial", "--out", str(tmp_path / "c"), f"--checkpoint={bad}"])
+        assert exc.value.code == 2
+        assert f"expected a positive finite number, got '{bad}'" in capsys.readouterr().err
     assert not any((tmp_path / d).exists() for d in "abc")
 
 
