@@ -17,6 +17,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from ..engine.slurm import SbatchOptions, render_scripts, time_limit_s
     from ..engine.spec import load_spec
 
+    if args.wait and not args.submit:
+        raise SweepError("--wait: only with --submit (it waits for the job submitted)")
     spec = load_spec(args.spec, max_variants=args.max_variants)
     limit_s = time_limit_s(args.time)
     out = Path(args.out or Path("results") / spec.name).resolve()
@@ -50,6 +52,12 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         print(f"sweep slurm: note: that is {per_rank_s / limit_s:.0%} of --time {args.time}; "
               f"the job may stop at its limit (submitting again continues it): raise --time "
               f"or use more ranks", file=sys.stderr)
+    # the job writes its log there from its first moment: Slurm does not create the folder
+    # of --output, so a script submitted by hand later would fail with no log at all
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SweepError(f"{out}: cannot create the run folder ({exc.strerror})") from None
     if not options.shards:
         return _one_job(args, out, scripts["sweep.sbatch"])
     return _job_array(args, out, options, scripts)
@@ -67,7 +75,6 @@ def _one_job(args: argparse.Namespace, out, text: str) -> int:
         else:
             print(text, end="")
         return 0
-    out.mkdir(parents=True, exist_ok=True)
     script = Path(args.script) if args.script else out / "sweep.sbatch"
     script.write_text(text)
     job_id = submit(script)

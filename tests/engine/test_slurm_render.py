@@ -126,6 +126,22 @@ def test_a_time_limit_below_the_estimate_gets_a_note(tmp_path, capsys):
     assert "--time: '1:2:3:4' is not a Slurm time" in capsys.readouterr().err
 
 
+def test_a_rendered_script_finds_its_log_folder(tmp_path, capsys):
+    """Rendered without --submit (to be submitted by hand), the script's log folder - the
+    run folder, which Slurm does not create - exists; --wait without --submit is refused."""
+    from sweep.cli import main
+    from tests.conftest import DATA
+
+    small = str(DATA / "specs" / "small.yaml")
+    assert main(["slurm", small, "--out", str(tmp_path / "o")]) == 0
+    script = capsys.readouterr().out
+    assert f"--output={tmp_path / 'o'}/slurm-%j.out" in script.replace("'", "")
+    assert (tmp_path / "o").is_dir()
+    assert main(["slurm", small, "--out", str(tmp_path / "w"), "--wait"]) == 2
+    assert "--wait: only with --submit" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
 def test_bad_options_are_refused_before_the_estimate_is_printed(tmp_path, capsys):
     from sweep.cli import main
     from tests.conftest import DATA
