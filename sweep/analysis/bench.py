@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import __version__
+from ..engine.plan import WARM_UP_ROWS, warm_up
 from ..engine.catalog import load_hardware, load_job
 from ..model.candidates import enumerate_space
-from ..model.cost import NERSC_SCORES_MIN_ROWS, fuse
+from ..model.cost import fuse
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
 __all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
-           "run_bench", "estimate_search_seconds", "pps_sample", "warm_up"]
+           "run_bench", "estimate_search_seconds", "pps_sample"]
 
 
 @dataclass(frozen=True)
@@ -188,25 +189,6 @@ def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
     return picked[np.random.default_rng(0).permutation(samples)]
 
 
-#: rows of a unit searched to warm up (estimate_search_seconds): past every threshold from
-#: which a compiled loop runs (NERSC_SCORES_MIN_ROWS is the largest)
-WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
-
-
-def warm_up(plan, cache, unit) -> tuple[float, float]:
-    """Search the first WARM_UP_ROWS candidates of work unit ``unit`` of ``plan`` once: its
-    first calls trace, compile or load (from the on-disk cache) the compiled loops a search
-    of its job and strategy runs. Returns (CPU seconds, resident bytes added: numba, LLVM
-    and the loops' code, about 125 MB on a fresh process, plus what the search's own arrays
-    left in the heap - an upper bound)."""
-    from ..engine.plan import rss_bytes
-
-    case = plan.cases[int(unit["case_id"])]
-    rss, start = rss_bytes(), time.process_time()
-    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
-                 case.n_gpus, cache.of(case), int(unit["start"]),
-                 min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS), plan.spec.top_n)
-    return time.process_time() - start, max(0.0, rss_bytes() - rss)
 
 
 def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:

@@ -9,6 +9,7 @@ done. Both numberings depend only on the spec, so a run can be resumed with any 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,14 +17,15 @@ import numpy as np
 
 from ..errors import SpecError, SweepError
 from ..model.candidates import CandidateSpace, enumerate_space
-from ..model.cost import unmodelled
+from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
 from .spec import SweepSpec
 from .variants import Variant, Variants
 
 __all__ = ["Case", "Cases", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
-           "measure_working_set", "rss_bytes", "refuse_over", "SEAL_ROWS"]
+           "measure_working_set", "rss_bytes", "refuse_over", "SEAL_ROWS", "warm_up",
+           "WARM_UP_ROWS"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -269,6 +271,27 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
         if len(seen) >= cases:
             break
     return float(peak)
+
+
+#: rows of a unit searched to warm up (estimate_search_seconds): past every threshold from
+#: which a compiled loop runs (NERSC_SCORES_MIN_ROWS is the largest)
+WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
+
+
+def warm_up(plan, cache, unit) -> tuple[float, float]:
+    """Search the first WARM_UP_ROWS candidates of work unit ``unit`` of ``plan`` once: its
+    first calls trace, compile or load (from the on-disk cache) the compiled loops a search
+    of its job and strategy runs. Returns (CPU seconds, resident bytes added: numba, LLVM
+    and the loops' code, about 125 MB on a fresh process, plus what the search's own arrays
+    left in the heap - an upper bound)."""
+    from ..model.search import search_range
+
+    case = plan.cases[int(unit["case_id"])]
+    rss, start = rss_bytes(), time.process_time()
+    search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
+                 case.n_gpus, cache.of(case), int(unit["start"]),
+                 min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS), plan.spec.top_n)
+    return time.process_time() - start, max(0.0, rss_bytes() - rss)
 
 
 def rss_bytes() -> float:

@@ -61,6 +61,7 @@ from .plan import (
     measure_working_set,
     refuse_over,
     rss_bytes,
+    warm_up,
 )
 from .reduce import RESULTS_NAME, SPEC_NAME, ReduceSummary, check_segments, reduce_run
 from .spec import DEFAULT_MAX_VARIANTS, load_spec, parse_spec, resolved_yaml
@@ -153,13 +154,13 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)  # SpecError for useless GPU counts before anything is written
     if options.max_memory is not None:  # refused before anything is written, too
-        from ..analysis.bench import warm_up
-
         plan_bytes = max(0.0, rss_bytes() - base)
         # the compiled loops loaded first (the largest case's), then the working set traced
-        largest = int(np.argmax(plan.cases.candidates))
-        unit = plan.units[int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
-        startup_bytes = warm_up(plan, cache, unit)[1] if len(plan.units) else 0.0
+        startup_bytes = 0.0
+        if len(plan.units):
+            largest = int(np.argmax(plan.cases.candidates))
+            unit = plan.units[int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
+            startup_bytes = warm_up(plan, cache, unit)[1]
         refuse_over(estimate_memory(plan, size, base, plan_bytes,
                                     measure_working_set(plan, cache), mpi_bytes=0.0,
                                     startup_bytes=startup_bytes), options.max_memory)

@@ -390,6 +390,7 @@ def test_estimate_warms_up_each_job_and_strategy_untimed(monkeypatch):
         clock[0] += 1.0
 
     monkeypatch.setattr(bench, "search_range", search_range)
+    monkeypatch.setattr("sweep.model.search.search_range", search_range)  # (the warm-up's)
     monkeypatch.setattr(bench, "search_cases", search_cases)
     monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
     out = bench.estimate_search_seconds(plan, cache, samples=24, budget_s=1e9)
