@@ -205,14 +205,14 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         sub = {k: v[mask] for k, v in cols.items()}
         metrics = evaluate_columns(profile, job, hw, strategy, n_gpus, sub)
         matches += int(mask.sum())
-        # prefer feasible rows; among equals the fastest (ties: lowest index)
+        # the fastest that fits (ties: lowest index); if none fits, the one that needs the
+        # least memory (what comes closest to running)
         pos = best_positions(metrics["samples_per_s"], metrics["feasible"], sub["index"], 1)
         if len(pos) == 0:
-            pos = best_positions(metrics["samples_per_s"], np.ones_like(metrics["feasible"]),
-                                 sub["index"], 1)
+            pos = best_positions(-np.asarray(metrics["mem_bytes"], dtype=np.float64),
+                                 np.ones_like(metrics["feasible"]), sub["index"], 1)
         cand = pack_results(sub, metrics, pos)[0]
-        if best is None or (cand["feasible"], cand["samples_per_s"]) > (best["feasible"],
-                                                                        best["samples_per_s"]):
+        if best is None or _closer(cand, best):
             best = cand
     if best is None:
         reason = _diagnose_nersc(job, n_gpus, strategy, config) if profile == "nersc2024" \
@@ -224,6 +224,16 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     ops = [{k: (v if k == "name" else float(np.asarray(v).ravel()[0])) for k, v in r.items()}
            for r in rows]
     return Prediction(profile, job, hw, strategy, n_gpus, best, ops, matches)
+
+
+def _closer(a, b) -> bool:
+    """Whether candidate row ``a`` is a better answer than ``b``: one that fits before one
+    that does not; among those that fit the faster, among the others the smaller."""
+    if a["feasible"] != b["feasible"]:
+        return bool(a["feasible"])
+    if a["feasible"]:
+        return bool(a["samples_per_s"] > b["samples_per_s"])
+    return bool(a["mem_bytes"] < b["mem_bytes"])
 
 
 def _describe(config: Mapping[str, int]) -> str:

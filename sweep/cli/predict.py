@@ -76,7 +76,8 @@ def _format_prediction(p) -> str:
         f"{fmt.gigabytes(float(r['mem_optimizer_bytes']))}, activations "
         f"{fmt.gigabytes(float(r['mem_activations_bytes']))}, other "
         f"{fmt.gigabytes(float(r['mem_other_bytes']))})   "
-        + ("feasible" if r["feasible"] else "INFEASIBLE: out of memory"),
+        + ("feasible" if r["feasible"] else "INFEASIBLE: out of memory (none of the matching "
+                                              "candidates fits: the one needing least memory)"),
         "",
         "time per iteration by op (each op summed over its micro-batches and the stage's layers)",
     ]

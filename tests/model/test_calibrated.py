@@ -30,7 +30,7 @@ TOY = dataclasses.replace(parse_hardware({
     "vector_tflops": {"bf16": 10, "fp32": 5}, "hbm_GBps": 1000, "hbm_GB": 80,
     "nvlink_GBps": 100, "nvlink_latency_us": 1, "nvlink_domain": 8, "scaleout_GBps": 10,
     "scaleout_latency_us": 5, "nics_per_gpu": 1, "sm_count": 100, "gemm_tile": [128, 128],
-    "generation": "toy"}, "toy"), calibration=PARAMS)
+}, "toy"), generation="toy", calibration=PARAMS)  # (no generation's typical values)
 # two GELU / LayerNorm layers of width 1024, no vocabulary, 8 sequences of 1024 tokens
 TINY = Job(name="tiny", n_layers=2, hidden=1024, ffn_hidden=4096, n_heads=8, n_kv_heads=8,
            head_dim=128, vocab=0, seq_len=1024, global_batch=8)
@@ -890,3 +890,23 @@ def test_more_memory_never_makes_a_feasible_config_infeasible():
         feasible[gb] = out["reason"] == Reason.OK
     assert feasible[40].sum() < feasible[80].sum() < feasible[141].sum()
     assert not (feasible[40] & ~feasible[80]).any() and not (feasible[80] & ~feasible[141]).any()
+
+
+def test_predict_answers_the_fastest_that_fits_else_the_smallest():
+    """sweep predict fills a partial configuration with the fastest matching candidate that
+    fits in memory; when none fits (Llama 3.1 405B on 8 H100) with the one needing the least
+    memory - what comes closest to running - not the fastest of those that cannot run."""
+    from sweep.analysis.predict import predict
+
+    job, hw = load_job("llama3_405b"), load_hardware("H100-SXM")
+    p = predict("calibrated", job, hw, "1d", 8, {"tp": 8})
+    space = enumerate_space("calibrated", job, 8, "1d", hw.nvlink_domain)
+    cols = space.columns(0, space.size)
+    mine = cols["tp"] == 8
+    metrics = evaluate_columns("calibrated", job, hw, "1d", 8,
+                               {k: v[mine] for k, v in cols.items()})
+    assert not metrics["feasible"].any() and not p.row["feasible"]
+    assert p.row["mem_bytes"] == metrics["mem_bytes"].min()
+    assert p.matches == int(mine.sum())
+    fits = predict("calibrated", load_job("llama3_8b"), hw, "1d", 8, {"tp": 8})
+    assert fits.row["feasible"]

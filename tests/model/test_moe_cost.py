@@ -27,7 +27,7 @@ TOY = dataclasses.replace(parse_hardware({
     "vector_tflops": {"bf16": 10, "fp32": 5}, "hbm_GBps": 1000, "hbm_GB": 80,
     "nvlink_GBps": 100, "nvlink_latency_us": 1e-6, "nvlink_domain": 8, "scaleout_GBps": 10,
     "scaleout_latency_us": 1e-6, "nics_per_gpu": 1, "sm_count": 100, "gemm_tile": [128, 128],
-    "generation": "toy"}, "toy"), calibration=PARAMS)
+}, "toy"), generation="toy", calibration=PARAMS)  # (no generation's typical values)
 DENSE = Job(name="dense", n_layers=2, hidden=1024, ffn_hidden=512, n_heads=8, n_kv_heads=8,
             head_dim=128, vocab=0, seq_len=1024, global_batch=8, mlp="swiglu",
             norm="rmsnorm")
