@@ -78,6 +78,21 @@ def _mpl():
     return Figure
 
 
+def _unknown_selection(res: Results, opts: PlotOptions) -> None:
+    """SweepError naming a --job, --hardware or --strategy the results do not hold (rather
+    than 'nothing feasible matches')."""
+    cases = res.cases
+    for flag, wanted, held in (
+            ("--job", list(opts.jobs or ()), set(cases["job"])),
+            ("--hardware", list(opts.hardware or ()), set(cases["hardware"]) | set(cases["base"])),
+            ("--strategy", [opts.strategy] if opts.strategy else [], set(cases["strategy"]))):
+        missing = [w for w in wanted if w not in held]
+        if missing:
+            raise SweepError(f"{res.path}: {flag} {', '.join(map(repr, missing))}: not in the "
+                             f"results (they hold {', '.join(sorted(map(str, held))[:10])}"
+                             f"{', ...' if len(held) > 10 else ''})")
+
+
 def _best(res: Results, opts: PlotOptions):
     best = res.best() if opts.strategy else res.best_per_system()
     if opts.strategy:
@@ -922,7 +937,9 @@ def draw(res: Results, kind: str, opts: PlotOptions | None = None):
     """(matplotlib Figure, DataFrame of the plotted numbers) for one kind."""
     if kind not in _KIND:
         raise SweepError(f"--kind: unknown kind {kind!r}; valid: {', '.join(KINDS)}")
-    fig, rows = _KIND[kind](res, opts or PlotOptions())
+    opts = opts or PlotOptions()
+    _unknown_selection(res, opts)
+    fig, rows = _KIND[kind](res, opts)
     return fig, _pandas().DataFrame(rows)
 
 

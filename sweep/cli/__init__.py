@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_error(args, exc)
     except BrokenPipeError:  # e.g. `sweep show ... | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C before a run's own handlers (planning), or elsewhere
+        print(f"sweep {args.command}: interrupted", file=sys.stderr, flush=True)
+        return 130
     except OSError as exc:  # permissions, disk full, a vanished file: one line, exit 2
         print(f"sweep {args.command}: error: {os_error_text(exc)}", file=sys.stderr,
               flush=True)

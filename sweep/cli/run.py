@@ -338,12 +338,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _worker_text(part: dict) -> str:
     """rank / ranks of the worker that wrote a part file: of its shard, for a shard's."""
-    from ..engine.partition import SHARD_STRIDE
-
-    if not part["shard"]:
-        return f"{part['worker']}/{part['workers']}"
-    shards = int(part["shard"].split("/")[1])
-    return f"{part['worker'] % SHARD_STRIDE}/{max(part['workers'] // max(shards, 1), 1)}"
+    return f"{part['rank']}/{part['ranks']}"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

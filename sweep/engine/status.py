@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StoreError
-from .partition import shard_of_units, unit_progress
+from .partition import SHARD_STRIDE, shard_of_units, unit_progress
 from .reduce import RESULTS_NAME, load_run_plan
 from .store import DONE_DTYPE, list_parts, read_part_done, read_results_attrs
 
@@ -45,8 +45,15 @@ def run_status(run_dir: Path) -> dict:
     for path in list_parts(run_dir):
         attrs, table = read_part_done(path)
         ours = attrs.get("spec_sha256") == sha
-        parts.append({"file": path.name, "worker": int(attrs.get("rank", -1)),
-                      "workers": int(attrs.get("size", 0)), "shard": str(attrs.get("shard", "")),
+        worker, workers = int(attrs.get("rank", -1)), int(attrs.get("size", 0))
+        shard = str(attrs.get("shard", ""))
+        # (a shard's workers are numbered shard x SHARD_STRIDE + rank over all its shards'
+        # ranks: "rank" / "ranks" are the rank within its own shard, and how many it had)
+        shards = int(shard.split("/")[1]) if shard else 1
+        parts.append({"file": path.name, "worker": worker, "workers": workers,
+                      "rank": worker % SHARD_STRIDE if shard else worker,
+                      "ranks": max(workers // max(shards, 1), 1) if shard else workers,
+                      "shard": shard,
                       "complete": bool(attrs.get("complete")),
                       "sealed": bool(attrs.get("sealed")), "units": len(table),
                       "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours})

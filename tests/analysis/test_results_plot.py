@@ -192,6 +192,12 @@ def test_scaling_plots_best_throughput_and_ideal(nersc):
         assert r["value"] == pytest.approx(1e12 / best[r["case_id"]]["tokens_per_s"] / 86400)
     # time metrics: the ideal is the least GPU-days anywhere, divided by the GPU count
     assert (days["value"] >= days["ideal"] * (1 - 1e-12)).all()
+    # a selection the results do not hold is named, not reported as nothing feasible
+    for opts, text in ((PlotOptions(jobs=("nojob",)), "--job 'nojob': not in the results"),
+                       (PlotOptions(hardware=("X1",)), "--hardware 'X1': not in the results"),
+                       (PlotOptions(strategy="3d"), "--strategy '3d': not in the results")):
+        with pytest.raises(SweepError, match=text):
+            draw(res, "scaling", opts)
 
 
 def test_breakdown_and_memory_are_the_best_configs_parts(nersc):

@@ -345,6 +345,10 @@ def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys)
     assert st["candidates_done"] == first.evaluated and st["candidates"] == 126202
     assert st["shards"] == 3 and st["unfinished_shards"] == [1, 2] and st["results"] is None
     assert st["parts"][0]["shard"] == "0/3" and st["parts"][0]["complete"]
+    # (its worker id and count over all shards; its rank and ranks within its shard, as the
+    # table shows them)
+    assert {k: st["parts"][0][k] for k in ("worker", "workers", "rank", "ranks")} == \
+        {"worker": 0, "workers": 3, "rank": 0, "ranks": 1}
     reduce_run(run, partial=True)
     run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, shard=(2, 3)))
     assert main(["status", str(run)]) == 1
