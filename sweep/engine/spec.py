@@ -193,6 +193,9 @@ def _range(spec: Mapping[str, Any], source: str, key: str, integer: bool,
         n = _pos_int(spec["points"], source, f"{key}.points")
         if n > MAX_AXIS_POINTS:
             raise _too_long(source, f"{key}.points", n)
+        if n == 1 and hi != lo:  # (np.linspace would keep 'from' and drop 'to')
+            raise _fail(source, f"{key}.points", f"one point cannot span from {lo} to {hi}; "
+                                                  f"give at least 2, or from = to")
         values = np.linspace(lo, hi, n).tolist()  # exactly np.linspace, as the NERSC sweeps
         if integer and any(v != int(v) for v in values):
             raise _fail(source, key, "points do not fall on integers; use step or factor")
@@ -350,6 +353,13 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
     values = _values(raw, source, key, integer=(name == "nvlink_domain"),
                      maximum=MAX_NVLINK_DOMAIN)
+    seen: dict = {}
+    for i, v in enumerate(values):  # (a value twice would make every one of its cases twice)
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            if v in seen:
+                raise _fail(source, f"{key}[{i}]" if isinstance(raw, list) else key,
+                            f"{brief(v)} is listed twice (also {key}[{seen[v]}])")
+            seen[v] = i
     # the value itself where it is a number, in SI where it is a string with a unit under
     # a canonical quantity key ("3.35 TB/s" -> 3.35e12), else its position (values are
     # validated with the overrides)
