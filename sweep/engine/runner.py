@@ -209,6 +209,11 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             p.unlink(missing_ok=True)
         parts = []
     warnings: list[str] = []
+    if (out / RESULTS_NAME).exists() and not (stored.exists() or parts):
+        # (a results file no run of sweep left here, nor any run folder of ours: not
+        # overwritten unasked)
+        raise StoreError(f"{out} holds a {RESULTS_NAME} that is not a sweep run's (no "
+                         f"{SPEC_NAME}); use another --out, or --force to replace it")
     if stored.exists() or parts:
         if not resume and _complete_run_of(out, text):
             # the same spec run to the end before (say, the README's command again): the

@@ -431,3 +431,13 @@ def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypat
     after = sorted(p.name for p in again.glob("part-00000-*.h5"))
     assert after[:len(before)] == before and len(after) > len(before)  # numbered on
     assert resumed.reduced.complete and _same_tables(again / "sweep.h5", out / "sweep.h5")
+
+
+def test_a_results_file_sweep_did_not_write_is_not_overwritten(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "sweep.h5").write_text("someone else's")
+    assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet"]) == 2
+    assert "holds a sweep.h5 that is not a sweep run's" in capsys.readouterr().err
+    assert (out / "sweep.h5").read_text() == "someone else's"
+    assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet", "--force"]) == 0
