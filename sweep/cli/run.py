@@ -345,8 +345,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from ..analysis.show import format_rows, iter_rows, load_rows, write_rows
     from ..engine.store import read_results_attrs
 
-    kept = int(read_results_attrs(args.results).get("top_n", 0) or 0)
-    if args.top is not None and kept and args.top > kept:
+    try:
+        kept = int(read_results_attrs(args.results).get("top_n", 0) or 0) if args.top > 1 else 0
+    except SweepError:  # (the reading below names what is wrong with the file)
+        kept = 0
+    if kept and args.top > kept:
         print(f"sweep show: note: the run kept the top {kept} of each case (the spec's "
               f"top_n); --top {args.top} shows those", file=sys.stderr)
     if args.case is not None:
