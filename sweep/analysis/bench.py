@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import __version__
-from ..engine.plan import WARM_UP_ROWS, warm_up
 from ..engine.catalog import load_hardware, load_job
+from ..engine.plan import batched, search_unit, warm_up
 from ..model.candidates import enumerate_space
 from ..model.cost import fuse
-from ..model.search import DEFAULT_BLOCK, search_cases, search_range
+from ..model.search import search_cases
 
 __all__ = ["Workload", "STANDARD", "MOE", "MANY_CASES", "CALIBRATED_LARGE", "nersc_reproduction",
            "run_bench", "estimate_search_seconds", "pps_sample"]
@@ -212,39 +212,17 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
                 "startup_seconds": 0.0, "startup_bytes": 0.0}
     picked = pps_sample(sizes, samples)
 
-    def search(unit, stop=None) -> int:
-        case = plan.cases[int(unit["case_id"])]
-        size = case.candidates
-        if stop is None and unit["start"] == 0 and unit["stop"] == size and 4 * size <= (
-                DEFAULT_BLOCK):
-            # a small whole case is searched with others of its space, as a run batches
-            # them (runner._batches): time the block it would be in, per case
-            batch = [case]
-            for cid in range(case.case_id + 1, min(case.case_id + 4 * DEFAULT_BLOCK // size,
-                                                   len(plan.cases))):
-                other = plan.cases[cid]
-                if other.space_key == case.space_key:
-                    batch.append(other)
-                if len(batch) >= DEFAULT_BLOCK // size:
-                    break
-            search_cases(plan.spec.cost_model, case.job, [c.variant.hardware for c in batch],
-                         case.strategy, case.n_gpus, cache.of(case), plan.spec.top_n)
-            return len(batch)
-        search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
-                     case.n_gpus, cache.of(case), int(unit["start"]),
-                     int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
-        return 1
-
     warmed: set = set()
     startup = {"cpu_s": 0.0, "bytes": 0.0}
 
     def warm_once(unit) -> None:
-        """A unit's first rows searched once, untimed, before the first unit of its job and
-        strategy is timed: their first calls trace, compile or load from the cache the
-        compiled loops a search of them runs (about a second on a cold process) - a cost
-        paid once per process, not per candidate; so is the memory they add (warm_up)."""
+        """A unit searched once, untimed (warm_up: its first rows, or a small case's block),
+        before the first unit of its job and strategy, searched alone or batched, is timed:
+        those first calls trace, compile or load from the cache the compiled loops such a
+        search runs (about a second on a cold process) - a cost paid once per process, not
+        per candidate; so is the memory they add."""
         case = plan.cases[int(unit["case_id"])]
-        key = (plan.spec.cost_model, case.job, case.strategy)
+        key = (plan.spec.cost_model, case.job, case.strategy, batched(plan, unit))
         if key in warmed:
             return
         warmed.add(key)
@@ -259,7 +237,7 @@ def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.
         if u not in seconds:
             warm_once(units[u])
             start = time.process_time()
-            together = search(units[u])
+            together = search_unit(plan, cache, units[u])
             spent += time.process_time() - start
             seconds[u] = (time.process_time() - start) / together
         ratios.append(seconds[u] / sizes[u])

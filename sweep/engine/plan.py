@@ -25,7 +25,7 @@ from .variants import Variant, Variants
 
 __all__ = ["Case", "Cases", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
            "measure_working_set", "rss_bytes", "refuse_over", "SEAL_ROWS", "warm_up",
-           "WARM_UP_ROWS"]
+           "WARM_UP_ROWS", "batched", "search_unit"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -278,19 +278,55 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
 WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
 
 
-def warm_up(plan, cache, unit) -> tuple[float, float]:
-    """Search the first WARM_UP_ROWS candidates of work unit ``unit`` of ``plan`` once: its
-    first calls trace, compile or load (from the on-disk cache) the compiled loops a search
-    of its job and strategy runs. Returns (CPU seconds, resident bytes added: numba, LLVM
-    and the loops' code, about 125 MB on a fresh process, plus what the search's own arrays
-    left in the heap - an upper bound)."""
-    from ..model.search import search_range
+def batched(plan, unit) -> bool:
+    """Whether a rank searches work unit ``unit`` with other cases of its space in one block
+    (a small case whole: runner._batches; search_unit)."""
+    from ..model.search import DEFAULT_BLOCK
+
+    size = plan.cases[int(unit["case_id"])].candidates
+    return bool(unit["start"] == 0 and unit["stop"] == size and 4 * size <= DEFAULT_BLOCK)
+
+
+def search_unit(plan, cache, unit, stop: int | None = None) -> int:
+    """Search work unit ``unit`` of ``plan`` as a rank does (its spaces enumerated in
+    ``cache``): a small whole case in the block of cases of its space it would share
+    (search_cases), anything else alone (search_range; up to ``stop`` if given). Returns
+    the cases searched together."""
+    from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 
     case = plan.cases[int(unit["case_id"])]
-    rss, start = rss_bytes(), time.process_time()
+    size = case.candidates
+    if stop is None and batched(plan, unit):
+        batch = [case]
+        for cid in range(case.case_id + 1, min(case.case_id + 4 * DEFAULT_BLOCK // size,
+                                               len(plan.cases))):
+            other = plan.cases[cid]
+            if other.space_key == case.space_key:
+                batch.append(other)
+            if len(batch) >= DEFAULT_BLOCK // size:
+                break
+        search_cases(plan.spec.cost_model, case.job, [c.variant.hardware for c in batch],
+                     case.strategy, case.n_gpus, cache.of(case), plan.spec.top_n)
+        return len(batch)
     search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
                  case.n_gpus, cache.of(case), int(unit["start"]),
-                 min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS), plan.spec.top_n)
+                 int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
+    return 1
+
+
+def warm_up(plan, cache, unit) -> tuple[float, float]:
+    """Search work unit ``unit`` of ``plan`` once as a rank would - its first WARM_UP_ROWS
+    candidates, or a small case's whole block with the other cases of its space (whose
+    hardware varies by row: other compiled loops) - so that the first calls trace, compile
+    or load (from the on-disk cache) the compiled loops such a search runs. Returns (CPU
+    seconds, resident bytes added: numba, LLVM and the loops' code, about 125 MB on a fresh
+    process, plus what the search's own arrays left in the heap - an upper bound)."""
+    rss, start = rss_bytes(), time.process_time()
+    if batched(plan, unit):
+        search_unit(plan, cache, unit)
+    else:
+        search_unit(plan, cache, unit,
+                    min(int(unit["stop"]), int(unit["start"]) + WARM_UP_ROWS))
     return time.process_time() - start, max(0.0, rss_bytes() - rss)
 
 

@@ -155,12 +155,17 @@ def _prepare(spec_path: str, options: RunOptions, size: int
     plan = make_plan(spec, cache)  # SpecError for useless GPU counts before anything is written
     if options.max_memory is not None:  # refused before anything is written, too
         plan_bytes = max(0.0, rss_bytes() - base)
-        # the compiled loops loaded first (the largest case's), then the working set traced
+        # the compiled loops loaded first (the largest case's, and a small case's batched
+        # with others of its space: per-row hardware), then the working set traced
         startup_bytes = 0.0
         if len(plan.units):
             largest = int(np.argmax(plan.cases.candidates))
-            unit = plan.units[int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
-            startup_bytes = warm_up(plan, cache, unit)[1]
+            warm = [int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
+            units, sizes = plan.units, plan.cases.candidates[plan.units["case_id"]]
+            small = (units["start"] == 0) & (units["stop"] == sizes) \
+                & (4 * sizes <= DEFAULT_BLOCK)  # (plan.batched, for every unit at once)
+            warm += np.flatnonzero(small)[:1].tolist()
+            startup_bytes = sum(warm_up(plan, cache, plan.units[i])[1] for i in set(warm))
         refuse_over(estimate_memory(plan, size, base, plan_bytes,
                                     measure_working_set(plan, cache), mpi_bytes=0.0,
                                     startup_bytes=startup_bytes), options.max_memory)

@@ -353,17 +353,19 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
     values = _values(raw, source, key, integer=(name == "nvlink_domain"),
                      maximum=MAX_NVLINK_DOMAIN)
-    seen: dict = {}
-    for i, v in enumerate(values):  # (a value twice would make every one of its cases twice)
-        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
-            if v in seen:
-                raise _fail(source, f"{key}[{i}]" if isinstance(raw, list) else key,
-                            f"{brief(v)} is listed twice (also {key}[{seen[v]}])")
-            seen[v] = i
     # the value itself where it is a number, in SI where it is a string with a unit under
     # a canonical quantity key ("3.35 TB/s" -> 3.35e12), else its position (values are
     # validated with the overrides)
     labels = tuple(_axis_label_value(name, v, i) for i, v in enumerate(values))
+    seen: dict = {}
+    for i, (v, label) in enumerate(zip(values, labels)):
+        if finite_float(v) is None and label == float(i):
+            continue  # (labelled by its position: not a value to compare)
+        if label in seen:  # (the same value twice would make every one of its cases twice)
+            where = f"{key}[{i}]" if isinstance(raw, list) else key
+            raise _fail(source, where, f"{brief(v)} is the same value as "
+                                       f"{brief(values[seen[label]])} listed before it")
+        seen[label] = i
     listed = isinstance(raw, (list, Mapping))
     paths = tuple({name: f"{key}[{i}]" if listed else key} for i in range(len(values)))
     return GridAxis(name, tuple({name: v} for v in values), labels, paths)

@@ -356,7 +356,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
                        for v in tile)):
         raise _fail(source, "gemm_tile", f"expected [M, N] positive integers (at most "
                                          f"{MAX_HW_COUNT}), got {brief(tile)}")
-    generation = str(values.get("generation", ""))
+    generation = str(values.get("generation", "")).lower()  # (Hopper is hopper)
     if "generation" in values and generation not in GENERATIONS:
         raise _fail(source, "generation", f"unknown generation {brief(values['generation'])}; "
                                           f"known: {', '.join(GENERATIONS)}")

@@ -76,8 +76,8 @@ def test_sustained_gemm_fraction_is_optional_and_a_fraction():
     ({"matrix_tflops": {"bf17": 3}}, "x.yaml: matrix_tflops.bf17: unknown precision"),
     ({"hbm_bandwidth": "1 TB"}, "x.yaml: hbm_bandwidth: unit 'TB' is not a unit of bytes_per_s"),
     ({"hbm_TBps": 1}, "x.yaml: hbm_TBps: hbm_bandwidth is given twice (hbm_GBps and hbm_TBps)"),
-    ({"generation": "Hopper"}, "x.yaml: generation: unknown generation 'Hopper'; known: volta, "
-                               "ampere, hopper, blackwell"),
+    ({"generation": "rubin"}, "x.yaml: generation: unknown generation 'rubin'; known: volta, "
+                              "ampere, hopper, blackwell"),
 ])
 def test_hardware_errors_name_file_and_key(change, message):
     raw = dict(MIN_HW)
@@ -147,6 +147,11 @@ def test_published_parameter_counts():
     assert load_job("llama2_70b").params_total() == pytest.approx(68.98e9, rel=0.01)
     assert load_job("llama3_405b").params_total() == pytest.approx(405.9e9, rel=0.01)
     assert load_job("gpt3_175b").params_total() == pytest.approx(175e9, rel=0.01)
+
+
+def test_generation_names_any_case():
+    assert parse_hardware({**MIN_HW, "generation": "Hopper"}, "x.yaml", "x").generation == \
+        "hopper"
 
 
 def test_a_hardware_file_outside_the_catalog_is_calibrated_as_the_catalogs(tmp_path,

@@ -368,11 +368,14 @@ def test_lazy_variants_equal_the_expanded_list(source, tmp_path):
 
 
 def test_estimate_warms_up_each_job_and_strategy_untimed(monkeypatch):
-    """sweep plan's estimate searches the first rows of a job and strategy's first sampled
-    unit before timing any of its units, so that loading its compiled loops (about a second
-    on a cold process) is not charged to the candidates of the unit timed first; such a
-    charge put the quickstart at 131 s on 2 ranks against a 3 s run."""
+    """sweep plan's estimate searches a job and strategy's first sampled unit once, untimed
+    (its first rows; or, for a small case a rank searches in one block with the others of
+    its space, that block: per-row hardware, other compiled loops), before timing any of
+    its units, so that loading the compiled loops (about a second on a cold process) is not
+    charged to the candidates of the unit timed first; such a charge put the quickstart at
+    131 s on 2 ranks against a 3 s run."""
     from sweep.analysis import bench
+    from sweep.engine import plan as plan_module
     from sweep.engine.plan import SpaceCache
 
     spec = load_spec(SMALL)
@@ -382,26 +385,29 @@ def test_estimate_warms_up_each_job_and_strategy_untimed(monkeypatch):
     clock = [0.0]
 
     def search_range(profile, job, hw, strategy, n, space, start, stop, top_n):
-        calls.append(((job.name, strategy), start, stop))
+        calls.append(((job.name, strategy, "alone"), start, stop))
         clock[0] += 1.0  # (every search "costs" a second of CPU time)
 
     def search_cases(profile, job, hws, strategy, n, space, top_n):
-        calls.append(((job.name, strategy), 0, space.size))
+        calls.append(((job.name, strategy, "batched"), 0, space.size))
         clock[0] += 1.0
 
-    monkeypatch.setattr(bench, "search_range", search_range)
-    monkeypatch.setattr("sweep.model.search.search_range", search_range)  # (the warm-up's)
-    monkeypatch.setattr(bench, "search_cases", search_cases)
-    monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
+    monkeypatch.setattr("sweep.model.search.search_range", search_range)
+    monkeypatch.setattr("sweep.model.search.search_cases", search_cases)
+    monkeypatch.setattr(plan_module.time, "process_time", lambda: clock[0])
     out = bench.estimate_search_seconds(plan, cache, samples=24, budget_s=1e9)
     keys = {k for k, _, _ in calls}
     assert len(keys) >= 2  # (the small spec has several jobs or strategies)
+    if any(plan_module.batched(plan, plan.units[u]) for u in bench.pps_sample(
+            (plan.units["stop"] - plan.units["start"]).astype(float), 24)):
+        assert any(k[2] == "batched" for k in keys)  # (small cases, warmed as batched)
     first = {}
     for i, (key, start, stop) in enumerate(calls):
         first.setdefault(key, i)
     for key, i in first.items():
         _, start, stop = calls[i]
-        assert stop - start <= bench.WARM_UP_ROWS  # a prefix, searched untimed
+        assert stop - start <= plan_module.WARM_UP_ROWS  # a prefix or a small block, untimed
         assert i + 1 < len(calls) and calls[i + 1][0] == key  # then that key's timed unit
     # each timed unit cost one "second": the warm-ups were not counted
     assert out["cpu_seconds"] == out["units_timed"] == len(calls) - len(keys)
+    assert out["startup_seconds"] == len(keys)
