@@ -9,6 +9,7 @@ for bit, and a search ranked on scores alone against one with every column.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -533,3 +534,26 @@ def test_moe_reasons_from_the_first_stage_first_equal_every_rows(monkeypatch, re
         x, cand, *calibrated._layer_terms_dedup(x, cand, lazy=True))["over"] > 0
     assert 0.5 * n < np.count_nonzero(first) < np.count_nonzero(~fits)
     assert calls == ([np.count_nonzero(~first)] if rest else [n])
+
+
+@needs_numba
+def test_loading_the_loops_does_not_import_scipy():
+    """numba's BLAS check would import scipy.linalg (20 MB a rank, unused by these loops):
+    loading a compiled loop in a fresh process leaves scipy out, and scipy imports as usual
+    after it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from sweep.model.cost import dedup\n"
+            "import numpy as np\n"
+            "dedup.COMPILED_MIN_ROWS = 1\n"
+            "dedup.unique_rows({'a': np.arange(5)}, ('a',))\n"
+            "assert dedup._COMPILED.get('unique') is not None\n"
+            "assert 'scipy' not in sys.modules, 'scipy imported'\n"
+            "import scipy.linalg\n"
+            "print('ok')\n")
+    env = dict(os.environ, SWEEP_FUSE="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

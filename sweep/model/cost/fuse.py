@@ -652,9 +652,27 @@ def compile_loop(*functions):
         return None
 
 
+def _import_numba() -> None:
+    """Import numba and the numpy support its loops load (numba.np.arraymath) with scipy
+    hidden, unless something imported scipy before: arraymath's check for a BLAS imports
+    scipy.linalg (20 MB a process, a fifth of a second) for np.dot and friends, which no
+    loop here calls. Once; scipy imports as usual afterwards."""
+    if "numba.np.arraymath" in sys.modules:
+        return
+    hide = "scipy" not in sys.modules
+    if hide:
+        sys.modules["scipy"] = None  # type: ignore[assignment]  (an ImportError for numba)
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if hide and sys.modules.get("scipy", 0) is None:
+            del sys.modules["scipy"]
+
+
 def _load(source: str):
     """Compile a kernel's source through a module file in the cache directory (so numba's
     on-disk cache finds it again in the next process)."""
+    _import_numba()
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     folder = cache_dir() / "fused"
     path = folder / f"k_{digest}.py"
