@@ -48,8 +48,8 @@ import yaml
 
 from ..errors import SpecError
 from ..model.cost import PROFILES
-from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, parse_hardware,
-                              quantity_dimension)
+from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, override_field,
+                              parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
 from ..model.units import brief, finite_float, parse_quantity
 from .catalog import load_hardware, load_job, read_yaml
@@ -337,6 +337,26 @@ def _axis_label_value(name: str, value: Any, position: int) -> float:
     return float(position)
 
 
+def _one_axis_per_field(axes: Sequence[GridAxis], source: str, key: str) -> None:
+    """SpecError where two axes of one grid set the same hardware field (hbm_bandwidth and
+    hbm_GBps, a zip and a plain axis of one key, an interpolation's keys and an axis): the
+    last would win while both labelled every variant. (Not the FLOP peaks: axes may set
+    different precisions of them, applied in grid order.)"""
+    owner: dict[str, str] = {}
+    for axis in axes:
+        fields = set()
+        for k in (axis.points[0] if axis.points else {}):
+            field = k[1:] if k.startswith("=") else override_field(k)
+            if field and not field.endswith("_flops_per_s"):  # (peaks: per precision, merged)
+                fields.add(field)
+        for field in sorted(fields):
+            if field in owner and owner[field] != axis.name:
+                raise _fail(source, f"{key}.{axis.name}", f"sets {field} as axis "
+                                                         f"{owner[field]!r} does: one axis "
+                                                         f"per hardware parameter")
+            owner[field] = axis.name
+
+
 def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolved) -> GridAxis:
     if isinstance(raw, Mapping) and "interpolate" in raw:
         return _interpolate_axis(name, raw, source, key, near, bases, resolved)
@@ -413,6 +433,7 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
             raise _fail(source, f"{gkey}.grid", "expected a mapping of axis -> values")
         axes = tuple(_parse_axis(str(k), v, source, f"{gkey}.grid.{k}", near, bases, resolved)
                      for k, v in grid.items())
+        _one_axis_per_field(axes, source, f"{gkey}.grid")
         group_obj = HardwareGroup(tuple(str(n) for n in names), axes)
         # count the variants before validating or expanding anything (a product of lengths)
         n_variants += _count_variants([group_obj])
