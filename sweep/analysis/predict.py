@@ -53,8 +53,20 @@ class Prediction:
                 "result": row, "ops": self.ops}
 
 
+def _recompute_names() -> dict[str, int]:
+    """The names predict and show print for a recompute policy (and the short ones of
+    show's config column) -> its code."""
+    from .show import _RECOMPUTE, RECOMPUTE_NAMES
+
+    return {**{v: k for k, v in RECOMPUTE_NAMES.items()}, **{v: k for k, v in _RECOMPUTE.items()}}
+
+
+_RECOMPUTE_BY_NAME = _recompute_names()
+
+
 def parse_config(text: str) -> dict[str, int]:
-    """``"tp=8,pp=4"`` -> ``{"tp": 8, "pp": 4}``.
+    """``"tp=8,pp=4"`` -> ``{"tp": 8, "pp": 4}`` (``recompute`` also by name: none,
+    selective, full, first-k, per-op, or show's sel, first, op).
 
     Raises:
         SweepError: malformed item, unknown key or non-positive value.
@@ -67,10 +79,13 @@ def parse_config(text: str) -> dict[str, int]:
             raise SweepError(f"--config: {item!r} is not key=value")
         if key not in CONFIG_KEYS:
             raise SweepError(f"--config: unknown key {key!r}; valid: {', '.join(CONFIG_KEYS)}")
+        named = _RECOMPUTE_BY_NAME.get(value.strip().lower()) if key == "recompute" else None
         try:
-            v = int(value)
+            v = named if named is not None else int(value)
         except ValueError:
-            raise SweepError(f"--config: {key}: expected an integer, "
+            hint = (f" or one of {', '.join(sorted(_RECOMPUTE_BY_NAME))}"
+                    if key == "recompute" else "")
+            raise SweepError(f"--config: {key}: expected an integer{hint}, "
                              f"got {value.strip()!r}") from None
         lower = 0 if key in ("recompute", "recompute_layers", "zero", "shard_group", "sp",
                              "tp_overlap", "offload", "cp_comm", "a2a_overlap") else 1

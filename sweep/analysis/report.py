@@ -240,10 +240,13 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
             except SweepError as exc:
                 skipped[kind] = str(exc)
         best = res.best()
-        keep = ["case_id", "job", "hardware", "strategy", "n_gpus", "dp", "tp", "tp2", "cp",
-                "pp", "vpp", "mbs", "nb", "recompute", "zero", "shard_group", "sp",
-                "tp_overlap", "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu",
-                "mem_bytes"]
+        # the whole configuration (every CANDIDATE field: MoE's ep, etp and a2a_overlap,
+        # the NVLink placement, recompute layers, offload, CP's exchange), then its metrics
+        from ..model.schema import CANDIDATE_DTYPE
+
+        keep = ["case_id", "job", "hardware", "strategy", "n_gpus",
+                *(n for n in CANDIDATE_DTYPE.names if n != "index"),
+                "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "mem_bytes"]
         best[[k for k in keep if k in best.columns]].to_csv(tmp / "best.csv", index=False)
         (tmp / "index.html").write_text(_html(res, figures, skipped, tmp))
         names = sorted(os.listdir(tmp))

@@ -352,6 +352,10 @@ def test_report_folder(grid, tmp_path, capsys):
     assert page.index('id="fig-') < page.index('id="cases"') < page.index('id="spec"')
     best = (target / "best.csv").read_text().splitlines()
     assert len(best) == 1 + len(best_of(grid))
+    # every field of a configuration (an MoE one's too), then its metrics
+    from sweep.model.schema import CANDIDATE_DTYPE
+    header = best[0].split(",")
+    assert set(CANDIDATE_DTYPE.names) - {"index"} <= set(header) and "mfu" in header
     out = write_report(open_results(grid), tmp_path / "two", ["scaling"])
     assert set(out["figures"]) == {"scaling"} and out["skipped"]["memory"] == "not asked for"
 

@@ -84,3 +84,15 @@ def test_predict_names_a_pipeline_split_that_leaves_a_stage_empty(capsys):
                          "--gpus", "256", "--config", "tp=8,pp=32")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "32 stages of ceil(80 / 32) layers leave the last without one" in err
+
+
+def test_predict_takes_recompute_by_the_names_it_prints():
+    from sweep.analysis.predict import parse_config
+    from sweep.analysis.show import RECOMPUTE_NAMES
+    from sweep.errors import SweepError
+
+    for code, name in RECOMPUTE_NAMES.items():  # (what predict prints: recompute=none)
+        assert parse_config(f"recompute={name},tp=2") == {"recompute": code, "tp": 2}
+    assert parse_config("recompute=op") == parse_config("recompute=4")  # (show's rc=op)
+    with pytest.raises(SweepError, match="expected an integer or one of first, first-k"):
+        parse_config("recompute=most")
