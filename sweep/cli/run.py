@@ -61,7 +61,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"counted with its full top {spec.top_n})")
     empty = int((cases.candidates == 0).sum())
     if empty:
-        print(f"  {empty} case(s) have no candidate (nothing divides evenly); they are skipped")
+        # (SUMMA, the calibrated 2d strategy, is modelled for dense multi-head blocks only:
+        # candidates._degree_combos)
+        import numpy as np
+
+        summa = sum(1 for i in np.flatnonzero(cases.candidates == 0)[:100_000].tolist()
+                    if cases[i].strategy == "2d" and spec.cost_model == "calibrated"
+                    and (cases[i].job.is_moe or cases[i].job.attention == "mla"))
+        why = "nothing divides evenly" if not summa else (
+            f"2d (SUMMA) models dense multi-head blocks only, not an MoE or MLA job's: "
+            f"{summa}" + (f"; nothing divides evenly: {empty - summa}" if empty > summa else ""))
+        print(f"  {empty} case(s) have no candidate ({why}); they are skipped")
     shown = cases if args.all else cases[:args.limit]
     rows = [[c.case_id, c.job.name, c.variant.label, c.strategy, c.n_gpus, f"{c.candidates:,}"]
             for c in shown]

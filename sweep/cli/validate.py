@@ -58,6 +58,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ..analysis.validate import render, report
     from ..engine.catalog import CALIBRATION_FILE, REPO_ROOT
 
+    if args.output and not args.write:  # (refused before a fit of a minute or more)
+        raise SweepError("--output: only with --write (it names the file --write writes)")
+
     paths = data_paths(args.data)
     data = ", ".join(map(str, paths))
     rows = read_data(paths)

@@ -427,6 +427,8 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
             raise _fail(source, f"{gkey}.base", "missing")
         names = _items(group["base"], source, f"{gkey}.base")
         for i, n in enumerate(names):
+            if str(n) in map(str, names[:i]):  # (every one of its cases twice)
+                raise _fail(source, f"{gkey}.base[{i}]", f"{brief(n)} is listed twice")
             _load_base(str(n), source, f"{gkey}.base[{i}]", near, bases, resolved)
         grid = group.get("grid") or {}
         if not isinstance(grid, Mapping):

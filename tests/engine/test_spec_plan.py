@@ -411,3 +411,13 @@ def test_estimate_warms_up_each_job_and_strategy_untimed(monkeypatch):
     # each timed unit cost one "second": the warm-ups were not counted
     assert out["cpu_seconds"] == out["units_timed"] == len(calls) - len(keys)
     assert out["startup_seconds"] == len(keys)
+
+def test_plan_says_why_an_moe_job_has_no_2d_candidate(tmp_path, capsys):
+    from sweep.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [qwen3_30b_a3b, llama3_8b]\ngpus: [64]\n"
+                    "hardware: {base: [H100-SXM]}\n")
+    assert main(["plan", str(spec)]) == 0
+    assert "1 case(s) have no candidate (2d (SUMMA) models dense multi-head blocks only, " \
+           "not an MoE or MLA job's: 1)" in capsys.readouterr().out
