@@ -138,13 +138,15 @@ STACKS = {
 
 
 def _num(row: Mapping[str, str], key: str) -> float | None:
+    """A column as a finite number, else None (empty, text, nan or inf: not given)."""
     text = (row.get(key) or "").strip()
     if not text:
         return None
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         return None
+    return v if np.isfinite(v) else None
 
 
 def _int(row, key) -> int | None:

@@ -95,6 +95,9 @@ COLUMNS = {
 }
 #: other spellings of a column -> its canonical name
 ALIASES = {"step_time_s": "iter_time_s", "tflops_definition": "flops"}
+#: columns a file may carry for its readers, not read here (the shipped dense runs' file)
+INFORMATIONAL = ("n_params_B", "gpu_mem_GB", "n_nodes", "grad_accum", "inferred_fields",
+                 "data_file")  # (data_file: the file a row was read from, written back)
 REQUIRED_COLUMNS = ("id", "source", "framework", "gpu", "n_gpus", "precision", "seq_len",
                     "global_batch_seqs")
 #: a row gives these, or names its ``model``
@@ -278,6 +281,13 @@ def read_runs(path: Path) -> list[dict[str, str]]:
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
             have = set(reader.fieldnames or [])
+            # a column name not documented (a typo: recompte) would be read as absent
+            known = {*COLUMNS, *ALIASES, *INFORMATIONAL}
+            unknown = [c for c in (reader.fieldnames or []) if c not in known]
+            if unknown:
+                c = unknown[0]
+                raise SweepError(f"{path}: unknown column {c!r} ({suggest(c, sorted(known))}"
+                                 f"the documented ones: sweep/analysis/measured.py COLUMNS)")
             have |= {ALIASES[c] for c in have if c in ALIASES}
             missing = [c for c in REQUIRED_COLUMNS if c not in have]
             if not set(DIMENSIONS) <= have and "model" not in have:

@@ -255,3 +255,16 @@ def test_allocated_memory_is_compared_as_allocated(moe):
     assert out["mem_bytes"][0] == out["mem_bytes"][1]
     assert out["mem_reported_bytes"][0] == pytest.approx(out["mem_bytes"][0] - reserve)
     assert out["mem_reported_bytes"][1] > out["mem_bytes"][1]  # plus the allocator's cache
+
+
+def test_a_misspelt_column_is_refused_and_a_non_finite_metric_is_not_given(tmp_path, dense):
+    """A column name read as absent (recompte) is an error naming the nearest documented
+    one, not a silently different row; nan or inf in a metric counts as not given."""
+    base = dense["nemo2407_LLAMA3-70B_64"]
+    with pytest.raises(SweepError, match="unknown column 'recompte' \\(nearest: recompute"):
+        _write(tmp_path / "typo.csv", [{("recompte" if k == "recompute" else k): v
+                                        for k, v in base.items()}])
+    rows = [dict(base, id=f"nonfinite_{x}", tokens_per_s_per_gpu=x, tflops_per_gpu="",
+                 iter_time_s="", samples_per_s="", mfu="") for x in ("nan", "inf")]
+    cases, refused = express_all(_write(tmp_path / "nan.csv", rows))
+    assert not cases and {u["id"] for u in refused} == {r["id"] for r in rows}
