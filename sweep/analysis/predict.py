@@ -204,6 +204,9 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                               if profile == "calibrated" else None)
     if why:
         raise SweepError(f"job {job.name}: {why}")
+    if profile == "calibrated" and strategy == "2d" and (job.is_moe or job.attention == "mla"):
+        raise SweepError(f"--strategy 2d: SUMMA is modelled for dense multi-head blocks only; "
+                         f"job {job.name} has {'MoE' if job.is_moe else 'MLA'} blocks (use 1d)")
     # offload is opt-in: searched only when the configuration names it
     offload = config.get("offload", 0) > 0
     space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,

@@ -451,6 +451,10 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
     if values["top_k"] > experts:
         raise _fail(source, "top_k", f"{values['top_k']} routed experts per token, more than "
                                      f"n_experts = {experts}")
+    if values.get("moe_imbalance", 1.0) < 1.0:  # (the busiest rank holds at least its share)
+        raise _fail(source, "moe_imbalance", f"expected at least 1 (the most loaded EP rank's "
+                                             f"tokens over the even share), got "
+                                             f"{values['moe_imbalance']}")
     if values.get("first_k_dense", 0) >= values["n_layers"]:
         raise _fail(source, "first_k_dense", f"{values['first_k_dense']} dense layers leave no "
                                              f"MoE layer of n_layers = {values['n_layers']}")

@@ -96,3 +96,10 @@ def test_predict_takes_recompute_by_the_names_it_prints():
     assert parse_config("recompute=op") == parse_config("recompute=4")  # (show's rc=op)
     with pytest.raises(SweepError, match="expected an integer or one of first, first-k"):
         parse_config("recompute=most")
+
+
+def test_predict_says_2d_is_for_dense_blocks(capsys):
+    code, out, err = run(capsys, "predict", "--job", "qwen3_30b_a3b", "--hardware", "H100-SXM",
+                         "--gpus", "8", "--strategy", "2d")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "SUMMA is modelled for dense multi-head blocks only; job qwen3_30b_a3b has MoE" in err

@@ -63,6 +63,8 @@ def test_mla_attention_parameters_by_hand():
 
 @pytest.mark.parametrize("change, message", [
     ({"top_k": 9}, "m.yaml: top_k: 9 routed experts per token, more than n_experts = 8"),
+    ({"moe_imbalance": 0.5}, "m.yaml: moe_imbalance: expected at least 1 (the most loaded EP "
+                             "rank's tokens over the even share), got 0.5"),
     ({"moe_ffn_hidden": 0}, "m.yaml: moe_ffn_hidden: missing"),
     ({"first_k_dense": 4}, "m.yaml: first_k_dense: 4 dense layers leave no MoE layer"),
     ({"router_groups": 3}, "m.yaml: router_groups: 3 groups do not divide n_experts = 8"),
