@@ -189,8 +189,6 @@ def pps_sample(sizes: np.ndarray, samples: int) -> np.ndarray:
     return picked[np.random.default_rng(0).permutation(samples)]
 
 
-
-
 def estimate_search_seconds(plan, cache, samples: int = 24, budget_s: float = 1.0) -> dict:
     """Core-seconds of search the plan needs on this machine (``sweep plan``'s estimate).
 

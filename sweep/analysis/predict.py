@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SweepError
-from ..model.candidates import enumerate_space, last_stage_layers
+from ..model.candidates import enumerate_space, last_stage_layers, summa_models
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.hardware import Hardware
@@ -204,7 +204,7 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                               if profile == "calibrated" else None)
     if why:
         raise SweepError(f"job {job.name}: {why}")
-    if profile == "calibrated" and strategy == "2d" and (job.is_moe or job.attention == "mla"):
+    if profile == "calibrated" and strategy == "2d" and not summa_models(job):
         raise SweepError(f"--strategy 2d: SUMMA is modelled for dense multi-head blocks only; "
                          f"job {job.name} has {'MoE' if job.is_moe else 'MLA'} blocks (use 1d)")
     # offload is opt-in: searched only when the configuration names it

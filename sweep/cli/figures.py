@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import SweepError
 from ._common import positive_int, positive_number
@@ -19,8 +20,6 @@ def _plot_options(args: argparse.Namespace):
 def _cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis.plot import save
     from ..analysis.results import open_results
-
-    from pathlib import Path
 
     if args.data and not Path(args.data).resolve().parent.is_dir():  # (before the figure)
         raise SweepError(f"--data: {Path(args.data).parent} is not a directory")

@@ -61,13 +61,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"counted with its full top {spec.top_n})")
     empty = int((cases.candidates == 0).sum())
     if empty:
-        # (SUMMA, the calibrated 2d strategy, is modelled for dense multi-head blocks only:
-        # candidates._degree_combos)
         import numpy as np
+
+        from ..model.candidates import summa_models
 
         summa = sum(1 for i in np.flatnonzero(cases.candidates == 0)[:100_000].tolist()
                     if cases[i].strategy == "2d" and spec.cost_model == "calibrated"
-                    and (cases[i].job.is_moe or cases[i].job.attention == "mla"))
+                    and not summa_models(cases[i].job))
         why = "nothing divides evenly" if not summa else (
             f"2d (SUMMA) models dense multi-head blocks only, not an MoE or MLA job's: "
             f"{summa}" + (f"; nothing divides evenly: {empty - summa}" if empty > summa else ""))

@@ -25,7 +25,7 @@ from .variants import Variant, Variants
 
 __all__ = ["Case", "Cases", "Plan", "make_plan", "UNIT_DTYPE", "SpaceCache", "estimate_memory",
            "measure_working_set", "rss_bytes", "refuse_over", "SEAL_ROWS", "warm_up",
-           "WARM_UP_ROWS", "batched", "search_unit"]
+           "WARM_UP_ROWS", "batched", "batched_units", "search_unit"]
 
 #: one row per work unit
 UNIT_DTYPE = np.dtype([("unit_id", "i8"), ("case_id", "i4"), ("start", "i8"), ("stop", "i8")])
@@ -278,13 +278,25 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
 WARM_UP_ROWS = 2 * NERSC_SCORES_MIN_ROWS
 
 
-def batched(plan, unit) -> bool:
-    """Whether a rank searches work unit ``unit`` with other cases of its space in one block
-    (a small case whole: runner._batches; search_unit)."""
+def _batched_rule(start, stop, size):
+    """A unit ``[start, stop)`` of a case of ``size`` candidates is searched with other
+    cases of its space in one block: a small case, whole (runner._batches)."""
     from ..model.search import DEFAULT_BLOCK
 
-    size = plan.cases[int(unit["case_id"])].candidates
-    return bool(unit["start"] == 0 and unit["stop"] == size and 4 * size <= DEFAULT_BLOCK)
+    return (start == 0) & (stop == size) & (4 * size <= DEFAULT_BLOCK)
+
+
+def batched(plan, unit) -> bool:
+    """Whether a rank searches work unit ``unit`` with other cases of its space in one block
+    (search_unit)."""
+    return bool(_batched_rule(unit["start"], unit["stop"],
+                              plan.cases[int(unit["case_id"])].candidates))
+
+
+def batched_units(plan) -> np.ndarray:
+    """:func:`batched` of every work unit of ``plan`` at once (a mask)."""
+    units = plan.units
+    return _batched_rule(units["start"], units["stop"], plan.cases.candidates[units["case_id"]])
 
 
 def search_unit(plan, cache, unit, stop: int | None = None) -> int:

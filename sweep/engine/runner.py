@@ -56,6 +56,7 @@ from .plan import (
     SEAL_ROWS,
     Plan,
     SpaceCache,
+    batched_units,
     estimate_memory,
     make_plan,
     measure_working_set,
@@ -161,10 +162,7 @@ def _prepare(spec_path: str, options: RunOptions, size: int
         if len(plan.units):
             largest = int(np.argmax(plan.cases.candidates))
             warm = [int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
-            units, sizes = plan.units, plan.cases.candidates[plan.units["case_id"]]
-            small = (units["start"] == 0) & (units["stop"] == sizes) \
-                & (4 * sizes <= DEFAULT_BLOCK)  # (plan.batched, for every unit at once)
-            warm += np.flatnonzero(small)[:1].tolist()
+            warm += np.flatnonzero(batched_units(plan))[:1].tolist()
             startup_bytes = sum(warm_up(plan, cache, plan.units[i])[1] for i in set(warm))
         refuse_over(estimate_memory(plan, size, base, plan_bytes,
                                     measure_working_set(plan, cache), mpi_bytes=0.0,

@@ -24,7 +24,8 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
-           "last_stage_layers", "FIRST_K_FRACTIONS", "summa_nb_options", "NERSC_STRATEGIES"]
+           "last_stage_layers", "FIRST_K_FRACTIONS", "summa_nb_options", "NERSC_STRATEGIES",
+           "summa_models"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -474,8 +475,9 @@ def _compiled(name: str):
     """A compiled loop of this module ("columns": _columns_loop, "columns-rows":
     _columns_rows_loop, "nv-masks": _nv_masks_loop, "expert-ranks": _expert_ranks_loop), or
     None: when fused evaluation is off (numba missing or SWEEP_FUSE=0) or the loop cannot be
-    had (e.g. no writable cache directory). Compiled as fuse.py compiles its loops: from a module file in its cache
-    directory (SWEEP_CACHE_DIR), with numba's on-disk cache beside it."""
+    had (e.g. no writable cache directory). Compiled as fuse.py compiles its loops: from a
+    module file in its cache directory (SWEEP_CACHE_DIR), with numba's on-disk cache beside
+    it."""
     from .cost import fuse
 
     if not fuse.enabled():
@@ -664,14 +666,20 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
 FIRST_K_FRACTIONS = (0.25, 0.5, 0.75)
 
 
+def summa_models(job: Job) -> bool:
+    """Whether the calibrated profile's 2d strategy (SUMMA) models the job's blocks: dense
+    multi-head ones only, not mixture-of-experts or MLA blocks."""
+    return not (job.is_moe or job.attention == "mla")
+
+
 def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
     """(tp, second, pp, dp, nb) with tp x second x pp x dp = n; ``second`` is cp (1d) or
     tp2 (2d), nb the SUMMA panel count (1 for 1d)."""
     H, Kv, f, e, s, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.hidden,
                          job.seq_len, job.global_batch)
     rows: list[tuple[int, int, int, int, int]] = []
-    if strategy == "2d" and (job.is_moe or job.attention == "mla"):
-        return rows  # SUMMA is modelled for dense multi-head blocks only
+    if strategy == "2d" and not summa_models(job):
+        return rows
     for tp in _divisors_tuple(n):
         # heads and the MLP split evenly; KV heads split or replicated (Megatron GQA); an MoE
         # block's shared expert splits like the MLP

@@ -63,12 +63,6 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "host_link": ("bytes_per_s", "host_link"),
 }
 _BY_PREFIX = {(prefix, dim): name for name, (dim, prefix) in _QUANTITIES.items()}
-
-
-def quantity_dimension(key: str) -> str | None:
-    """The dimension of a canonical quantity key that takes a string with a unit
-    (``hbm_bandwidth`` -> ``bytes_per_s``), or None for any other key."""
-    return _QUANTITIES[key][0] if key in _QUANTITIES else None
 #: canonical quantity -> (a string with a unit, the same under a unit-suffixed key)
 _SPELLINGS = {
     "hbm_bandwidth": ("'3.35 TB/s'", "hbm_GBps"), "hbm_capacity": ("'80 GiB'", "hbm_GiB"),
@@ -104,6 +98,9 @@ _PLAIN = {
 }
 
 
+#: the architecture families a hardware file's ``generation`` may name
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+
 #: typical values, per generation, of the hardware facts a file may leave out (a sustained
 #: fraction left out is 0 in a Hardware and cost/calibrated.py applies its generation's; the
 #: FLOPs per exponential become the file's exp_per_s when it is read):
@@ -117,9 +114,6 @@ _PLAIN = {
 #:   against 3.9 TFLOPS of special functions); Blackwell Ultra doubles the exponentials (32
 #:   per SM per clock: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025), set in the B300 and
 #:   GB300 files
-#: the architecture families a hardware file's ``generation`` may name
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
-
 GENERATION_DEFAULTS: dict[str, dict[str, float]] = {
     "matrix_sustained_fraction": {"volta": 0.869, "ampere": 0.869, "hopper": 0.803,
                                   "blackwell": 0.776},
@@ -262,6 +256,12 @@ def _parse_peaks(value: Any, scale: float | None, source: str, key: str) -> dict
         if not out[dt] > 0:
             raise _fail(source, f"{key}.{dt}", f"expected a positive value, got {brief(v)}")
     return out
+
+
+def quantity_dimension(key: str) -> str | None:
+    """The dimension of a canonical quantity key that takes a string with a unit
+    (``hbm_bandwidth`` -> ``bytes_per_s``), or None for any other key."""
+    return _QUANTITIES[key][0] if key in _QUANTITIES else None
 
 
 def _canonical(key: str) -> tuple[str, float | None] | None:

@@ -594,8 +594,10 @@ LAYER_KEYS = ("tp", "tp2", "cp", "mbs", "nb", "sp", "tp_overlap", "cp_comm", "nv
 #: mesh's GPUs of a domain an ETP group spans (nv_tp x nv_cp x nv_dp, with etp > 1 only) -
 #: not the layer's recompute, TP overlap or K/V exchange, nor a2a_overlap (what the overlap
 #: hides is decided per candidate, _moe_block); a block has ~15x fewer distinct routed rows
-#: than distinct rows of LAYER_KEYS and the expert layout
-ROUTED_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp", "nv_ep", "nv_tp", "nv_cp", "nv_dp")
+#: than distinct rows of LAYER_KEYS and the expert layout. Its rows are told apart by
+#: ROUTED_ROW_KEYS and the ETP span (the product of the last three, 0 where etp = 1)
+ROUTED_ROW_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp", "nv_ep")
+ROUTED_KEYS = ROUTED_ROW_KEYS + ("nv_tp", "nv_cp", "nv_dp")
 
 
 def _tokens(x, c, t, cp, b):
@@ -754,7 +756,7 @@ def _layer_terms_dedup(x, c, lazy=False):
     span = np.where(etp > 1, as_array(c["nv_tp"]) * as_array(c["nv_cp"])
                     * as_array(c["nv_dp"]), 0)
     routed = _deduplicated(_fused_routed_terms, x, dict(c, _etp_span=span),
-                           ROUTED_KEYS[:7] + ("_etp_span",), lazy, reads=ROUTED_KEYS)
+                           ROUTED_ROW_KEYS + ("_etp_span",), lazy, reads=ROUTED_KEYS)
     return lay, routed
 
 
@@ -879,7 +881,7 @@ def _screened_scores(x: Mapping, c: Mapping, lay: Mapping, routed, n: int,
     return {"step_time_s": step, "reason": reason}
 
 
-#: an MoE block's rows left after its first stages' memory: from this share of the block,
+#: an MoE block's rows left after its first stage's memory: from this share of the block,
 #: every row's reason in one pass instead
 FIRST_STAGE_MAX_REST = 0.5
 
