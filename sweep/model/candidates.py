@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
 import numpy as np
 
@@ -92,10 +93,27 @@ class InnerAxis:
     def order(self) -> np.ndarray:
         """(P, K) per mask, its valid option indices first, in option order (then the others,
         never read)."""
+        return self.order_and_counts()[0]
+
+    def order_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(:attr:`order` as int64, (P,) valid options per mask), from one compiled pass
+        over the masks once numba is loaded (a space's set-up: the argsort alone cost
+        about 35 us of a 2,544-candidate case's 0.9 ms)."""
+        kernel = _compiled("mask-order") if "numba" in sys.modules else None
+        if kernel is not None:
+            valid = np.ascontiguousarray(self.valid, np.bool_)
+            order = np.empty(valid.shape, np.int64)
+            counts = np.empty(valid.shape[0], np.int64)
+            try:
+                kernel(valid, order, counts)
+                return order, counts
+            except Exception:  # noqa: BLE001 (numba's compile or load errors: numpy from now on)
+                _COMPILED["mask-order"] = None
         # (valid options first, each part in option order: distinct keys, so any sort gives
         # the stable order; faster than a stable sort of the mask)
         width = self.valid.shape[1]
-        return np.argsort(np.where(self.valid, 0, width) + np.arange(width), axis=1)
+        order = np.argsort(np.where(self.valid, 0, width) + np.arange(width), axis=1)
+        return order.astype(np.int64, copy=False), self.valid.sum(axis=1).astype(np.int64)
 
     @staticmethod
     def by_key(options: np.ndarray, n_rows: int, key, rule) -> InnerAxis:
@@ -124,30 +142,42 @@ class CandidateSpace:
     """
 
     def __init__(self, base: np.ndarray, axes: list[InnerAxis] | tuple = ()) -> None:
-        if base.dtype != CANDIDATE_DTYPE:
-            raise TypeError("base rows must have CANDIDATE_DTYPE")
-        self.base = base
-        # (F, B) every field of every base row as int64
-        self._base_matrix = np.empty((len(CANDIDATE_DTYPE.names), len(base)), np.int64)
-        for i, name in enumerate(CANDIDATE_DTYPE.names):
-            self._base_matrix[i] = base[name]
+        """``base``: the base rows as ``CANDIDATE_DTYPE``, or as an (F, B) int64 matrix
+        (every CANDIDATE field's row, in the dtype's order: base_matrix)."""
+        if base.dtype == CANDIDATE_DTYPE:
+            # (F, B) every field of every base row as int64
+            self._base_matrix = np.empty((len(CANDIDATE_DTYPE.names), len(base)), np.int64)
+            for i, name in enumerate(CANDIDATE_DTYPE.names):
+                self._base_matrix[i] = base[name]
+        elif base.dtype == np.int64 and base.ndim == 2 and len(base) == len(CANDIDATE_DTYPE):
+            self._base_matrix = base
+        else:
+            raise TypeError("base rows must have CANDIDATE_DTYPE (or be its int64 matrix)")
+        self.n_base = self._base_matrix.shape[1]
         self._base_cols = dict(zip(CANDIDATE_DTYPE.names, self._base_matrix))
         self._constant = _constant_fields(self._base_matrix)
         self.axes = list(axes)
-        self._counts = [a.counts for a in self.axes]
         self._patterns = [a.rows for a in self.axes]
-        self._orders = [np.asarray(a.order, np.int64).ravel() for a in self.axes]
+        ordered = [a.order_and_counts() for a in self.axes]
+        self._counts = [c[p] for (_, c), p in zip(ordered, self._patterns)]
+        self._orders = [o.ravel() for o, _ in ordered]
         self._widths = [a.valid.shape[1] for a in self.axes]
         self._options = [{n: a.options[n].astype(np.int64) for n in a.options.dtype.names}
                          for a in self.axes]
-        sizes = np.ones(len(base), dtype=np.int64)
+        sizes = np.ones(self.n_base, dtype=np.int64)
         for c in self._counts:
             sizes *= c
         self.row_sizes = sizes
         self._expert_parallel = self._constant.get("ep", 0) != 1 or any(
             "ep" in opts for opts in self._options)
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.offsets = np.zeros(self.n_base + 1, np.int64)
+        np.cumsum(sizes, out=self.offsets[1:])
         self._packed_arrays: tuple | None = None  # (what the compiled columns loop reads)
+
+    @property
+    def base(self) -> np.ndarray:
+        """The base rows as ``(B,) CANDIDATE_DTYPE``."""
+        return to_records(self._base_cols)
 
     @property
     def size(self) -> int:
@@ -224,32 +254,36 @@ class CandidateSpace:
             names = {name: i for i, name in enumerate(CANDIDATE_DTYPE.names)}
             # (B, F): a base row's fields together (what the runs loop reads)
             base = np.ascontiguousarray(self._base_matrix.T)
-            rows = len(self.base)
+            rows = self.n_base
             inner = list(zip(self._counts, self._patterns, self._orders, self._widths,
                              self._options))[::-1]
             counts = np.array([c for c, _, _, _, _ in inner], np.int64).reshape(len(inner), rows)
             pattern = np.array([p for _, p, _, _, _ in inner], np.int64).reshape(len(inner),
                                                                                    rows)
             order = np.concatenate([o for _, _, o, _, _ in inner] + [np.zeros(0, np.int64)])
-            order_off = np.cumsum([0] + [len(o) for _, _, o, _, _ in inner])[:-1]
+            order_off = _offsets([len(o) for _, _, o, _, _ in inner])[:-1]
             width = np.array([w for _, _, _, w, _ in inner], np.int64)
             fields = [names[f] for _, _, _, _, opts in inner for f in opts]
-            fields_off = np.cumsum([0] + [len(opts) for _, _, _, _, opts in inner])
+            fields_off = _offsets([len(opts) for _, _, _, _, opts in inner])
             n_opt = np.array([len(next(iter(opts.values()))) if opts else 0
                               for _, _, _, _, opts in inner], np.int64)
             values = [v for _, _, _, _, opts in inner for v in opts.values()]
-            values_off = np.cumsum([0] + [sum(len(v) for v in opts.values())
-                                          for _, _, _, _, opts in inner])[:-1]
+            values_off = _offsets([sum(len(v) for v in opts.values())
+                                   for _, _, _, _, opts in inner])[:-1]
             self._packed_arrays = (
-                base, counts, pattern, order, np.asarray(order_off, np.int64), width,
-                np.array(fields, np.int64), np.asarray(fields_off, np.int64),
-                np.concatenate(values + [np.zeros(0, np.int64)]).astype(np.int64),
-                np.asarray(values_off, np.int64), n_opt)
+                base, counts, pattern, order, order_off, width, np.array(fields, np.int64),
+                fields_off, np.concatenate(values + [np.zeros(0, np.int64)]).astype(np.int64),
+                values_off, n_opt)
         return self._packed_arrays
 
     def block(self, start: int, stop: int) -> np.ndarray:
         """Candidates ``[start, stop)`` as ``(stop - start,) CANDIDATE_DTYPE``."""
         return to_records(self.columns(start, stop))
+
+
+def _offsets(lengths: list[int]) -> np.ndarray:
+    """[0, l0, l0 + l1, ...] as int64 (a handful of Python ints: no numpy call per sum)."""
+    return np.array([0, *accumulate(lengths)], np.int64)
 
 
 def _constant_fields(matrix: np.ndarray) -> dict[str, int]:
@@ -456,6 +490,23 @@ def _nv_masks_loop(degrees, factors, factor_of, nvs, out):  # pragma: no cover (
             out[r, 1 + t] = ok
 
 
+def _mask_order_loop(valid, order, counts):  # pragma: no cover (compiled)
+    """InnerAxis.order_and_counts: each row of ``order`` the positions of the row's True
+    entries of ``valid``, then of its False ones, each in ascending order; ``counts`` the
+    True entries."""
+    for r in range(valid.shape[0]):
+        k = 0
+        for j in range(valid.shape[1]):
+            if valid[r, j]:
+                order[r, k] = j
+                k += 1
+        counts[r] = k
+        for j in range(valid.shape[1]):
+            if not valid[r, j]:
+                order[r, k] = j
+                k += 1
+
+
 def _expert_ranks_loop(out, fields):  # pragma: no cover (compiled)
     """expert_ranks_per_domain of every row of ``out`` (fields, rows), written to its nv_ep
     row: the same integer arithmetic, one pass instead of seven numpy ones. ``fields``: the
@@ -473,7 +524,8 @@ _EXPERT_RANK_FIELDS = np.array([CANDIDATE_DTYPE.names.index(f) for f in (
 
 def _compiled(name: str):
     """A compiled loop of this module ("columns": _columns_loop, "columns-rows":
-    _columns_rows_loop, "nv-masks": _nv_masks_loop, "expert-ranks": _expert_ranks_loop), or
+    _columns_rows_loop, "nv-masks": _nv_masks_loop, "expert-ranks": _expert_ranks_loop,
+    "mask-order": _mask_order_loop), or
     None: when fused evaluation is off (numba missing or SWEEP_FUSE=0) or the loop cannot be
     had (e.g. no writable cache directory). Compiled as fuse.py compiles its loops: from a
     module file in its cache directory (SWEEP_CACHE_DIR), with numba's on-disk cache beside
@@ -484,7 +536,8 @@ def _compiled(name: str):
         return None
     if name not in _COMPILED:
         functions = {"columns": (_fill, _columns_loop), "columns-rows": (_columns_rows_loop,),
-                     "nv-masks": (_nv_masks_loop,), "expert-ranks": (_expert_ranks_loop,)}[name]
+                     "nv-masks": (_nv_masks_loop,), "expert-ranks": (_expert_ranks_loop,),
+                     "mask-order": (_mask_order_loop,)}[name]
         _COMPILED[name] = fuse.compile_loop(*functions)
     return _COMPILED[name]
 
@@ -533,10 +586,15 @@ def summa_nb_options(tp1: int, tp2: int, e: int) -> list[int]:
     return [c for c in nb_range if e % c == 0 and e // c >= 512]
 
 
-def _row_key(base: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
+#: the neutral candidate (empty_candidates' defaults) as an (F, 1) int64 column
+_NEUTRAL_COLUMN = np.array(empty_candidates(1).tolist(), np.int64).reshape(-1, 1)
+
+
+def _row_key(base, fields: tuple[str, ...]) -> np.ndarray:
     """(B,) int64 equal for two base rows exactly when they agree on ``fields`` (the
-    fields' offsets from their least values, in mixed radix)."""
-    key = np.zeros(len(base), np.int64)
+    fields' offsets from their least values, in mixed radix). ``base``: records or
+    columns (field -> (B,) array)."""
+    key = np.zeros(len(base[fields[0]]) if fields else len(base), np.int64)
     span = 1
     for f in fields:
         col = base[f].astype(np.int64)
@@ -554,9 +612,11 @@ def _row_key(base: np.ndarray, fields: tuple[str, ...]) -> np.ndarray:
     return key
 
 
-def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
-    """NVLink placements: the whole job in one domain if it fits, else every ordered
-    factorisation of the domain size whose factors divide the group degrees."""
+@lru_cache(maxsize=256)
+def _nv_options(nvs: int, groups: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """_nv_axis's options (read-only: shared by every space of this domain size and
+    groups), the ordered factorisations, the domain's divisors and each factor's position
+    among them."""
     tuples = ordered_factorizations(nvs, len(groups))
     nv_names = ["nv_" + g for g in groups]
     options = np.zeros(len(tuples) + 1, dtype=[(n, "i4") for n in nv_names])
@@ -564,6 +624,16 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
         options[n][1:] = tuples[:, i]  # option 0 = all zeros = "each group whole"
     factors = divisors(nvs)  # (every tuple's entries are among them)
     factor_of = np.searchsorted(factors, tuples)
+    for a in (options, tuples, factors, factor_of):
+        a.flags.writeable = False
+    return options, tuples, factors, factor_of
+
+
+def _nv_axis(base, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
+    """NVLink placements: the whole job in one domain if it fits, else every ordered
+    factorisation of the domain size whose factors divide the group degrees. ``base``:
+    records or columns (field -> (B,) array)."""
+    options, tuples, factors, factor_of = _nv_options(nvs, groups)
 
     def rule(rows: np.ndarray) -> np.ndarray:
         # compiled once numba is loaded (by a search's first compiled loop): a process that
@@ -587,7 +657,7 @@ def _nv_axis(base: np.ndarray, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
             divides &= ((d[:, None] % factors[None, :]) == 0)[:, factor_of[:, i]]
         return np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
 
-    return InnerAxis.by_key(options, len(base), lambda: _row_key(base, groups), rule)
+    return InnerAxis.by_key(options, len(base[groups[0]]), lambda: _row_key(base, groups), rule)
 
 
 def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) -> CandidateSpace:
@@ -644,18 +714,20 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
         nb_table[i, :len(x)] = x
     pair_of_row = cmb[ci, 0]
     ri, ni = np.nonzero(nb_table[pair_of_row] > 0)
-    base = empty_candidates(len(ri))
+    # (the base rows as CandidateSpace's int64 matrix, built in place: no record array)
+    matrix = np.repeat(_NEUTRAL_COLUMN, len(ri), axis=1)
+    base = dict(zip(CANDIDATE_DTYPE.names, matrix))
     rows_c = ci[ri]
-    base["tp"], base["pp"], base["dp"] = tp1[rows_c], pp[rows_c], dp[rows_c]
-    base["mbs"] = mbs_all[mi[ri]]
-    base["nb"] = nb_table[pair_of_row[ri], ni]
+    base["tp"][:], base["pp"][:], base["dp"][:] = tp1[rows_c], pp[rows_c], dp[rows_c]
+    base["mbs"][:] = mbs_all[mi[ri]]
+    base["nb"][:] = nb_table[pair_of_row[ri], ni]
     if strategy == "2d":
-        base["tp2"] = tp2[rows_c]
+        base["tp2"][:] = tp2[rows_c]
     elif strategy == "2d-seqp":
-        base["cp"] = tp2[rows_c]
+        base["cp"][:] = tp2[rows_c]
     groups = {"1d": ("tp", "dp", "pp"), "2d": ("tp", "tp2", "dp", "pp"),
               "2d-seqp": ("tp", "cp", "dp", "pp")}[strategy]
-    return CandidateSpace(base, [_nv_axis(base, nvlink_domain, groups)])
+    return CandidateSpace(matrix, [_nv_axis(base, nvlink_domain, groups)])
 
 
 # --------------------------------------------------------------------------------------------

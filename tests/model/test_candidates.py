@@ -15,7 +15,7 @@ from sweep.model.candidates import (
     summa_nb_options,
 )
 from sweep.model.cost import fuse
-from sweep.model.schema import empty_candidates
+from sweep.model.schema import CANDIDATE_DTYPE, empty_candidates
 
 # unique candidates per space, from the reference's own generators (nersc2024_model.md
 # section 8 table): (model, strategy, nvs) -> {n: count}, plus the sum over n = 4..16384
@@ -145,6 +145,44 @@ def test_compiled_nvlink_masks_equal_numpy(nvs, rows, groups, monkeypatch):
     assert candidates._COMPILED.get("nv-masks") is not None  # (compiled, not numpy)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (7, 1), (300, 11), (50, 40)])
+def test_compiled_mask_order_equals_numpy(shape, monkeypatch):
+    """The compiled order of an inner axis's options (one pass over the masks) is numpy's
+    argsort: each mask's valid options first, then the others, each in option order; and
+    the same counts. Masks all True, all False and mixed."""
+    pytest.importorskip("numba")  # (the compiled loop is used once numba is loaded)
+    valid = np.random.default_rng(shape[0]).random(shape) < 0.4
+    valid[0], valid[-1] = True, False
+    axis = candidates.InnerAxis(np.zeros(shape[1], dtype=[("mbs", "i4")]), valid)
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    want = axis.order_and_counts()
+    monkeypatch.setenv("SWEEP_FUSE", "1")
+    got = axis.order_and_counts()
+    assert candidates._COMPILED.get("mask-order") is not None  # (compiled, not numpy)
+    for w, g in zip(want, got):
+        assert g.dtype == np.int64
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[1], valid.sum(axis=1))
+
+
+def test_space_from_matrix_equals_space_from_records():
+    """A space built from its base rows' int64 matrix (what enumerate_nersc builds) is the
+    space built from the same rows as records, and gives them back as records; a matrix
+    of another shape or dtype is refused."""
+    space = enumerate_nersc(load_job("gpt3_1T"), 4096, "2d-seqp", 8)
+    records = space.base
+    assert records.dtype == CANDIDATE_DTYPE and len(records) == space.n_base
+    again = candidates.CandidateSpace(records, space.axes)
+    assert again.size == space.size
+    np.testing.assert_array_equal(again.offsets, space.offsets)
+    want, got = space.columns(0, space.size), again.columns(0, space.size)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for bad in (np.zeros((3, 4), np.int64), space._base_matrix.astype(np.int32)):
+        with pytest.raises(TypeError):
+            candidates.CandidateSpace(bad, space.axes)
+
+
 @pytest.mark.parametrize("runs", [True, False], ids=["runs", "rows"])
 def test_compiled_columns_skip_base_rows_without_options(runs, monkeypatch):
     """Base rows none of whose options are valid hold no candidates (sizes 0)."""
@@ -183,7 +221,7 @@ def test_shared_masks_equal_each_rows_own(space_of, monkeypatch):
     space that each base row's own mask gives: the same rows in the same order."""
     monkeypatch.setattr(candidates, "BY_KEY_MIN_ROWS", 1)
     shared = space_of()
-    assert any(a.pattern is not None and len(a.valid) < len(shared.base) for a in shared.axes)
+    assert any(a.pattern is not None and len(a.valid) < shared.n_base for a in shared.axes)
     monkeypatch.setattr(candidates, "BY_KEY_MIN_ROWS", 10**12)
     own = space_of()
     assert all(a.pattern is None for a in own.axes)

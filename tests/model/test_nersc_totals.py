@@ -127,3 +127,21 @@ def test_capacity_decides_feasibility(nersc_hw, job):
     assert (out["feasible"] == (out["mem_bytes"] <= hw.hbm_capacity_bytes)).all()
     assert 0 < out["feasible"].sum() < len(out["feasible"])
     assert (out["reason"][~out["feasible"]] == 1).all()
+
+
+def test_every_metric_column_of_its_dtype(nersc_hw, job):
+    """evaluate_columns gives every METRIC column, (n,) of its RESULT dtype: the ones the
+    profile leaves out are zeros (they come from one float64 block, so every such metric
+    must be float64)."""
+    from sweep.model.cost import _FLOAT_METRICS
+    from sweep.model.schema import METRIC_FIELDS, RESULT_DTYPE
+
+    assert all(RESULT_DTYPE[name] == np.float64 for name in _FLOAT_METRICS)
+    model = job("gpt3_1T")
+    space = enumerate_nersc(model, 512, "1d", 8)
+    cols = evaluate_columns("nersc2024", model, nersc_hw("A100", 8), "1d", 512,
+                            space.columns(0, space.size))
+    for name, _, _, _ in METRIC_FIELDS:
+        assert cols[name].shape == (space.size,), name
+        assert cols[name].dtype == RESULT_DTYPE[name], name
+    assert (cols["t_ep_comm_s"] == 0).all() and (cols["t_offload_s"] == 0).all()

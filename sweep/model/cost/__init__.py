@@ -63,6 +63,12 @@ def strategies(profile: str) -> tuple[str, ...]:
 NERSC_SCORES_MIN_ROWS = 16384
 
 
+#: metrics evaluate_columns computes itself from the others
+_DERIVED = ("feasible", "reason", "samples_per_s", "tokens_per_s", "model_flops", "mfu", "hfu")
+#: the other metrics (all float64): 0 where a profile leaves one out
+_FLOAT_METRICS = tuple(name for name, _, _, _ in METRIC_FIELDS if name not in _DERIVED)
+
+
 def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                      candidates: Mapping[str, np.ndarray], scores_only: bool = False,
                      screen: bool | None = False) -> dict[str, np.ndarray]:
@@ -116,20 +122,26 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
         peak = x["peak16_flops_per_s"]
     else:
         raise KeyError(f"unknown cost profile {profile!r}")
-    for name, _, _, _ in METRIC_FIELDS:
-        if name not in cols:
-            cols[name] = np.zeros(n, dtype=RESULT_DTYPE[name])
-        elif np.shape(cols[name]) != (n,):
-            cols[name] = np.broadcast_to(cols[name], (n,))
+    # (the metrics a profile leaves out are 0: float64 rows of one block of zeros; those
+    # set below are not filled first)
+    missing = [name for name in _FLOAT_METRICS if name not in cols]
+    zeros = np.zeros((len(missing), n))
+    for name, row in zip(missing, zeros):
+        cols[name] = row
+    for name in _FLOAT_METRICS:
+        v = cols[name]
+        if type(v) is not np.ndarray or v.shape != (n,):
+            cols[name] = np.broadcast_to(v, (n,))
     step = cols["step_time_s"]
     cols["samples_per_s"] = job.global_batch / step
     cols["tokens_per_s"] = job.global_batch * job.seq_len / step
     cols["model_flops"] = np.full(n, model_flops_per_iteration(job) / n_gpus)
-    cols["mfu"] = cols["model_flops"] / (step * peak)
-    cols["hfu"] = cols["hardware_flops"] / (step * peak)
+    step_peak = step * peak
+    cols["mfu"] = cols["model_flops"] / step_peak
+    cols["hfu"] = cols["hardware_flops"] / step_peak
     oom = cols["mem_bytes"] > capacity
     cols["reason"] = np.where(oom, np.int8(Reason.OUT_OF_MEMORY),
-                              np.broadcast_to(cols["reason"], (n,))).astype(np.int8)
+                              cols.get("reason", np.int8(Reason.OK))).astype(np.int8)
     cols["feasible"] = cols["reason"] == Reason.OK
     cols["complete"] = True
     return cols

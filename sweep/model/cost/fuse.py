@@ -45,6 +45,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -531,6 +532,10 @@ _LIBM = frozenset(("exp", "log", "log2", "log10", "power"))
 CHUNK_PAD = {"f": 8, "i": 24}
 
 
+#: padding of each row of a kernel's block of output columns (elements; fused._run)
+OUTPUT_PAD = 24
+
+
 def _generate(g: _Graph, n_params: int, n_inputs: int, outputs: list[int],
               chunked: bool = False, min_statements: int | None = None) -> str:
     """Python source of the kernel ``kernel(n, p0.., a0.., o0..)``.
@@ -711,6 +716,7 @@ class _Compiled:
         self.guard_leaves, self.guard_values = guard_leaves, guard_values
         self.kernel, self.param_leaves, self.input_leaves = kernel, param_leaves, input_leaves
         self.outputs, self.out_tree = outputs, out_tree  # (array|scalar, dtype) | (static, v)
+        self.columns_of_dtype = Counter(dtype for kind, dtype in outputs if kind == "array")
 
 
 class fused:
@@ -805,8 +811,13 @@ class fused:
 
     @staticmethod
     def _run(entry: _Compiled, values, n):
-        outs = [np.empty(n if kind == "array" else 1, dtype) for kind, dtype in entry.outputs
-                if kind != "static"]
+        # (the column outputs of each dtype as the rows of one block: an allocation per
+        # dtype, not per column; rows OUTPUT_PAD elements apart, so that a loop's stores to
+        # its columns are not a multiple of 4 KiB apart: CHUNK_PAD)
+        blocks = {dtype: iter(np.empty((count, n + OUTPUT_PAD), dtype)[:, :n])
+                  for dtype, count in entry.columns_of_dtype.items()}
+        outs = [next(blocks[dtype]) if kind == "array" else np.empty(1, dtype)
+                for kind, dtype in entry.outputs if kind != "static"]
         entry.kernel(n, *(values[j] for j in entry.param_leaves),
                      *(values[j] if part is None else getattr(values[j], part)
                        for j, part in entry.input_leaves), *outs)
