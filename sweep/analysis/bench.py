@@ -85,9 +85,10 @@ MIN_MEASURED_S = 0.2
 
 
 class _Timer:
-    """One workload ready to time: loaded, run once or twice (its first calls trace and load
-    the compiled loops), and each measurement's loop count, as timeit measures a statement:
-    a workload that runs under MIN_MEASURED_S is repeated until it has run that long, and
+    """One workload ready to time: loaded, run once (its first calls trace and load the
+    compiled loops), and each measurement's loop count, as timeit measures a statement:
+    a workload that runs under MIN_MEASURED_S is repeated until it has run that long
+    (loops of more and more runs until one does; that one is the first measurement), and
     its mean counts (a single 2 ms run reads the allocator's warm-up, not what a rank
     searching case after case spends on each)."""
 
@@ -115,16 +116,23 @@ class _Timer:
         start = time.process_time()
         self.count = run()
         first = time.process_time() - start
-        if first < 1.0:  # (the first run's tracing and loading of compiled loops: once more)
-            start = time.process_time()
-            run()
-            first = time.process_time() - start
         self.times: list[float] = []
-        if first >= MIN_MEASURED_S:  # (long enough: the warm-up run is a measurement)
+        self.loops = 1
+        if first < 1.0:  # (the first run's tracing and loading of compiled loops: more runs)
+            # loops of more runs until one lasts MIN_MEASURED_S (as timeit's autorange does:
+            # timed alone, a second run may still load a compiled loop, and set too few)
+            while True:
+                start = time.process_time()
+                for _ in range(self.loops):
+                    run()
+                spent = time.process_time() - start
+                if spent >= MIN_MEASURED_S:
+                    break
+                self.loops = max(2 * self.loops,  # (or what this loop's runs say it takes)
+                                 int(np.ceil(MIN_MEASURED_S * self.loops / max(spent, 1e-9))))
+            self.times.append(spent / self.loops)  # (the last of them is a measurement)
+        elif first >= MIN_MEASURED_S:  # (long enough: the warm-up run is a measurement)
             self.times.append(first)
-            self.loops = 1
-        else:
-            self.loops = int(np.ceil(MIN_MEASURED_S / max(first, 1e-6)))
 
     def measure(self) -> None:
         """One more measurement, if the workload wants one."""
