@@ -37,6 +37,18 @@ def test_predict_table_rows_sum_to_the_step_time(capsys):
     assert code == 0 and "fusedla" in text and "total" in text and "100.0%" in text
 
 
+def test_calibrated_predict_json_has_no_per_op_flops_it_does_not_compute(capsys):
+    """The calibrated op table itemises times only: its JSON rows carry no FLOPs or bytes
+    (they read 0 before, as if measured); the totals are in the result."""
+    code, out, _ = run(capsys, "predict", "--job", "llama3_8b", "--hardware", "H100-SXM",
+                       "--gpus", "8", "--config", "tp=1,pp=1,mbs=1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert all(set(op) >= {"name", "time_s", "compute_s"} and
+               not set(op) & {"flops", "weight_bytes", "act_bytes"} for op in report["ops"])
+    assert report["result"]["hardware_flops"] > 0 and report["result"]["hfu"] > 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--config", "tp=3"], "tp x pp = 3 does not divide 4096 GPUs"),
     (["--config", "tp=7,pp=1,dp=1"], "dp x tp x pp = 7, not 4096 GPUs"),

@@ -298,3 +298,48 @@ def test_zero3_gathers_the_experts():
     z3 = {ep: calibrated.evaluate(x, cand(dp=8, ep=ep, zero=3))["mem_weights_bytes"][0]
           for ep in (2, 4)}
     assert z3[2] - z3[4] == pytest.approx(X)
+
+
+def test_full_recompute_reruns_the_whole_moe_block():
+    """Full recompute re-runs each block's forward, an MoE block's router, dispatch, experts
+    and combine included (Megatron-Core checkpoints whole layers): the same step time and
+    executed FLOPs as first-k recompute of every block, and more than recomputing the
+    attention side alone would cost. (It charged only the attention and shared-expert side.)"""
+    job = dataclasses.replace(TINY, n_layers=4)
+    x = ctx(job)
+    base = dict(dp=8, ep=8, nv_dp=2)
+    full = calibrated.evaluate(x, cand(recompute=Recompute.FULL, **base))
+    every = calibrated.evaluate(x, cand(recompute=Recompute.FIRST_K, recompute_layers=4,
+                                        **base))
+    none = calibrated.evaluate(x, cand(**base))
+    for k in ("step_time_s", "hardware_flops"):
+        assert full[k][0] == pytest.approx(every[k][0], rel=1e-12), k
+    # one more forward of every block: the block's own forward time, routed part included
+    lay = calibrated._with_moe(x, cand(recompute=Recompute.FULL, **base),
+                               *calibrated._layer_terms_dedup(x, cand(recompute=Recompute.FULL,
+                                                                       **base)))
+    fwd = lay[calibrated.MOE_PREFIX + "fwd"][0]
+    m = 8 / 8  # micro-batches: global batch 8 over dp 8 at mbs 1
+    assert full["step_time_s"][0] - none["step_time_s"][0] == pytest.approx(
+        m * 4 * fwd, rel=1e-9)
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3, 4])
+def test_executed_flops_are_the_model_over_the_gpus_whatever_the_stages(pp):
+    """Hardware FLOPs per GPU are the whole model's executed FLOPs over the GPUs, averaged
+    over the pipeline stages (as the model FLOPs are): the same total on 1 - 4 stages, 3
+    of them uneven (a middle stage's blocks times pp overcounted them), and first-k
+    recompute of k blocks a stage adds k forwards on each stage."""
+    job = dataclasses.replace(TINY, n_layers=7, vocab=32000)  # (stages of 7, 4+3, 3+3+1, 2+2+2+1)
+    x = ctx(job)
+    totals = {}
+    for k in (0, 1):
+        c = cand(dp=8, ep=8, nv_dp=2, pp=pp, recompute=Recompute.FIRST_K if k else 0,
+                 recompute_layers=k)
+        totals[k] = calibrated.evaluate(x, c)["hardware_flops"][0] * 8 * pp
+    one = cand(dp=8, ep=8, nv_dp=2)
+    want = calibrated.evaluate(x, one)["hardware_flops"][0] * 8
+    assert totals[0] == pytest.approx(want, rel=1e-12)
+    lay = calibrated._with_moe(x, one, *calibrated._layer_terms_dedup(x, one))
+    forward = lay[calibrated.MOE_PREFIX + "flops_f"][0] * 8  # one block, 8 GPUs, 1 micro-batch
+    assert totals[1] - totals[0] == pytest.approx(pp * forward, rel=1e-9)

@@ -719,10 +719,15 @@ def _moe_block(x, c, lay, r):
         expert_act_f=r["act_f"], expert_act_b=r["act_b"],
         act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0, r["acts"]),
         act_none=lay["act_none"] + r["acts"],
-        # full recompute of the block re-runs its dispatch and combine too; recompute_moe_act
-        # re-runs the experts' activation function (Megatron-Core recompute_modules moe_act)
-        recompute_other=lay["recompute_other"] + np.where(
-            policy == Recompute.FULL, 0.0, x["rc_moe_act"] * r["act_f"]))
+        # full recompute re-runs the whole block's forward: router, dispatch, experts and
+        # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
+        # included: transformer_block.py _checkpointed_forward); otherwise
+        # recompute_moe_act re-runs the experts' activation function (recompute_modules
+        # moe_act)
+        recompute_other=np.where(policy == Recompute.FULL, fwd, lay["recompute_other"]
+                                 + x["rc_moe_act"] * r["act_f"]),
+        recompute_flops=np.where(policy == Recompute.FULL, lay["flops_f"] + r["flops_f"],
+                                 lay["recompute_flops"]))
     return out
 
 
@@ -1203,12 +1208,25 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     fsdp_t = m * (fsdp_f + fsdp_b)
     # recompute, vocabulary, stage imbalance
     other = steady - compute - memory_t - tp_t - cp_t - ep_t - fsdp_t
-    # executed FLOPs per GPU: the stage's layers, plus the LM head GEMMs (forward and two
-    # backward) averaged over the pipeline stages
+    # executed FLOPs per GPU (the HFU numerator), averaged over the pipeline stages as the
+    # model FLOPs are over the GPUs: every block with its recompute (first-k: the first k
+    # blocks of each stage once more forward), the MTP depths (a block of the last kind,
+    # the [h; emb] projection and one more LM head each), the LM head GEMMs (forward and
+    # two backward)
     head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
-    flops = m * (per("flops_f", layers, nm_mid) + np.where(
-        training, per("flops_b", layers, nm_mid) + per("recompute_flops", layers, nm_mid),
-        0.0)) + m * head_flops / pp
+    nm_all = moe.moe_layers_before(x, L) if moe_on else 0.0
+    k = np.where(r == Recompute.FIRST_K, as_array(c["recompute_layers"], dtype=np.float64), 0.0)
+    k_all = np.where(multi, np.minimum(k, layers_first) + np.minimum(k, layers_last)
+                     + np.maximum(pp - 2.0, 0.0) * np.minimum(k, layers), np.minimum(k, L))
+    blocks_flops = per("flops_f", L, nm_all) + np.where(
+        training, per("flops_b", L, nm_all) + per("recompute_flops", L, nm_all)
+        + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0), 0.0)
+    mtp_flops = x["mtp"] * (
+        per("flops_f", 1.0, x["last_moe"]) + np.where(
+            training, per("flops_b", 1.0, x["last_moe"])
+            + per("recompute_flops", 1.0, x["last_moe"]), 0.0)
+        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training))
+    flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (embedding, and the logits of the last); with embedding slots a
     # middle stage holds one layer more and no vocabulary, and may be the larger
     mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
@@ -1262,8 +1280,8 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
     """Per-iteration seconds of every op on the slowest pipeline stage (its micro-batches x
     layers), then the bubble, p2p, data-parallel, optimizer and offload rows: they add up to
     ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
-    ep_comm_s, other_s, flops, weight_bytes, act_bytes (the last three 0 where not
-    itemised)."""
+    ep_comm_s, other_s (no FLOPs or bytes per op: the nersc2024 op table has those; the
+    totals are the results' hardware_flops and mem_* columns)."""
     out, p = _step(x, c)
     lay, m = p["lay"], p["m"]
     bwd = np.where(p["training"], 1.0, 0.0)
@@ -1274,8 +1292,7 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
 
     def add(name, time_s, kind="compute_s"):
         row = {"name": name, "time_s": time_s, "compute_s": zero, "memory_s": zero,
-               "tp_comm_s": zero, "cp_comm_s": zero, "ep_comm_s": zero, "other_s": zero,
-               "flops": zero, "weight_bytes": zero, "act_bytes": zero}
+               "tp_comm_s": zero, "cp_comm_s": zero, "ep_comm_s": zero, "other_s": zero}
         row[kind] = time_s
         rows.append(row)
 
