@@ -165,13 +165,15 @@ def _short_labels(best, sub) -> list[str]:
     return out
 
 
-def _title(res: Results, what: str, note: str = "", width: int = 90) -> str:
-    """The figure title, wrapped so that a narrow figure does not clip it."""
+def _suptitle(fig, res: Results, what: str, note: str = "") -> None:
+    """The figure title, wrapped to the figure's width (about 12 characters an inch at
+    10 points) so that a narrow figure - one panel - does not clip it."""
     import textwrap
 
     partial = " [PARTIAL RUN]" if not res.complete else ""
-    return "\n".join(textwrap.wrap(f"{res.name}: {what} ({res.cost_model}){note}{partial}",
-                                   width))
+    text = f"{res.name}: {what} ({res.cost_model}){note}{partial}"
+    fig.suptitle("\n".join(textwrap.wrap(text, min(90, int(12 * fig.get_figwidth())))),
+                 fontsize=10)
 
 
 def _finish_panel(ax, gpus, ylabel: str, title: str) -> None:
@@ -336,7 +338,7 @@ def _scaling(res: Results, opts: PlotOptions):
         ax.set_title(job, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         _encoding_legend(ax, sub, extra)
-    fig.suptitle(_title(res, f"{labels[metric]} vs GPU count"), fontsize=10)
+    _suptitle(fig, res, f"{labels[metric]} vs GPU count")
     return fig, rows
 
 
@@ -542,7 +544,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     title = (("share of the step time" if fractions else "time per iteration")
              + " of the best configuration" if what == "breakdown"
              else "memory per GPU of the best configuration")
-    fig.suptitle(_title(res, title, note, int(12 * fig.get_figwidth())), fontsize=10)
+    _suptitle(fig, res, title, note)
     _fit_labels(fig, labels)  # once the legend and the title take their room
     if not fractions:  # panels of one job (on one base system) share their y range
         groups = [(p[0], None if by_variant or p[1].empty else p[1]["base"].iloc[0])
@@ -736,8 +738,7 @@ def _heatmap(res: Results, opts: PlotOptions):
                 rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),
                              "samples_per_s": float(data[i, j]),
                              "speedup": float(speedup[i, j]), "baseline": (i, j) == (bi, bj)})
-    fig.suptitle(_title(res, f"best throughput over {axis_label(x)} x {axis_label(y)}"),
-                 fontsize=10)
+    _suptitle(fig, res, f"best throughput over {axis_label(x)} x {axis_label(y)}")
     return fig, rows
 
 
@@ -836,8 +837,7 @@ def _strategies(res: Results, opts: PlotOptions):
             ax.set_title(title, fontsize=8)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=6)
-    fig.suptitle(_title(res, "each strategy's best against the best strategy", note),
-                 fontsize=10)
+    _suptitle(fig, res, "each strategy's best against the best strategy", note)
     return fig, rows
 
 
@@ -870,7 +870,7 @@ def _layout(res: Results, opts: PlotOptions):
         ax.set_yscale("log", base=2)
         _finish_panel(ax, sub["n_gpus"], "parallel degree (lines offset to stay visible)",
                       _label(best, job, variant))
-    fig.suptitle(_title(res, "layout of the best configuration", note), fontsize=10)
+    _suptitle(fig, res, "layout of the best configuration", note)
     return fig, rows
 
 
@@ -924,8 +924,7 @@ def _pareto(res: Results, opts: PlotOptions):
         ax.set_title(job, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(_title(res, f"Pareto front: the most throughput for the {xlabel.split(' [')[0]}"),
-                 fontsize=10)
+    _suptitle(fig, res, f"Pareto front: the most throughput for the {xlabel.split(' [')[0]}")
     return fig, rows
 
 

@@ -685,3 +685,17 @@ def test_every_figure_kind_has_a_function_and_a_caption():
     from sweep.analysis.report import CAPTIONS
 
     assert set(KINDS) == set(_KIND) == set(CAPTIONS)
+
+
+def test_a_one_panel_figure_keeps_its_whole_title(grid):
+    """Every kind's title is wrapped to its figure's width: on a one-panel figure (a
+    heatmap of one job) it fits inside the figure, as drawn (it was clipped at both
+    sides)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, _ = draw(open_results(grid), "heatmap", PlotOptions(n_gpus=16))
+    assert len([a for a in fig.axes if a.get_images()]) == 1
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = fig._suptitle.get_window_extent(renderer)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.x1
+    assert "\n" in fig._suptitle.get_text()
