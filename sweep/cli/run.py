@@ -201,8 +201,10 @@ class _Progress:
         # be extrapolated over the whole run (a 2 s run showed ETA 29,657 s)
         eta = (f"ETA {p['elapsed_s'] * (1 - frac) / frac:.0f} s" if frac >= 0.02
                else "ETA not yet known")
-        print(f"[{p['elapsed_s']:7.1f} s] {100 * frac:5.1f}% of {total:,} candidates, "
-              f"{p['ranks_done']}/{p['ranks']} ranks done, {eta}",
+        ranks = f"{p['ranks_done']}/{p['ranks']} ranks done, {eta}"
+        if p.get("ranks_stopped"):  # (ended on a signal: not done, and no ETA)
+            ranks = f"{p['ranks_stopped']}/{p['ranks']} ranks stopped, progress saved"
+        print(f"[{p['elapsed_s']:7.1f} s] {100 * frac:5.1f}% of {total:,} candidates, {ranks}",
               file=self.stream, flush=True)
 
 

@@ -363,6 +363,7 @@ class _Tracker:
         self.comm, self.callback, self.total, self.start = comm, callback, total, start
         self.done = {r: 0 for r in range(comm.size)}
         self.finished: set[int] = set()
+        self.stopped: set[int] = set()  # (finished on a stop signal, their work unfinished)
         self.last_post = -math.inf  # the first post is never held back
         self.every_s = max(self.POST_EVERY_S, comm.size / self.MAX_POSTS_PER_S)
 
@@ -371,6 +372,7 @@ class _Tracker:
             self.callback({"candidates_done": sum(self.done.values()),
                            "candidates": self.total, "ranks": self.comm.size,
                            "ranks_done": len(self.finished),
+                           "ranks_stopped": len(self.stopped),
                            "elapsed_s": time.monotonic() - self.start})
 
     def _receive(self) -> None:
@@ -378,16 +380,23 @@ class _Tracker:
             self.done[rec["rank"]] = rec["done"]
             if rec["final"]:
                 self.finished.add(rec["rank"])
+            if rec.get("stopped"):
+                self.stopped.add(rec["rank"])
 
-    def update(self, evaluated: int, final: bool) -> None:
+    def update(self, evaluated: int, final: bool, stopped: bool = False) -> None:
+        """This rank's count; ``final``: its last post (``stopped``: it ends on a stop
+        signal, its work unfinished)."""
         if self.comm.rank == 0:
             self.done[0] = evaluated
             if final:
                 self.finished.add(0)
+            if stopped:
+                self.stopped.add(0)
             self._receive()
             self._report()
         elif final or time.monotonic() - self.last_post >= self.every_s:
-            self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final})
+            self.comm.post({"rank": self.comm.rank, "done": evaluated, "final": final,
+                            "stopped": stopped})
             self.last_post = time.monotonic()
 
     def poll(self) -> None:
@@ -633,7 +642,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                 break
         stopped = halted()
         flush(not stopped)
-        tracker.update(evaluated, final=True)
+        tracker.update(evaluated, final=True, stopped=bool(stopped))
 
         def waiting() -> int:
             tracker.poll()

@@ -3,6 +3,7 @@ failure modes, and `sweep show`."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -98,14 +99,25 @@ def test_sigterm_then_resume_equals_uninterrupted(finished, tmp_path):
 
     calls = []
 
+    reports = []
+
     def progress(p):  # a real SIGTERM to this process after a few units (one call each)
         calls.append(p["candidates_done"])
+        reports.append(p)
         if len(calls) == 5 and not sent:
             sent.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(Interrupted, match="--resume"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run, progress=progress))
+    # the last report says the rank stopped (the progress line: "1/1 ranks stopped,
+    # progress saved", not "1/1 ranks done" with an ETA)
+    assert reports[-1]["ranks_done"] == 1 and reports[-1]["ranks_stopped"] == 1
+    assert all(r["ranks_stopped"] == 0 for r in reports[:-1])
+    from sweep.cli.run import _Progress
+    lines = io.StringIO()
+    _Progress(stream=lines)(reports[-1])
+    assert lines.getvalue().rstrip().endswith("1/1 ranks stopped, progress saved")
     with h5py.File(run / "part-00000.h5", "r") as f:
         assert not f.attrs["complete"] and 0 < len(f["units"]) < 40
     assert not (run / "sweep.h5").exists()
@@ -329,7 +341,7 @@ def test_progress_posts_are_thinned_with_the_rank_count(monkeypatch):
         tracker.update(100, final=True)
         progress = comm.posts[:-1]  # the first at once, then one per interval
         assert abs(len(progress) - 10.0 / every_s) <= 1
-        assert comm.posts[-1] == {"rank": 1, "done": 100, "final": True}
+        assert comm.posts[-1] == {"rank": 1, "done": 100, "final": True, "stopped": False}
         # what all ranks together send rank 0: at most MAX_POSTS_PER_S (or 2 per rank-second)
         assert size / every_s <= max(runner._Tracker.MAX_POSTS_PER_S, 2.0 * size) + 1e-9
 
