@@ -128,10 +128,12 @@ class _Timer:
                 spent = time.process_time() - start
                 if spent >= MIN_MEASURED_S:
                     break
-                self.loops = max(2 * self.loops,  # (or what this loop's runs say it takes)
-                                 int(np.ceil(MIN_MEASURED_S * self.loops / max(spent, 1e-9))))
+                # (what this loop's runs say it takes, 5 % more, at most 10x more runs a
+                # step: a clock too coarse for a loop reads 0 s)
+                self.loops = min(10 * self.loops, max(self.loops + 1, int(np.ceil(
+                    1.05 * MIN_MEASURED_S * self.loops / max(spent, 1e-9)))))
             self.times.append(spent / self.loops)  # (the last of them is a measurement)
-        elif first >= MIN_MEASURED_S:  # (long enough: the warm-up run is a measurement)
+        else:  # (a second or more: the warm-up run is a measurement)
             self.times.append(first)
 
     def measure(self) -> None:

@@ -214,6 +214,43 @@ def _move_in(tmp: Path, out: Path, names: list[str], earlier: list[str]) -> None
     write_text_atomic(out / MARKER, _marker(names))
 
 
+#: a report's temporary folder left behind (its process killed) is removed by the next
+#: report of the same folder once its process is gone and it is this old (seconds)
+STALE_AFTER_S = 3600.0
+
+
+def _remove_stale(real: Path) -> None:
+    """Remove the temporary folders ``.NAME.report-PID-*`` that earlier reports of ``real``
+    left beside it when killed (SIGKILL: no clean-up ran): those whose process no longer
+    runs on this host and that are older than STALE_AFTER_S (a report another host is
+    writing on a shared file system keeps its folder)."""
+    import time
+
+    try:
+        leftovers = list(real.parent.glob(f".{real.name}.report-*-*"))
+    except OSError:
+        return
+    for path in leftovers:
+        try:
+            pid = int(path.name[len(f".{real.name}.report-"):].split("-", 1)[0])
+            if time.time() - path.stat().st_mtime < STALE_AFTER_S or _alive(pid):
+                continue
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: it runs)
+        return True
+    return True
+
+
 def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = None) -> dict:
     """Write the report; returns {"dir", "figures": {kind: file}, "skipped": {kind: why}}.
 
@@ -226,8 +263,10 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
     reasons = why_not(res)
     wanted = kinds or kinds_that_fit(res)
     skipped = {k: reasons.get(k, "not asked for") for k in KINDS if k not in wanted}
+    _remove_stale(real)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{real.name}.report-", dir=real.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{real.name}.report-{os.getpid()}-",
+                                    dir=real.parent))
     except OSError as exc:
         raise SweepError(f"-o: cannot write into {real.parent}: {exc.strerror}") from None
     moved = False

@@ -617,7 +617,7 @@ def _nv_options(nvs: int, groups: tuple[str, ...]) -> tuple[np.ndarray, ...]:
     """_nv_axis's options (read-only: shared by every space of this domain size and
     groups), the ordered factorisations, the domain's divisors and each factor's position
     among them."""
-    tuples = ordered_factorizations(nvs, len(groups))
+    tuples = ordered_factorizations(nvs, len(groups)).copy()  # (not its cached array)
     nv_names = ["nv_" + g for g in groups]
     options = np.zeros(len(tuples) + 1, dtype=[(n, "i4") for n in nv_names])
     for i, n in enumerate(nv_names):

@@ -61,11 +61,11 @@ def test_a_long_warm_up_run_counts_as_the_first_measurement(monkeypatch):
 
 def test_a_short_workload_is_repeated_until_it_has_run_long_enough(monkeypatch):
     timer, runs = _timer(monkeypatch, 0.03, 3)
-    # (a warm-up run, a loop of 1 run: 0.03 s; then ceil(0.2 / 0.03) = 7 runs, 0.21 s)
-    assert timer.times == pytest.approx([0.03]) and timer.loops == 7
+    # (a warm-up run, a loop of 1 run: 0.03 s; then ceil(1.05 * 0.2 / 0.03) = 8 runs, 0.24 s)
+    assert timer.times == pytest.approx([0.03]) and timer.loops == 8
     for _ in range(4):
         timer.measure()
-    assert len(runs) == 1 + 1 + 3 * 7 and timer.times == pytest.approx([0.03] * 3)
+    assert len(runs) == 1 + 1 + 3 * 8 and timer.times == pytest.approx([0.03] * 3)
 
 
 def test_a_loop_too_short_is_timed_again_with_more_runs(monkeypatch):
@@ -83,7 +83,27 @@ def test_a_loop_too_short_is_timed_again_with_more_runs(monkeypatch):
     monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
     w = bench.Workload("w", "nersc2024", (("gpt3_1T", "nersc-B200", 8, "1d", 64),))
     timer = bench._Timer(w, 2)
-    # (a loop of 1 run: 1/8 s, so 2 runs; 2 runs: 2/1024 s, so ceil(0.2 * 1024) = 205
-    # runs: 0.2002 s)
-    assert timer.loops == 205 and timer.times == [2.0**-10]
-    assert len(runs) == 1 + 1 + 2 + 205
+    # (a loop of 1 run: 1/8 s, so ceil(1.05 * 1.6) = 2 runs; 2 runs: 2/1024 s, which asks
+    # for ceil(1.05 * 204.8) = 216 but a step grows 10x at most: 20 runs, then 200 (0.195
+    # s), then 216: 0.211 s)
+    assert timer.loops == 216 and timer.times == [2.0**-10]
+    assert len(runs) == 1 + 1 + 2 + 20 + 200 + 216
+
+
+def test_a_clock_that_reads_zero_does_not_explode_the_loop_count(monkeypatch):
+    """A process clock too coarse for a loop (it reads 0 s) grows the loop 10x a step, not
+    to 2e8 runs at once."""
+    clock, runs = [0.0], []
+
+    def search(*args):  # (a first run of 0.5 s, 110 runs the clock cannot see, then 10 ms)
+        runs.append(args)
+        clock[0] += 0.5 if len(runs) == 1 else (0.0 if len(runs) < 1 + 1 + 10 + 100 else 0.01)
+
+    monkeypatch.setattr(bench, "enumerate_space", lambda *args: _Space())
+    monkeypatch.setattr(bench, "search_cases", search)
+    monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
+    w = bench.Workload("w", "nersc2024", (("gpt3_1T", "nersc-B200", 8, "1d", 64),))
+    timer = bench._Timer(w, 1)
+    # (loops of 1, 10 and 100 runs read 0 s, the last 100 s 10 ms: then 1,000 runs, 10 s)
+    assert timer.loops == 1000 and len(runs) == 1 + 1 + 10 + 100 + 1000
+    assert timer.times == [pytest.approx(0.01)]

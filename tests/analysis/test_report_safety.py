@@ -163,3 +163,37 @@ def test_plot_temporary_file_is_random_and_never_followed(run, tmp_path, capsys)
     assert victim.read_text() == "precious"
     assert (out / "s.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(os.listdir(out)) == [".s.png.tmp.png", "s.png"]
+
+
+def test_a_killed_reports_temporary_folder_is_removed_by_the_next(run, tmp_path):
+    """A report killed with SIGKILL leaves its temporary folder beside the output: the next
+    report of the same folder removes it once its process is gone and it is old enough;
+    one of a live process, a recent one, another output's and a look-alike stay."""
+    import subprocess
+    import time
+
+    import sweep.analysis.report as report
+
+    res = open_results(run / "sweep.h5")
+    out = tmp_path / "report"
+    done = subprocess.run(["true"], check=True)  # (a pid that has exited)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time() - 2 * report.STALE_AFTER_S
+    folders = {
+        "killed": tmp_path / f".report.report-{dead.pid}-abc123",
+        "live": tmp_path / f".report.report-{os.getpid()}-def456",
+        "recent": tmp_path / f".report.report-{dead.pid}-ghi789",
+        "other": tmp_path / f".other.report-{dead.pid}-jkl012",
+        "odd": tmp_path / ".report.report-notapid-x",
+    }
+    for name, folder in folders.items():
+        folder.mkdir()
+        (folder / "scaling.png").write_bytes(b"half-written")
+        if name != "recent":
+            os.utime(folder, (old, old))
+    assert done.returncode == 0
+    write_report(res, out, ["scaling"])
+    assert not folders["killed"].exists()
+    assert all(folders[k].exists() for k in ("live", "recent", "other", "odd"))
+    assert (out / "index.html").is_file()

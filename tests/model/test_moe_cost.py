@@ -300,20 +300,33 @@ def test_zero3_gathers_the_experts():
     assert z3[2] - z3[4] == pytest.approx(X)
 
 
-def test_full_recompute_reruns_the_whole_moe_block():
+@pytest.mark.parametrize("extra", [{}, {"mtp_layers": 1, "vocab": 32000},
+                                   {"recompute_moe_act": True, "recompute_norms": True}],
+                         ids=["plain", "mtp", "recompute-modules"])
+def test_full_recompute_is_first_k_of_every_block(extra):
     """Full recompute re-runs each block's forward, an MoE block's router, dispatch, experts
     and combine included (Megatron-Core checkpoints whole layers): the same step time and
-    executed FLOPs as first-k recompute of every block, and more than recomputing the
-    attention side alone would cost. (It charged only the attention and shared-expert side.)"""
-    job = dataclasses.replace(TINY, n_layers=4)
+    executed FLOPs as first-k recompute of every block (MTP depths too; the recompute
+    modules are not charged again on a block re-run in full). (Full recompute charged only
+    the attention and shared-expert side; first-k's FLOPs left out the MTP depth, and its
+    time the modules of the blocks it re-ran.)"""
+    job = dataclasses.replace(TINY, n_layers=4, **extra)
     x = ctx(job)
     base = dict(dp=8, ep=8, nv_dp=2)
     full = calibrated.evaluate(x, cand(recompute=Recompute.FULL, **base))
     every = calibrated.evaluate(x, cand(recompute=Recompute.FIRST_K, recompute_layers=4,
                                         **base))
-    none = calibrated.evaluate(x, cand(**base))
     for k in ("step_time_s", "hardware_flops"):
         assert full[k][0] == pytest.approx(every[k][0], rel=1e-12), k
+
+
+def test_full_recompute_reruns_the_whole_moe_block():
+    """Full recompute adds one forward of every whole MoE block to the step (by hand)."""
+    job = dataclasses.replace(TINY, n_layers=4)
+    x = ctx(job)
+    base = dict(dp=8, ep=8, nv_dp=2)
+    full = calibrated.evaluate(x, cand(recompute=Recompute.FULL, **base))
+    none = calibrated.evaluate(x, cand(**base))
     # one more forward of every block: the block's own forward time, routed part included
     lay = calibrated._with_moe(x, cand(recompute=Recompute.FULL, **base),
                                *calibrated._layer_terms_dedup(x, cand(recompute=Recompute.FULL,

@@ -1027,10 +1027,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         return mix(lay[key], lay.get(MOE_PREFIX + key, 0.0), n, nm)
 
     def recompute_s(n, nm):
-        """Recompute time of n layers (first-k: the first k of them in full)."""
+        """Recompute time of n layers (first-k: the first k of them in full, the others'
+        recompute modules)."""
         k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
         nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
-        return per("recompute_other", n, nm) + per("recompute_full", k_full, nm_k)
+        return per("recompute_other", n - k_full, nm - nm_k) \
+            + per("recompute_full", k_full, nm_k)
 
     def body_s(n, nm):
         """Forward and backward (with recompute) of n layers, per micro-batch."""
@@ -1221,11 +1223,13 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     blocks_flops = per("flops_f", L, nm_all) + np.where(
         training, per("flops_b", L, nm_all) + per("recompute_flops", L, nm_all)
         + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0), 0.0)
+    k_mtp = np.minimum(k, x["mtp"])  # (first-k re-runs MTP blocks too, as body_s does)
     mtp_flops = x["mtp"] * (
         per("flops_f", 1.0, x["last_moe"]) + np.where(
             training, per("flops_b", 1.0, x["last_moe"])
             + per("recompute_flops", 1.0, x["last_moe"]), 0.0)
-        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training))
+        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training)) \
+        + np.where(training, per("flops_f", k_mtp, k_mtp * x["last_moe"]), 0.0)
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (embedding, and the logits of the last); with embedding slots a
     # middle stage holds one layer more and no vocabulary, and may be the larger
