@@ -58,8 +58,8 @@ METRIC_FIELDS = [
     ("mfu", "f8", "", "model FLOP utilisation (6N + attention, no recompute)"),
     ("hfu", "f8", "", "hardware FLOP utilisation (every FLOP the model executes)"),
     ("model_flops", "f8", "FLOP", "model FLOPs per GPU per iteration"),
-    ("hardware_flops", "f8", "FLOP", "executed FLOPs per GPU per iteration (averaged over "
-     "the pipeline stages)"),
+    ("hardware_flops", "f8", "FLOP",
+     "executed FLOPs per GPU per iteration (averaged over the pipeline stages)"),
     ("t_compute_s", "f8", "s", "compute time (roofline compute side)"),
     ("t_memory_s", "f8", "s", "exposed HBM time (memory-bound part beyond compute)"),
     ("t_tp_comm_s", "f8", "s", "exposed tensor-parallel communication"),

@@ -172,7 +172,7 @@ def test_a_killed_reports_temporary_folder_is_removed_by_the_next(run, tmp_path)
     import subprocess
     import time
 
-    import sweep.analysis.report as report
+    from sweep.analysis import report
 
     res = open_results(run / "sweep.h5")
     out = tmp_path / "report"

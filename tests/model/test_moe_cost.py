@@ -312,7 +312,7 @@ def test_full_recompute_is_first_k_of_every_block(extra):
     time the modules of the blocks it re-ran.)"""
     job = dataclasses.replace(TINY, n_layers=4, **extra)
     x = ctx(job)
-    base = dict(dp=8, ep=8, nv_dp=2)
+    base = {"dp": 8, "ep": 8, "nv_dp": 2}
     full = calibrated.evaluate(x, cand(recompute=Recompute.FULL, **base))
     every = calibrated.evaluate(x, cand(recompute=Recompute.FIRST_K, recompute_layers=4,
                                         **base))
@@ -324,7 +324,7 @@ def test_full_recompute_reruns_the_whole_moe_block():
     """Full recompute adds one forward of every whole MoE block to the step (by hand)."""
     job = dataclasses.replace(TINY, n_layers=4)
     x = ctx(job)
-    base = dict(dp=8, ep=8, nv_dp=2)
+    base = {"dp": 8, "ep": 8, "nv_dp": 2}
     full = calibrated.evaluate(x, cand(recompute=Recompute.FULL, **base))
     none = calibrated.evaluate(x, cand(**base))
     # one more forward of every block: the block's own forward time, routed part included
