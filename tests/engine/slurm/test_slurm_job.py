@@ -66,10 +66,12 @@ def test_submit_wait_and_reduce(tmp_path):
 
 
 def test_srun_without_mpi_plugin_is_refused(tmp_path):
+    """Tasks that MPI sees as singletons each refuse the run. (--kill-on-bad-exit=0: the
+    first task to refuse would otherwise get the other one killed before it speaks.)"""
     out = tmp_path / "singletons"
-    proc = subprocess.run(["srun", "-n", "2", "--mpi=none", str(BIN / "sweep"), "run", SMALL,
-                           "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          env=env(), cwd=tmp_path)
+    proc = subprocess.run(["srun", "-n", "2", "--mpi=none", "--kill-on-bad-exit=0",
+                           str(BIN / "sweep"), "run", SMALL, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env(), cwd=tmp_path)
     assert proc.returncode != 0
     assert proc.stderr.count("started as 2 tasks but MPI sees a world of 1 rank") == 2
     assert not out.exists()
