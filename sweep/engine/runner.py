@@ -35,13 +35,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
 from ..model.schema import RESULT_DTYPE, Reason
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
+from .catalog import load_checked
 from .lock import RunLock
 from .partition import (
     MAX_SHARDS,
@@ -512,7 +512,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     if comm.rank == 0 and options.warn is not None:
         for w in warnings:
             options.warn(w)
-    spec = parse_spec(yaml.safe_load(text), str(out / SPEC_NAME),
+    spec = parse_spec(load_checked(text), str(out / SPEC_NAME),
                       max_variants=options.max_variants)
     sha = hashlib.sha256(text.encode()).hexdigest()
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
