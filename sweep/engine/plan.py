@@ -242,7 +242,10 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
     """Peak bytes the cost core allocates over one block (``DEFAULT_BLOCK`` candidates) of
     the ``cases`` largest candidate spaces of ``plan``, traced by tracemalloc (numpy reports
     its buffers to it): what a rank needs on top of its plan and results while it searches.
-    A small space fills its block with variants, as a run batches them (search_cases)."""
+    A small space fills its block with variants, as a run batches them (search_cases): at
+    most as many as the plan has (one: the case alone, as a run searches it - a block of 936
+    copies of a 70-candidate case ran compiled loops the run never loads: ~90 s on a fresh
+    cache)."""
     import tracemalloc
 
     from ..model.search import DEFAULT_BLOCK, search_cases, search_range
@@ -258,8 +261,8 @@ def measure_working_set(plan, cache, cases: int = 3) -> float:
         tracemalloc.start()
         try:
             if 4 * case.candidates <= DEFAULT_BLOCK:
-                search_cases(plan.spec.cost_model, case.job,
-                             [case.variant.hardware] * (DEFAULT_BLOCK // case.candidates),
+                copies = min(DEFAULT_BLOCK // case.candidates, len(plan.cases.variants))
+                search_cases(plan.spec.cost_model, case.job, [case.variant.hardware] * copies,
                              case.strategy, case.n_gpus, cache.of(case), plan.spec.top_n)
             else:
                 search_range(plan.spec.cost_model, case.job, case.variant.hardware,

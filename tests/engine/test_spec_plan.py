@@ -421,3 +421,31 @@ def test_plan_says_why_an_moe_job_has_no_2d_candidate(tmp_path, capsys):
     assert main(["plan", str(spec)]) == 0
     assert "1 case(s) have no candidate (2d (SUMMA) models dense multi-head blocks only, " \
            "not an MoE or MLA job's: 1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variants", [1, 3])
+def test_working_set_batches_no_more_variants_than_the_plan_has(variants, monkeypatch):
+    """The memory estimate searches a small space in a block of its variants as a run
+    would: as many as the plan has (one: the case alone), not DEFAULT_BLOCK // candidates
+    copies of one (936 copies of a 70-candidate case ran compiled loops a run never loads:
+    a first `sweep plan` of 95 s)."""
+    from sweep.engine.plan import SpaceCache, measure_working_set
+    from sweep.model import search
+
+    grid = {"hbm_GB": [80, 96, 120][:variants]} if variants > 1 else None
+    raw = {"name": "t", "jobs": ["llama3_8b"], "gpus": [3], "strategies": ["1d"],
+           "hardware": {"base": "H100-SXM", **({"grid": grid} if grid else {})}}
+    spec = parse_spec(raw, "t.yaml")
+    cache = SpaceCache(spec.cost_model)
+    plan = make_plan(spec, cache)
+    assert 4 * plan.cases.candidates.max() <= search.DEFAULT_BLOCK  # (a small space)
+    seen = []
+    real = search.search_cases
+
+    def counted(profile, job, hws, *args, **kw):
+        seen.append(len(hws))
+        return real(profile, job, hws, *args, **kw)
+
+    monkeypatch.setattr(search, "search_cases", counted)
+    assert measure_working_set(plan, cache) > 0
+    assert seen == [variants]
