@@ -656,8 +656,11 @@ def _heatmap(res: Results, opts: PlotOptions):
     map; contour lines at round speed-ups."""
     Figure = _mpl()
     axes_swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
-    x = opts.x or (axes_swept[0] if axes_swept else None)
-    y = opts.y or (axes_swept[1] if len(axes_swept) > 1 else None)
+    if opts.x and opts.x == opts.y:
+        raise SweepError(f"--x and --y both name {opts.x}: a heatmap needs two different "
+                         f"swept axes")
+    x = opts.x or next((a for a in axes_swept if a != opts.y), None)
+    y = opts.y or next((a for a in axes_swept if a != x), None)
     if x is None or y is None:
         raise SweepError(f"{res.path}: a heatmap needs two swept hardware axes; this sweep "
                          f"has {', '.join(axes_swept) or 'none'}")

@@ -699,3 +699,17 @@ def test_a_one_panel_figure_keeps_its_whole_title(grid):
     box = fig._suptitle.get_window_extent(renderer)
     assert 0 <= box.x0 and box.x1 <= fig.bbox.x1
     assert "\n" in fig._suptitle.get_text()
+
+
+def test_a_heatmap_of_one_axis_against_itself_is_refused(grid):
+    """--x and --y naming one axis: a one-line error (it was a pandas traceback); --x alone
+    naming the second swept axis takes the first as y (it took the same axis)."""
+    from sweep.errors import SweepError
+
+    res = open_results(grid)
+    with pytest.raises(SweepError, match="--x and --y both name hbm_GBps"):
+        draw(res, "heatmap", PlotOptions(n_gpus=16, x="hbm_GBps", y="hbm_GBps"))
+    fig, data = draw(res, "heatmap", PlotOptions(n_gpus=16, x="hbm_GiB"))
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith("HBM capacity")
+    assert ax.get_ylabel().startswith("HBM bandwidth")
