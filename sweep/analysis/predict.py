@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SweepError
-from ..model.candidates import enumerate_space, last_stage_layers, summa_models
+from ..model.candidates import enumerate_space, first_k_layers, last_stage_layers, summa_models
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.hardware import Hardware
 from ..model.job import Job
-from ..model.schema import CANDIDATE_DTYPE, Reason
+from ..model.schema import CANDIDATE_DTYPE, Reason, empty_candidates
 from ..model.search import DEFAULT_BLOCK
 from ..model.topn import best_positions
 
@@ -106,6 +106,11 @@ def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> 
         return f"{degrees} = {model} does not divide {n} GPUs"
     dp = cfg.get("dp", n // model)
     e, h, L, l, gbs = job.hidden, job.n_heads, job.n_layers, job.seq_len, job.global_batch
+    neutral = empty_candidates(1)[0]
+    for key, value in cfg.items():
+        if key not in _NERSC_KNOBS and value != int(neutral[key]):
+            return (f"{key} = {value}: nersc2024 searches tp, tp2 / cp, pp, dp, mbs, the SUMMA "
+                    f"panels (nb) and NVLink placements only")
     checks = [
         (dp * model == n, f"dp x {degrees} = {dp * model}, not {n} GPUs"),
         (h % tp == 0 and e % tp == 0, f"tp = {tp} must divide heads ({h}) and hidden ({e})"),
@@ -122,8 +127,7 @@ def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> 
     for ok, msg in checks:
         if not ok:
             return msg
-    return ("no NVLink placement / panel count among the candidates matches the nv_* / nb "
-            "given (placements must fill the domain exactly)")
+    return _unmatched(cfg, "nb")
 
 
 def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int]) -> str:
@@ -157,8 +161,12 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (vpp == 1 or (local and (local // mbs) % pp == 0),
          "interleaving needs the micro-batch count to be a multiple of pp"),
         (rec <= 4, f"recompute = {rec}: 0 none, 1 selective, 2 full, 3 first-k, 4 per-op"),
-        (rec != 3 or 0 < cfg.get("recompute_layers", 0) < -(-L // pp),
-         "recompute = 3 needs 0 < recompute_layers < layers per stage"),
+        (rec == 3 or not cfg.get("recompute_layers"),
+         "recompute_layers needs recompute = first-k (3)"),
+        (rec != 3 or cfg.get("recompute_layers", 0) in first_k_layers(-(-L // pp)),
+         f"first-k recompute is searched at recompute_layers = "
+         f"{', '.join(map(str, first_k_layers(-(-L // pp)))) or 'none'} (a quarter, half and "
+         f"three quarters of the {-(-L // pp)} layers of a stage at pp = {pp})"),
         (zero <= 3, f"zero = {zero}: stages are 0-3"),
         (job.is_moe or (ep == 1 and etp == 1), "ep and etp need a mixture-of-experts job"),
         (not job.is_moe or job.n_experts % ep == 0,
@@ -186,8 +194,23 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
             return msg
     if not job.training and (rec or zero or vpp > 1):
         return "forward-only jobs have no recompute, ZeRO or virtual stages"
-    return ("no NVLink placement among the candidates matches the nv_* given (placements "
-            "must fill the domain exactly)")
+    return _unmatched(cfg)
+
+
+#: the CANDIDATE fields the nersc2024 search sets (the others keep their neutral values)
+_NERSC_KNOBS = frozenset(("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "nv_tp", "nv_tp2",
+                          "nv_cp", "nv_dp", "nv_pp"))
+
+
+def _unmatched(cfg: Mapping[str, int], *also: str) -> str:
+    """Why no candidate matched when every rule checked holds: the NVLink placement given
+    (or ``also``: e.g. the SUMMA panels), or a combination the search does not make."""
+    given = [k for k in cfg if k.startswith("nv_") or k in also]
+    if given:
+        return (f"no candidate matches the {', '.join(given)} given (NVLink placements must "
+                f"fill the domain exactly; leave them out to take the best)")
+    return ("no candidate of this case has this combination of knobs (leave some out to see "
+            "the candidates that match the rest)")
 
 
 def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,

@@ -25,8 +25,8 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
-           "last_stage_layers", "FIRST_K_FRACTIONS", "summa_nb_options", "NERSC_STRATEGIES",
-           "summa_models"]
+           "last_stage_layers", "FIRST_K_FRACTIONS", "first_k_layers", "summa_nb_options",
+           "NERSC_STRATEGIES", "summa_models"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -738,6 +738,12 @@ def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) ->
 FIRST_K_FRACTIONS = (0.25, 0.5, 0.75)
 
 
+def first_k_layers(stage: int) -> list[int]:
+    """The first-k recompute depths searched for stages of ``stage`` layers: a quarter, half
+    and three quarters of them, rounded, strictly between 0 and ``stage``."""
+    return sorted({int(round(stage * q)) for q in FIRST_K_FRACTIONS} - {0, stage})
+
+
 def summa_models(job: Job) -> bool:
     """Whether the calibrated profile's 2d strategy (SUMMA) models the job's blocks: dense
     multi-head ones only, not mixture-of-experts or MLA blocks."""
@@ -822,8 +828,7 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
         if job.training:
             policies += [(Recompute.SELECTIVE, 0), (Recompute.OP_SAC, 0), (Recompute.FULL, 0)]
-            ks = sorted({int(round(stage * q)) for q in FIRST_K_FRACTIONS} - {0, stage})
-            policies += [(Recompute.FIRST_K, k) for k in ks]
+            policies += [(Recompute.FIRST_K, k) for k in first_k_layers(stage)]
         pol = np.array(policies, dtype=np.int64)
         for v in vpps:
             # interleaving needs the micro-batch count to be a multiple of pp

@@ -63,6 +63,26 @@ def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert err.count("\n") == 1 and message in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--job", "llama3_70b", "--hardware", "H100-SXM", "--gpus", "256", "--config",
+      "tp=8,pp=4,mbs=1,recompute=first-k,recompute_layers=2"],
+     "first-k recompute is searched at recompute_layers = 5, 10, 15"),
+    (["--job", "llama3_70b", "--hardware", "H100-SXM", "--gpus", "256", "--config",
+      "tp=8,pp=4,mbs=1,recompute_layers=3"], "recompute_layers needs recompute = first-k"),
+    (["--profile", "nersc2024", "--job", "gpt3_1T", "--hardware", "nersc-B200", "--gpus",
+      "4096", "--config", "tp=4,pp=8,recompute=full"],
+     "recompute = 2: nersc2024 searches tp, tp2 / cp, pp, dp, mbs"),
+    (["--profile", "nersc2024", "--job", "gpt3_1T", "--hardware", "nersc-B200", "--gpus",
+      "4096", "--config", "tp=4,pp=8,zero=1"], "zero = 1: nersc2024 searches"),
+])
+def test_predict_names_the_knob_the_search_does_not_try(capsys, argv, message):
+    """A value the search never tries is named as such (it read "no NVLink placement
+    matches the nv_* given" though no nv_* was given)."""
+    code, out, err = run(capsys, "predict", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert message in err and "matches the nv_" not in err
+
+
 def test_unknown_hardware_lists_known(capsys):
     code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "X900",
                        "--gpus", "8")
