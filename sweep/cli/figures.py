@@ -23,6 +23,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     if args.data and not Path(args.data).resolve().parent.is_dir():  # (before the figure)
         raise SweepError(f"--data: {Path(args.data).parent} is not a directory")
+    if args.data and Path(args.data).is_dir():
+        raise SweepError(f"--data: {args.data} is a directory; give a CSV file name")
     res = open_results(args.results)
     data = save(res, args.kind, args.output, _plot_options(args))
     if args.data:

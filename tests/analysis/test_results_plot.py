@@ -324,6 +324,10 @@ def test_plot_command(nersc, tmp_path, capsys):
     assert err.count("\n") == 1 and "needs two swept hardware axes" in err
     assert main(["plot", str(nersc), "--kind", "scaling", "-o", str(tmp_path / "x.jpg")]) == 2
     assert "must end in .png, .svg, .pdf" in capsys.readouterr().err
+    # --data naming a folder: refused before the figure is written
+    assert main(["plot", str(nersc), "--kind", "scaling", "-o", str(tmp_path / "d.png"),
+                 "--data", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err and not (tmp_path / "d.png").exists()
     with pytest.raises(SystemExit) as exc:
         main(["plot", str(nersc), "--kind", "pie", "-o", str(out)])
     assert exc.value.code == 2
