@@ -210,10 +210,15 @@ def list_names(kind: str, near: Path | None = None) -> list[str]:
 
 
 def _unknown(kind: str, name: str, source: str, key: str, near: Path | None) -> SpecError:
+    what = kind[:-1] if kind == "jobs" else kind
+    if Path(name).suffix in (".yaml", ".yml"):  # (a file name: looked up as a path)
+        where = [str(Path(name))] if Path(name).is_absolute() else \
+            [str((b / name)) for b in ([near] if near else []) + [Path.cwd()]]
+        return SpecError(source, key, f"{what} file {name!r} not found (looked for "
+                                      f"{' and '.join(dict.fromkeys(where))})")
     known = list_names(kind, near)
     hint = f"; known: {', '.join(known)}" if known else ""
-    return SpecError(source, key, f"unknown {kind[:-1] if kind == 'jobs' else kind} "
-                                  f"{name!r} (no {kind}/{name}.yaml found){hint}")
+    return SpecError(source, key, f"unknown {what} {name!r} (no {kind}/{name}.yaml found){hint}")
 
 
 #: per-generation parameters of the calibrated profile, next to the hardware files

@@ -83,10 +83,16 @@ def test_predict_names_the_knob_the_search_does_not_try(capsys, argv, message):
     assert message in err and "matches the nv_" not in err
 
 
-def test_unknown_hardware_lists_known(capsys):
+def test_unknown_hardware_lists_known(capsys, tmp_path):
     code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "X900",
                        "--gpus", "8")
     assert code == 2 and "unknown hardware 'X900'" in err and "H100-SXM" in err
+    # a file name that is not there: the path looked for, not jobs/<name>.yaml.yaml
+    missing = tmp_path / "nothere.yaml"
+    code, _, err = run(capsys, "predict", "--job", str(missing), "--hardware", "H100-SXM",
+                       "--gpus", "8")
+    assert code == 2 and err.count("\n") == 1
+    assert f"job file '{missing}' not found (looked for {missing})" in err
 
 
 @pytest.mark.slow  # (10 s: every workload run; CI runs it with the slow tests)
