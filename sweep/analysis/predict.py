@@ -79,6 +79,8 @@ def parse_config(text: str) -> dict[str, int]:
             raise SweepError(f"--config: {item!r} is not key=value")
         if key not in CONFIG_KEYS:
             raise SweepError(f"--config: unknown key {key!r}; valid: {', '.join(CONFIG_KEYS)}")
+        if key in out:
+            raise SweepError(f"--config: {key} is given twice")
         named = _RECOMPUTE_BY_NAME.get(value.strip().lower()) if key == "recompute" else None
         try:
             v = named if named is not None else int(value)

@@ -54,6 +54,7 @@ def test_calibrated_predict_json_has_no_per_op_flops_it_does_not_compute(capsys)
     (["--config", "tp=7,pp=1,dp=1"], "dp x tp x pp = 7, not 4096 GPUs"),
     (["--config", "tq=3"], "--config: unknown key 'tq'; valid: dp, tp"),
     (["--config", "tp=x"], "--config: tp: expected an integer, got 'x'"),
+    (["--config", "tp=8,tp=4"], "--config: tp is given twice"),
     (["--strategy", "3d"], "--strategy: '3d' is not a strategy of nersc2024"),
 ])
 def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
