@@ -180,6 +180,8 @@ class _Progress:
         import time
 
         total, done = p["candidates"], p["candidates_done"]
+        if total == 0:  # (nothing left to compute: an earlier run did it all)
+            return
         if self.tty:
             if self.bar is None:
                 from tqdm import tqdm
@@ -220,6 +222,10 @@ def _abort_one_rank(comm, message: str) -> None:
 def _print_run_summary(s) -> None:
     busy = s.busy_s or [0.0]
     shard = f" (shard {s.shard[0]}/{s.shard[1]})" if s.shard else ""
+    if s.evaluated == 0 and s.resumed_units:
+        print(f"sweep {s.plan.spec.name}{shard}: nothing left to compute: its "
+              f"{s.resumed_units} work unit(s) were done by an earlier attempt")
+        return
     print(f"sweep {s.plan.spec.name}{shard}: {s.evaluated:,} candidates evaluated on {s.ranks} "
           f"rank(s) in {s.wall_s:.2f} s wall "
           f"({s.evaluated / max(sum(busy), 1e-9):,.0f} per busy core-second)")

@@ -393,6 +393,15 @@ def test_running_a_finished_spec_again_shows_its_results(finished, tmp_path):
     summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, warn=said.append))
     assert summary.evaluated == 0 and summary.reduced.complete
     assert "already holds a complete run of this spec" in said[0]
+    from contextlib import redirect_stdout
+
+    from sweep.cli.run import _print_run_summary
+    printed = io.StringIO()
+    with redirect_stdout(printed):  # (not "0 candidates evaluated ... (0 per busy core-second)")
+        _print_run_summary(summary)
+    assert printed.getvalue() == (f"sweep small: nothing left to compute: its "
+                                  f"{summary.resumed_units} work unit(s) were done by an "
+                                  f"earlier attempt\n")
     with h5py.File(again / "sweep.h5", "r") as a, h5py.File(out / "sweep.h5", "r") as b:
         assert a["top"][:].tobytes() == b["top"][:].tobytes()
         assert a["cases"][:].tobytes() == b["cases"][:].tobytes()
