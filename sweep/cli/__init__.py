@@ -24,8 +24,17 @@ __all__ = ["main", "build_parser"]
 GROUPS = (run, slurm, predict, figures, validate, bench)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line on stderr, exit code 2, as every other bad input is
+    (argparse prints the whole usage block first); its subcommands' parsers are of this
+    class too (add_subparsers takes the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sweep", description="MPI-parallel design-space sweeps for distributed "
                                   "transformer training.")
     parser.add_argument("--version", action="version", version=f"sweep {__version__}")

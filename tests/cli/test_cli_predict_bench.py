@@ -30,6 +30,9 @@ def test_predict_table_rows_sum_to_the_step_time(capsys):
     assert report["result"]["samples_per_s"] == pytest.approx(479.376, abs=5e-4)  # published
     names = [op["name"] for op in report["ops"]]
     assert names[:3] == ["fc1", "fc1-bias", "act1"] and names[-1] == "data-parallel comm"
+    # the same time columns as the calibrated profile's rows (EP: none in nersc2024)
+    assert all({"compute_s", "memory_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+                "other_s"} <= set(op) for op in report["ops"])
     code, text, _ = run(capsys, "predict", "--profile", "nersc2024", "--job", "gpt3_1T",
                         "--hardware", "nersc-B200", "--nvlink-domain", "8", "--gpus", "4096",
                         "--strategy", "2d",
@@ -142,3 +145,16 @@ def test_predict_says_2d_is_for_dense_blocks(capsys):
                          "--gpus", "8", "--strategy", "2d")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "SUMMA is modelled for dense multi-head blocks only; job qwen3_30b_a3b has MoE" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "--limit", "0", "x.yaml"],
+                                  ["predict", "--gpus", "0", "--job", "a", "--hardware", "b"],
+                                  ["frobnicate"], []])
+def test_an_argument_error_is_one_line_and_exit_2(capsys, argv):
+    """Bad arguments (argparse's own checks) are one line and exit 2 like every other bad
+    input, not the usage block first."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "error:" in err
+    assert "--help)" in err and "usage:" not in err

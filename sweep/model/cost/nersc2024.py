@@ -413,7 +413,8 @@ def op_table(job: Job, hw: Hardware, strategy: str, c,
     """Per-iteration seconds of every op (summed over micro-batches and the stage's layers),
     then the pipeline p2p, the bubble and the data-parallel rows: they add up to
     ``step_time_s``. Each row: name, time_s, compute_s, memory_s, tp_comm_s, cp_comm_s,
-    other_s (the non-op rows), flops, weight_bytes, act_bytes (per GPU, whole stage)."""
+    ep_comm_s (0: no experts here), other_s (the non-op rows), flops, weight_bytes,
+    act_bytes (per GPU, whole stage)."""
     timed = time_ops(layer_ops(job, hw, strategy, c, defects), hw)
     layer = summarize_layer(timed)
     tot = totals(job, strategy, c, layer, hw, defects)
@@ -428,12 +429,14 @@ def op_table(job: Job, hw: Hardware, strategy: str, c,
         rows.append({"name": o.name, "time_s": (o.t_fwd_s + o.t_bwd_s) * reps,
                      "compute_s": o.compute_s * reps, "memory_s": o.memory_s * reps,
                      "tp_comm_s": o.comm_s.get("tp", zero) * reps,
-                     "cp_comm_s": o.comm_s.get("cp", zero) * reps, "other_s": zero,
+                     "cp_comm_s": o.comm_s.get("cp", zero) * reps, "ep_comm_s": zero,
+                     "other_s": zero,
                      "flops": o.flops * reps, "weight_bytes": o.weight_bytes * layers_per_stage,
                      "act_bytes": o.act_bytes * layers_per_stage * in_flight})
     for name, key in (("pipeline p2p", "t_pp_comm_s"), ("pipeline bubble", "t_bubble_s"),
                       ("data-parallel comm", "t_dp_comm_s")):
         rows.append({"name": name, "time_s": tot[key], "compute_s": zero, "memory_s": zero,
-                     "tp_comm_s": zero, "cp_comm_s": zero, "other_s": tot[key], "flops": zero,
-                     "weight_bytes": zero, "act_bytes": zero})
+                     "tp_comm_s": zero, "cp_comm_s": zero, "ep_comm_s": zero,
+                     "other_s": tot[key], "flops": zero, "weight_bytes": zero,
+                     "act_bytes": zero})
     return rows
