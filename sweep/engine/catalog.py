@@ -213,7 +213,7 @@ def _unknown(kind: str, name: str, source: str, key: str, near: Path | None) -> 
     what = kind[:-1] if kind == "jobs" else kind
     if Path(name).suffix in (".yaml", ".yml"):  # (a file name: looked up as a path)
         where = [str(Path(name))] if Path(name).is_absolute() else \
-            [str((b / name)) for b in ([near] if near else []) + [Path.cwd()]]
+            [str(b / name) for b in ([near] if near else []) + [Path.cwd()]]
         return SpecError(source, key, f"{what} file {name!r} not found (looked for "
                                       f"{' and '.join(dict.fromkeys(where))})")
     known = list_names(kind, near)
