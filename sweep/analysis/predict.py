@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SweepError
-from ..model.candidates import enumerate_space, first_k_layers, last_stage_layers, summa_models
+from ..model.candidates import (
+    NERSC_FIELDS,
+    enumerate_space,
+    first_k_layers,
+    last_stage_layers,
+    summa_models,
+)
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.hardware import Hardware
@@ -110,7 +116,7 @@ def _diagnose_nersc(job: Job, n: int, strategy: str, cfg: Mapping[str, int]) -> 
     e, h, L, l, gbs = job.hidden, job.n_heads, job.n_layers, job.seq_len, job.global_batch
     neutral = empty_candidates(1)[0]
     for key, value in cfg.items():
-        if key not in _NERSC_KNOBS and value != int(neutral[key]):
+        if key not in NERSC_FIELDS and value != int(neutral[key]):
             return (f"{key} = {value}: nersc2024 searches tp, tp2 / cp, pp, dp, mbs, the SUMMA "
                     f"panels (nb) and NVLink placements only")
     checks = [
@@ -197,11 +203,6 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
     if not job.training and (rec or zero or vpp > 1):
         return "forward-only jobs have no recompute, ZeRO or virtual stages"
     return _unmatched(cfg)
-
-
-#: the CANDIDATE fields the nersc2024 search sets (the others keep their neutral values)
-_NERSC_KNOBS = frozenset(("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", "nv_tp", "nv_tp2",
-                          "nv_cp", "nv_dp", "nv_pp"))
 
 
 def _unmatched(cfg: Mapping[str, int], *also: str) -> str:

@@ -26,7 +26,7 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
            "last_stage_layers", "FIRST_K_FRACTIONS", "first_k_layers", "summa_nb_options",
-           "NERSC_STRATEGIES", "summa_models"]
+           "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -143,7 +143,8 @@ class CandidateSpace:
 
     def __init__(self, base: np.ndarray, axes: list[InnerAxis] | tuple = ()) -> None:
         """``base``: the base rows as ``CANDIDATE_DTYPE``, or as an (F, B) int64 matrix
-        (every CANDIDATE field's row, in the dtype's order: base_matrix)."""
+        (every CANDIDATE field's row, in the dtype's order), which the space keeps as it is:
+        not to be changed afterwards."""
         if base.dtype == CANDIDATE_DTYPE:
             # (F, B) every field of every base row as int64
             self._base_matrix = np.empty((len(CANDIDATE_DTYPE.names), len(base)), np.int64)
@@ -658,6 +659,10 @@ def _nv_axis(base, nvs: int, groups: tuple[str, ...]) -> InnerAxis:
         return np.concatenate([fits[:, None], divides & ~fits[:, None]], axis=1)
 
     return InnerAxis.by_key(options, len(base[groups[0]]), lambda: _row_key(base, groups), rule)
+
+
+#: the CANDIDATE fields enumerate_nersc sets (the others keep empty_candidates' values)
+NERSC_FIELDS = frozenset(("dp", "tp", "tp2", "cp", "pp", "mbs", "nb", *_NV_DEGREE))
 
 
 def enumerate_nersc(job: Job, n_gpus: int, strategy: str, nvlink_domain: int) -> CandidateSpace:

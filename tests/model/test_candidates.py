@@ -236,3 +236,16 @@ def test_shared_masks_equal_each_rows_own(space_of, monkeypatch):
         want, got = own.columns(start, start + 5000), shared.columns(start, start + 5000)
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("strategy", ["1d", "2d", "2d-seqp"])
+def test_a_nersc_space_sets_only_its_fields(strategy):
+    """The fields outside NERSC_FIELDS (what sweep predict says nersc2024 does not search)
+    keep their neutral values in every candidate of a NERSC space."""
+    space = enumerate_nersc(load_job("gpt3_1T"), 4096, strategy, 8)
+    cols = space.columns(0, space.size)
+    neutral = empty_candidates(1)[0]
+    for name in CANDIDATE_DTYPE.names:
+        if name not in candidates.NERSC_FIELDS and name != "index":
+            assert (cols[name] == neutral[name]).all(), name
+    assert (cols["pp"] > 1).any() and (cols["mbs"] > 1).any()

@@ -1213,8 +1213,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # executed FLOPs per GPU (the HFU numerator), averaged over the pipeline stages as the
     # model FLOPs are over the GPUs: every block with its recompute (first-k: the first k
     # blocks of each stage once more forward), the MTP depths (a block of the last kind,
-    # the [h; emb] projection and one more LM head each), the LM head GEMMs (forward and
-    # two backward)
+    # the [h; emb] projection 2e -> e and one more LM head each: DeepSeek-V3 section 2.2,
+    # lay's eh_f / eh_b GEMMs), the LM head GEMMs (forward and two backward)
     head_flops = np.where(has_vocab, 2.0 * T * V / t * e * (1.0 + 2.0 * training), 0.0)
     nm_all = moe.moe_layers_before(x, L) if moe_on else 0.0
     k = np.where(r == Recompute.FIRST_K, as_array(c["recompute_layers"], dtype=np.float64), 0.0)
