@@ -13,7 +13,7 @@ import operator
 import numpy as np
 
 __all__ = ["CANDIDATE_FIELDS", "CANDIDATE_DTYPE", "METRIC_FIELDS", "RESULT_DTYPE", "Reason",
-           "Recompute", "UNITS", "empty_candidates", "empty_results"]
+           "Recompute", "UNITS", "empty_candidates", "empty_results", "concat_records"]
 
 #: (name, numpy type, meaning); candidate = one parallel configuration of one case
 CANDIDATE_FIELDS = [
@@ -130,3 +130,20 @@ def empty_candidates(n: int) -> np.ndarray:
 def empty_results(n: int) -> np.ndarray:
     """``(n,) RESULT_DTYPE`` of zeros."""
     return np.zeros(n, RESULT_DTYPE)
+
+
+def concat_records(tables: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """``np.concatenate`` of structured tables of ``dtype``, in its ``dtype`` object.
+
+    numpy promotes two structured dtypes field by field in Python on every call, even equal
+    ones (``_promote_fields``: 0.12 s to join 1,300 top-N tables, 0.13 ms a pair), so the
+    tables are joined as raw records of the same size and viewed back; if any table has
+    another dtype (a file's, say), this is ``np.concatenate`` itself.
+    """
+    dtype = np.dtype(dtype)
+    if not tables:
+        return np.zeros(0, dtype)
+    if not all(t.dtype == dtype for t in tables):
+        return np.concatenate(tables)
+    record = np.dtype((np.void, dtype.itemsize))
+    return np.concatenate([np.ascontiguousarray(t).view(record) for t in tables]).view(dtype)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .schema import RESULT_DTYPE
+from .schema import RESULT_DTYPE, concat_records
 
 __all__ = ["best_positions", "select_top_n", "merge_top_n"]
 
@@ -52,4 +52,4 @@ def merge_top_n(tables: Iterable[np.ndarray], n: int) -> np.ndarray:
     tables = [t for t in tables if len(t)]
     if not tables:
         return np.zeros(0, dtype=RESULT_DTYPE)
-    return select_top_n(np.concatenate(tables), n)
+    return select_top_n(concat_records(tables, RESULT_DTYPE), n)

@@ -89,3 +89,21 @@ def test_a_kept_top_n_shares_the_result_dtype():
     kept = merge_top_n([a[:10], a[10:]], 5)
     assert kept.dtype is RESULT_DTYPE
     assert list(kept["index"]) == [29, 28, 27, 26, 25]
+
+
+def test_concat_records_is_np_concatenate_in_the_dtype_itself():
+    from sweep.model.schema import concat_records
+
+    rng = np.random.default_rng(3)
+    tables = [np.zeros(int(rng.integers(0, 7)), RESULT_DTYPE) for _ in range(40)]
+    for t in tables:
+        for name in RESULT_DTYPE.names:
+            t[name] = rng.integers(0, 1000, len(t)).astype(t[name].dtype)
+    tables.append(np.zeros(12, RESULT_DTYPE)[::3])  # a strided view
+    joined, plain = concat_records(tables, RESULT_DTYPE), np.concatenate(tables)
+    assert joined.dtype is RESULT_DTYPE
+    assert joined.tobytes() == plain.astype(RESULT_DTYPE).tobytes()
+    assert len(concat_records([], RESULT_DTYPE)) == 0
+    # a table of another dtype: numpy's own concatenation
+    other = np.zeros(2, [("index", "i8"), ("samples_per_s", "f8")])
+    assert concat_records([other, other], RESULT_DTYPE).dtype == other.dtype
