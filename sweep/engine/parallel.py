@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,17 @@ class SerialComm:
         """The largest signal number any rank stopped on (0: none); see MpiComm."""
         return signum
 
+    def ask_work(self) -> None:
+        """Ask rank 0 for a piece of shared work (one rank shares none)."""
+        raise RuntimeError("a communicator of one rank has no one to ask for work")
+
+    def poll_work(self) -> tuple[bool, int]:
+        """Whether the answer to ``ask_work`` has come, and the piece (-1: none left)."""
+        raise RuntimeError("a communicator of one rank has no one to ask for work")
+
+    def serve_work(self, deal: Callable[[], int]) -> None:
+        """Rank 0: answer the requests for work that have arrived (none)."""
+
 
 class MpiComm:
     """Wraps an mpi4py communicator (a duplicate of COMM_WORLD, so our traffic is ours)."""
@@ -80,6 +92,9 @@ class MpiComm:
     #: message tags of progress posts and stop requests (on our duplicate communicator)
     PROGRESS_TAG = 77
     STOP_TAG = 78
+    #: a rank's request for a piece of the shared work, and rank 0's answer
+    WORK_TAG = 79
+    WORK_ANSWER_TAG = 80
 
     def __init__(self, comm: Any) -> None:
         self._comm = comm
@@ -88,6 +103,9 @@ class MpiComm:
         self._posts: list[Any] = []
         self._stops: list[Any] = []
         self._stop_seen = 0
+        self._asks: list[Any] = []  # sends of this rank's requests for work
+        self._answer: Any = None  # the receive of rank 0's answer to the last one
+        self._answers: list[Any] = []  # rank 0: sends of its answers
 
     def _wait(self, request: Any, timeout_s: float | None) -> bool:
         start = time.monotonic()
@@ -195,6 +213,37 @@ class MpiComm:
                 self.abort(143)
         self.poll_stop()  # drain requests that crossed the agreement
         return int(out[0])
+
+    def ask_work(self) -> None:
+        """Ask rank 0 for the next piece of shared work, without waiting: the answer comes
+        through ``poll_work`` (one request at a time)."""
+        if self._answer is not None:
+            raise RuntimeError("a request for work is already waiting for its answer")
+        self._asks = [r for r in self._asks if not r.Test()]
+        self._asks.append(self._comm.isend(self.rank, dest=0, tag=self.WORK_TAG))
+        self._answer = self._comm.irecv(source=0, tag=self.WORK_ANSWER_TAG)
+
+    def poll_work(self) -> tuple[bool, int]:
+        """Whether rank 0 has answered the last ``ask_work``, and its answer: the piece to
+        search (-1: none left)."""
+        if self._answer is None:
+            raise RuntimeError("no request for work is waiting for an answer")
+        arrived, piece = self._answer.test()
+        if not arrived:
+            return False, -1
+        self._answer = None
+        return True, int(piece)
+
+    def serve_work(self, deal: Callable[[], int]) -> None:
+        """Rank 0: answer each request for work that has arrived with ``deal()``, without
+        waiting for the answers to be received. Cheap when none has (a probe)."""
+        from mpi4py import MPI
+
+        while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=self.WORK_TAG):
+            source = int(self._comm.recv(source=MPI.ANY_SOURCE, tag=self.WORK_TAG))
+            self._answers = [r for r in self._answers if not r.Test()]
+            self._answers.append(self._comm.isend(int(deal()), dest=source,
+                                                  tag=self.WORK_ANSWER_TAG))
 
 
 def launched_tasks() -> int:

@@ -7,6 +7,13 @@ many small ones are packed together, and every rank gets a share of every part o
 so costs the estimate misses (one job's candidates cost more than another's, measured up to
 1.45x with one contiguous run per rank) even out. The estimated cost of a unit is its
 candidate count plus a fixed per-unit overhead (enumeration, bookkeeping) in candidates.
+
+With more than one rank, the last ``SHARED_FRACTION`` of the plan (by estimated cost) is not
+dealt in advance: it is cut into ``SHARED_CHUNKS`` pieces per rank that ranks take, in order,
+when their own share is done (``share_units``; the runner hands them out). A rank on a
+slower or busier core, or given the costlier candidates, then takes fewer pieces instead of
+finishing last: the static share alone left the two ranks of a 2-core VM 1 - 12 % apart
+in busy time on nersc-flops-capacity (docs/speed.md, "Strong scaling").
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["assign_units", "shard_of_units", "shard_worker", "SHARD_STRIDE", "MAX_SHARDS",
-           "imbalance", "unit_progress", "UNIT_OVERHEAD", "CHUNKS"]
+           "imbalance", "unit_progress", "UNIT_OVERHEAD", "CHUNKS", "share_units",
+           "SHARED_FRACTION", "SHARED_CHUNKS"]
 
 #: per-unit fixed cost, in candidate-equivalents (measured: ~3.6 ms per unit at ~2 M
 #: candidates per second)
@@ -46,6 +54,52 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
     runs = n_ranks * chunks
     run = np.clip(np.floor(middle / end[-1] * runs).astype(np.int64), 0, runs - 1)
     return run % n_ranks
+
+
+#: share of the estimated cost left to ranks that finish their own share first: enough to
+#: absorb one core running 25 % slower than the other (a 2-core VM with both cores busy)
+SHARED_FRACTION = 0.3
+#: pieces of the shared tail per rank (each ~2 % of a rank's work at SHARED_FRACTION 0.3:
+#: the most the ranks' finishing times can differ by, besides one unit's cost)
+SHARED_CHUNKS = 16
+
+
+def share_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
+                chunks: int = CHUNKS, shared: float = SHARED_FRACTION,
+                shared_chunks: int = SHARED_CHUNKS) -> tuple[np.ndarray, np.ndarray]:
+    """Units dealt in advance (:func:`assign_units` on the plan's head) and the plan's tail
+    cut into pieces of near-equal cost, taken in order by whichever rank asks first.
+
+    Args:
+        sizes: (U,) candidates per unit, in plan order.
+        n_ranks: number of ranks (>= 1); one rank shares nothing.
+        overhead: per-unit cost in candidates.
+        chunks: runs per rank of the dealt head.
+        shared: share of the total cost in the tail, in [0, 1).
+        shared_chunks: pieces of the tail per rank (>= 1).
+
+    Returns:
+        (U,) int64 rank of each dealt unit (-1: in the tail), and (U,) int64 piece of each
+        tail unit (0, 1, ... in the order they are handed out; -1: dealt).
+    """
+    if not 0.0 <= shared < 1.0 or shared_chunks < 1:
+        raise ValueError("expecting 0 <= shared < 1 and shared_chunks >= 1")
+    cost = np.asarray(sizes, dtype=np.float64) + overhead
+    owner = np.full(len(cost), -1, np.int64)
+    piece = np.full(len(cost), -1, np.int64)
+    if n_ranks == 1 or shared == 0.0 or len(cost) == 0:
+        owner[:] = assign_units(sizes, n_ranks, overhead, chunks)
+        return owner, piece
+    end = np.cumsum(cost)
+    middle = end - cost / 2  # a unit belongs where its midpoint lies
+    head = middle < (1.0 - shared) * end[-1]
+    owner[head] = assign_units(np.asarray(sizes)[head], n_ranks, overhead, chunks)
+    tail_start = end[head][-1] if head.any() else 0.0
+    pieces = n_ranks * shared_chunks
+    fraction = (middle[~head] - tail_start) / (end[-1] - tail_start)
+    cut = np.clip(np.floor(fraction * pieces).astype(np.int64), 0, pieces - 1)
+    piece[~head] = np.unique(cut, return_inverse=True)[1]  # numbered without gaps
+    return owner, piece
 
 
 #: worker ids a shard owns: rank r of shard I is worker I * SHARD_STRIDE + r (its part file

@@ -5,9 +5,11 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
 1. rank 0 validates the spec, prepares the run folder (refusing to mix runs) and reads what
    earlier attempts finished; the outcome, or the error, is broadcast so all ranks agree;
 2. every rank builds the same plan and takes its share of the pending work units
-   (``partition.assign_units``), continuing from its own earlier part file on ``--resume``;
+   (``partition.share_units``), continuing from its own earlier part file on ``--resume``;
 3. each rank searches its units, keeps a top-N per case and rewrites ``part-<rank>.h5``
-   atomically every ``checkpoint_s`` seconds and at the end;
+   atomically every ``checkpoint_s`` seconds and at the end; the plan's tail is not dealt
+   in advance: rank 0 hands its pieces out to the ranks that finish their share first
+   (``_Share``);
 4. SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) makes every rank finish its current unit,
    write its part file and stop: the run can be resumed, with any number of ranks;
 5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
@@ -38,18 +40,19 @@ import numpy as np
 
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
-from ..model.schema import RESULT_DTYPE, Reason
+from ..model.schema import RESULT_DTYPE, Reason, concat_records
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .catalog import load_checked
 from .lock import RunLock
+from .parallel import STOP_GRACE_S
 from .partition import (
     MAX_SHARDS,
     SHARD_STRIDE,
-    assign_units,
     imbalance,
     shard_of_units,
     shard_worker,
+    share_units,
     unit_progress,
 )
 from .plan import (
@@ -315,7 +318,7 @@ class _State:
         ids = sorted(self.tops)
         if not ids:
             return done, np.zeros(0, TOP_DTYPE)
-        rows = np.concatenate([self.tops[cid] for cid in ids])
+        rows = concat_records([self.tops[cid] for cid in ids], RESULT_DTYPE)
         counts = np.array([len(self.tops[cid]) for cid in ids])
         top = np.zeros(len(rows), TOP_DTYPE)
         for name in RESULT_DTYPE.names:
@@ -323,6 +326,72 @@ class _State:
         top["case_id"] = np.repeat(ids, counts)
         top["place"] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         return done, top
+
+
+class _Share:
+    """The shared tail of a run's work (``partition.share_units``): rank 0 hands its pieces
+    out in order, to itself and to whichever rank asks first. Another rank asks for its
+    next piece as soon as it starts one, so that the answer (given by rank 0 between two
+    blocks of its own search, or while it waits at the end) is there when it needs it."""
+
+    def __init__(self, comm, units: np.ndarray, piece: np.ndarray) -> None:
+        self.comm, self.units = comm, units
+        # piece k is units[bounds[k]:bounds[k + 1]] (pieces are contiguous and in order)
+        self.bounds = np.searchsorted(piece, np.arange(int(piece.max(initial=-1)) + 2))
+        self.pieces = len(self.bounds) - 1
+        self.dealt = 0  # rank 0: pieces handed out
+        self.asked = False  # another rank: a request waits for its answer
+
+    def _deal(self) -> int:
+        if self.dealt >= self.pieces:
+            return -1
+        self.dealt += 1
+        return self.dealt - 1
+
+    def serve(self) -> None:
+        """Rank 0: answer the requests that have arrived (a probe when none has)."""
+        if self.pieces and self.comm.rank == 0:
+            self.comm.serve_work(self._deal)
+
+    def _answer(self, halted: Callable[[], int], timeout_s: float | None = None) -> int:
+        """Wait (politely) for rank 0's answer: the piece, or -1 (none left, a stop came
+        while waiting, or no answer within ``timeout_s``)."""
+        start, delay = time.monotonic(), 1e-4
+        while True:
+            arrived, piece = self.comm.poll_work()
+            if arrived:
+                self.asked = False
+                return piece
+            if halted() or (timeout_s is not None and time.monotonic() - start > timeout_s):
+                return -1
+            time.sleep(delay)
+            delay = min(2 * delay, 0.01)
+
+    def take(self, halted: Callable[[], int]) -> np.ndarray | None:
+        """The units of this rank's next piece (None: no piece left, or a stop came)."""
+        if not self.pieces:
+            return None
+        if self.comm.rank == 0:
+            piece = self._deal()
+        else:
+            if not self.asked:
+                self.comm.ask_work()
+                self.asked = True
+            piece = self._answer(halted)
+            if piece >= 0:  # the answer for the next comes while this one is searched
+                self.comm.ask_work()
+                self.asked = True
+        if piece < 0:
+            return None
+        return self.units[self.bounds[piece]:self.bounds[piece + 1]]
+
+    def settle(self, halted: Callable[[], int]) -> None:
+        """Before the run's end: take in the answer to a request still open (its piece is
+        left to a resumed run), so that no message is left in flight. Rank 0 answers while
+        it waits at the end; if it does not within STOP_GRACE_S (it is stuck), the end's
+        agreement aborts the job anyway."""
+        if self.asked:
+            self._answer(lambda: 0, timeout_s=STOP_GRACE_S)
 
 
 class _StopFlag:
@@ -522,8 +591,6 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         # the work left, shared afresh among this run's ranks
         worker, workers = comm.rank, comm.size
         pending = units[open_]
-        owner = assign_units(pending["stop"] - pending["start"], workers)
-        mine = pending[owner == worker]
         resumed = int(np.count_nonzero(~open_))
     else:
         # a fixed share of all units, so that shards starting at different times never overlap
@@ -532,9 +599,10 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         worker, workers = shard_worker(index, comm.rank), count * comm.size
         ours = shard_of_units(plan.units["stop"] - plan.units["start"], count) == index
         pending = units[open_ & ours]
-        owner = assign_units(pending["stop"] - pending["start"], comm.size)
-        mine = pending[owner == comm.rank]
         resumed = int(np.count_nonzero(ours & ~open_))  # this shard's share only
+    owner, piece = share_units(pending["stop"] - pending["start"], comm.size)
+    mine = pending[owner == comm.rank]
+    share = _Share(comm, pending[owner < 0], piece[owner < 0])
     state = _State(spec.top_n, np.bincount(mine["case_id"], minlength=len(plan.cases)))
     my_part = part_path(out, worker)
     if resume and my_part.exists():  # keep what this worker's part holds
@@ -580,11 +648,13 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     evaluated = 0
     busy = 0.0
     last_flush = time.monotonic()
-    total_mine = int((mine["stop"] - mine["start"]).sum())
+    taken = [mine]  # this rank's units: its dealt share, then the pieces it took
     tracker = _Tracker(comm, options.progress, int((pending["stop"] - pending["start"]).sum()),
                        start_wall)
     # fault injection for the test of the abort path: the named rank fails on its first unit
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
+    # a slow rank for the test of the shared tail ("RANK:SECONDS": it sleeps before each group)
+    slow_rank, _, slow_s = os.environ.get("SWEEP_TEST_SLOW_RANK", "").partition(":")
     with _StopFlag() as stop:
         sent = False
 
@@ -598,53 +668,72 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             return stop.signal or comm.poll_stop()
 
         def yield_after(n: int) -> bool:  # between blocks: progress, stop, checkpoint
+            share.serve()
             tracker.update(evaluated + n, final=False)
             return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
 
-        for batch, cases in _batches(plan, mine, options.block_size):
-            if fail_rank == str(comm.rank):
-                if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # a part it cannot write
-                    raise StoreError(f"injected store failure on rank {comm.rank}")
-                raise RuntimeError(f"injected failure on rank {comm.rank} (SWEEP_TEST_FAIL_RANK)")
-            if len(batch) > 1:  # whole small cases differing only in hardware: one search
-                first = cases[0]
-                t0 = time.perf_counter()
-                results = search_cases(spec.cost_model, first.job,
-                                       [c.variant.hardware for c in cases], first.strategy,
-                                       first.n_gpus, cache.of(first), spec.top_n,
-                                       options.block_size)
-                dt = time.perf_counter() - t0
-                busy += dt
-                for u, result in zip(batch, results):
+        def search(units: np.ndarray) -> bool:
+            """Search ``units`` (in groups where they batch); returns whether it stopped."""
+            nonlocal evaluated, busy
+            for batch, cases in _batches(plan, units, options.block_size):
+                if fail_rank == str(comm.rank):
+                    if os.environ.get("SWEEP_TEST_FAIL_KIND") == "store":  # unwritable part
+                        raise StoreError(f"injected store failure on rank {comm.rank}")
+                    raise RuntimeError(f"injected failure on rank {comm.rank} "
+                                       f"(SWEEP_TEST_FAIL_RANK)")
+                share.serve()
+                if slow_rank == str(comm.rank):
+                    time.sleep(float(slow_s))
+                if len(batch) > 1:  # whole small cases differing only in hardware: one search
+                    first = cases[0]
+                    t0 = time.perf_counter()
+                    results = search_cases(spec.cost_model, first.job,
+                                           [c.variant.hardware for c in cases],
+                                           first.strategy, first.n_gpus, cache.of(first),
+                                           spec.top_n, options.block_size)
+                    dt = time.perf_counter() - t0
+                    busy += dt
+                    for u, result in zip(batch, results):
+                        evaluated += result.evaluated
+                        state.add(u, int(u["start"]), result, dt / len(batch), worker)
+                    tracker.update(evaluated, final=False)
+                    checkpoint()
+                    if halted():
+                        return True
+                    continue
+                unit, case = batch[0], cases[0]
+                position = int(unit["start"])
+                while position < unit["stop"] and not halted():
+                    t0 = time.perf_counter()
+                    result = search_range(spec.cost_model, case.job, case.variant.hardware,
+                                          case.strategy, case.n_gpus, cache.of(case),
+                                          position, int(unit["stop"]), spec.top_n,
+                                          options.block_size, yield_after)
+                    dt = time.perf_counter() - t0
+                    busy += dt
                     evaluated += result.evaluated
-                    state.add(u, int(u["start"]), result, dt / len(batch), worker)
-                tracker.update(evaluated, final=False)
-                checkpoint()
+                    state.add(unit, position, result, dt, worker)
+                    position = result.stop
+                    tracker.update(evaluated, final=False)
+                    checkpoint()
                 if halted():
+                    return True
+            return False
+
+        if not search(mine):
+            # the shared tail: a piece at a time, while rank 0 has any left
+            while (units_now := share.take(halted)) is not None:
+                np.add.at(state.units_left, units_now["case_id"], 1)
+                taken.append(units_now)
+                if search(units_now):
                     break
-                continue
-            unit, case = batch[0], cases[0]
-            position = int(unit["start"])
-            while position < unit["stop"] and not halted():
-                t0 = time.perf_counter()
-                result = search_range(spec.cost_model, case.job, case.variant.hardware,
-                                      case.strategy, case.n_gpus, cache.of(case), position,
-                                      int(unit["stop"]), spec.top_n, options.block_size,
-                                      yield_after)
-                dt = time.perf_counter() - t0
-                busy += dt
-                evaluated += result.evaluated
-                state.add(unit, position, result, dt, worker)
-                position = result.stop
-                tracker.update(evaluated, final=False)
-                checkpoint()
-            if halted():
-                break
+        share.settle(halted)
         stopped = halted()
         flush(not stopped)
         tracker.update(evaluated, final=True, stopped=bool(stopped))
 
         def waiting() -> int:
+            share.serve()
             tracker.poll()
             return halted()
 
@@ -657,7 +746,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                           f"part file per rank); continue with 'sweep run {out / SPEC_NAME} "
                           f"--out {out} {again}' (any number of ranks)")
     tracker.finish(timeout_s=30.0)  # every final post was sent before the agreement
-    stats = comm.gather((evaluated, busy, total_mine), root=0)
+    mine = np.concatenate(taken)
+    stats = comm.gather((evaluated, busy, int((mine["stop"] - mine["start"]).sum())), root=0)
     summary = RunSummary(out, plan, comm.size, len(mine), evaluated,
                          time.monotonic() - start_wall, resumed_units=resumed,
                          shard=options.shard)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sweep.engine.partition import UNIT_OVERHEAD, assign_units, imbalance
+from sweep.engine.partition import UNIT_OVERHEAD, assign_units, imbalance, share_units
 from sweep.engine.plan import make_plan
 from sweep.engine.spec import load_spec, parse_spec, resolved_yaml, spec_hash
 from sweep.engine.variants import expand_variants
@@ -138,6 +138,39 @@ def test_partition_is_dealt_in_balanced_runs_and_deterministic():
     assert imbalance(dealt) < 0.05 < imbalance(block)
     assert imbalance(np.array([1.0, 1.0])) == 0.0
     assert imbalance(np.array([3.0, 1.0])) == pytest.approx(0.5)
+
+
+def test_shared_tail_is_the_plans_end_in_ordered_pieces_of_equal_cost():
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(1, 65536, 3000)
+    cost = sizes + UNIT_OVERHEAD
+    for ranks in (2, 3, 64):
+        owner, piece = share_units(sizes, ranks, shared=0.3, shared_chunks=16)
+        tail = owner < 0
+        assert ((piece >= 0) == tail).all()  # every unit dealt or in the tail, not both
+        # the tail is the plan's end, about 30 % of the cost
+        assert tail[np.argmax(tail):].all() and not tail[0]
+        assert abs(cost[tail].sum() / cost.sum() - 0.3) < 65536 / cost.sum() + 1e-9
+        # the head is dealt as assign_units deals it
+        assert (owner[~tail] == assign_units(sizes[~tail], ranks)).all()
+        # pieces: numbered 0, 1, ... in plan order, without gaps, near-equal in cost
+        assert (np.diff(piece[tail]) >= 0).all() and set(piece[tail]) == set(
+            range(piece.max() + 1))
+        loads = np.bincount(piece[tail], weights=cost[tail])
+        # (64 ranks: 1,024 cuts, ~900 units in the tail: some cuts hold none)
+        assert piece.max() + 1 == 16 * ranks if ranks < 64 else piece.max() + 1 <= 16 * ranks
+        assert loads.max() - loads.min() <= 2 * (65536 + UNIT_OVERHEAD)
+        again = share_units(sizes, ranks)  # deterministic
+        assert (again[0] == owner).all() and (again[1] == piece).all()
+    # one rank shares nothing; nor does shared=0
+    for owner, piece in (share_units(sizes, 1), share_units(sizes, 4, shared=0.0)):
+        assert (piece == -1).all() and (owner >= 0).all()
+    assert (share_units(sizes, 4, shared=0.0)[0] == assign_units(sizes, 4)).all()
+    # fewer units than pieces: one unit a piece at most
+    owner, piece = share_units(np.full(10, 1000), 2)
+    assert (np.diff(piece[owner < 0]) == 1).all()
+    with pytest.raises(ValueError):
+        share_units(sizes, 2, shared=1.0)
 
 
 def test_pps_sample_draws_each_unit_in_proportion_to_its_candidates():

@@ -7,6 +7,7 @@ import signal
 import time
 
 import h5py
+import numpy as np
 import pytest
 
 from tests.conftest import DATA
@@ -36,6 +37,37 @@ def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path, spec):
         assert results[n][2]["complete"]
     assert results[1][0] == results[2][0] == results[3][0]
     assert results[1][1] == results[2][1] == results[3][1]
+
+
+def test_a_slow_rank_leaves_the_shared_tail_to_the_other(tmp_path):
+    """Rank 1 sleeps before each group of units: rank 0 takes the plan's shared tail (all
+    of it but at most the one piece rank 1 asked for), and the tables are the 1-rank ones."""
+    from sweep.engine.partition import share_units
+    from sweep.engine.plan import make_plan
+    from sweep.engine.spec import load_spec
+    from sweep.engine.store import read_part
+
+    units = make_plan(load_spec(SMALL)).units
+    sizes = units["stop"] - units["start"]
+    owner, piece = share_units(sizes, 2)
+    assert piece.max() >= 2  # a tail of several pieces to take
+    out = tmp_path / "slow"
+    proc = mpiexec(2, "run", SMALL, "--out", str(out), "--quiet",
+                   env={"SWEEP_TEST_SLOW_RANK": "1:0.4"})
+    assert proc.returncode == 0, proc.stderr
+    searched = {}
+    for rank in (0, 1):
+        _, done, _ = read_part(out / f"part-{rank:05d}.h5")
+        searched[rank] = set(done["unit_id"].tolist())
+    assert searched[0] | searched[1] == set(range(len(units)))
+    assert set(np.flatnonzero(owner == 1)) <= searched[1]  # its own share, slowly
+    assert set(np.flatnonzero(owner == 0)) <= searched[0]
+    tail_of_1 = set(piece[sorted(searched[1])][piece[sorted(searched[1])] >= 0].tolist())
+    assert len(tail_of_1) <= 1, tail_of_1
+    serial = mpiexec(1, "run", SMALL, "--out", str(tmp_path / "one"), "--quiet")
+    assert serial.returncode == 0, serial.stderr
+    a, b = tables(out / "sweep.h5"), tables(tmp_path / "one" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
 
 
 def test_sigterm_midway_then_resume_on_three_ranks(tmp_path):
