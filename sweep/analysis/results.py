@@ -116,7 +116,9 @@ class Results:
              job: str | None = None, strategy: str | None = None):
         """``metric`` of the best configuration as a table over two swept axes (rows ``y``,
         columns ``x``), at one GPU count (default: the largest) and job (default: the first),
-        best over strategies unless ``strategy`` is given. Missing cells are NaN."""
+        best over strategies unless ``strategy`` is given. Every value the sweep has on the
+        two axes is a row or column; a cell without a result (no feasible configuration, or
+        pending in a partial run) is NaN."""
         for axis in (x, y):
             if axis not in self.swept_axes:
                 raise SweepError(f"{axis!r} is not a swept axis of {self.path}; swept: "
@@ -133,6 +135,13 @@ class Results:
             raise SweepError(f"unknown metric {metric!r}")
         table = best.pivot_table(index=f"swept_{y}", columns=f"swept_{x}", values=metric,
                                  aggfunc="max")
+        # every value the spec sweeps, also where no case has a result (none feasible, or
+        # pending in a partial run): a blank row or column, not one left out
+        cases = self.cases[(self.cases["job"] == job) & (self.cases["n_gpus"] == n_gpus)]
+        if strategy:
+            cases = cases[cases["strategy"] == strategy]
+        table = table.reindex(index=sorted(cases[f"swept_{y}"].dropna().unique()),
+                              columns=sorted(cases[f"swept_{x}"].dropna().unique()))
         table.index.name, table.columns.name = y, x
         return table
 

@@ -115,6 +115,24 @@ def test_grid_over_two_swept_axes(grid):
         res.grid("samples_per_s", "nvlink_domain", "hbm_GiB")
 
 
+def test_grid_keeps_a_swept_value_without_any_result(tmp_path):
+    """1 GiB of HBM fits no configuration: its row is blank (NaN), not left out, so the
+    heatmap's rows stay one per swept value."""
+    spec = tmp_path / "tiny-hbm.yaml"
+    spec.write_text(GRID_SPEC.replace("gpus: [16, 32]", "gpus: [16]")
+                    .replace("hbm_GiB: [40, 80]", "hbm_GiB: [1, 80]").replace("name: grid",
+                                                                              "name: tiny"))
+    run_sweep(str(spec), SerialComm(), RunOptions(out_dir=tmp_path / "t"))
+    res = open_results(tmp_path / "t" / "sweep.h5")
+    table = res.grid("samples_per_s", "hbm_GBps", "hbm_GiB", n_gpus=16)
+    assert list(table.index) == [1.0, 80.0] and list(table.columns) == [2000.0, 3350.0]
+    assert table.loc[1.0].isna().all() and table.loc[80.0].notna().all()
+    fig, heat = draw(res, "heatmap", PlotOptions(n_gpus=16))
+    assert len(heat) == 4 and heat["baseline"].sum() == 1
+    assert heat[heat["baseline"]]["hbm_GiB"].iloc[0] == 80.0
+    assert "no feasible configuration" in fig.axes[0].get_xlabel()
+
+
 def test_partial_results_say_so(tmp_path):
     spec = DATA / "specs" / "small.yaml"
     out = tmp_path / "part"
