@@ -741,7 +741,11 @@ def _heatmap(res: Results, opts: PlotOptions):
                 rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),
                              "samples_per_s": float(data[i, j]),
                              "speedup": float(speedup[i, j]), "baseline": (i, j) == (bi, bj)})
-    _suptitle(fig, res, f"best throughput over {axis_label(x)} x {axis_label(y)}")
+    # the other swept axes are not held at one value: each cell is the best over them
+    others = [a for a in axes_swept if a not in (x, y)]
+    note = (f"; each cell the best over {', '.join(axis_label(a) for a in others)}"
+            if others else "")
+    _suptitle(fig, res, f"best throughput over {axis_label(x)} x {axis_label(y)}{note}")
     return fig, rows
 
 

@@ -133,6 +133,31 @@ def test_grid_keeps_a_swept_value_without_any_result(tmp_path):
     assert "no feasible configuration" in fig.axes[0].get_xlabel()
 
 
+def test_heatmap_says_it_takes_the_best_over_a_third_axis(tmp_path, grid):
+    spec = tmp_path / "three.yaml"
+    spec.write_text("name: three\ncost_model: nersc2024\njobs: [gpt3_1T]\ngpus: [512]\n"
+                    "strategies: [1d]\nhardware:\n  base: nersc-A100\n  grid:\n"
+                    "    nvlink_domain: [4, 8]\n    hbm_GBps: [1500, 3000]\n"
+                    "    hbm_GiB: [40, 80]\ntop_n: 1\n")
+    run_sweep(str(spec), SerialComm(), RunOptions(out_dir=tmp_path / "t"))
+    res = open_results(tmp_path / "t" / "sweep.h5")
+    fig, heat = draw(res, "heatmap", PlotOptions(x="hbm_GBps", y="hbm_GiB"))
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "each cell the best over GPUs per NVLink domain" in title, title
+    # a cell is the best of the two domains
+    best = res.best_per_system()
+    for _, r in heat.iterrows():
+        at = best[(best["swept_hbm_GBps"] == r["hbm_GBps"])
+                  & (best["swept_hbm_GiB"] == r["hbm_GiB"])]
+        if np.isnan(r["samples_per_s"]):  # no configuration fits either domain
+            assert at.empty
+        else:
+            assert r["samples_per_s"] == at["samples_per_s"].max()
+    assert heat["samples_per_s"].notna().sum() >= 2
+    fig, _ = draw(open_results(grid), "heatmap", PlotOptions(n_gpus=16))
+    assert "each cell" not in fig._suptitle.get_text()
+
+
 def test_partial_results_say_so(tmp_path):
     spec = DATA / "specs" / "small.yaml"
     out = tmp_path / "part"
