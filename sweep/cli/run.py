@@ -303,8 +303,8 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from ..engine.status import run_status
 
-    st = run_status(args.dir)
-    complete = st["units_done"] == st["units"]
+    st = run_status(args.dir, verify=args.verify)
+    complete = st["units_done"] == st["units"] and not st["corrupt_parts"]
     if args.json:
         print(json.dumps(st, indent=1))
         return 0 if complete else 1
@@ -314,7 +314,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"done: {st['units_done']:,} of {st['units']:,} work units ({pct:.1f}%), "
           f"{st['candidates_done']:,} of {st['candidates']:,} candidates")
     if st["parts"]:
-        rows = [[p["file"], _worker_text(p), p["shard"] or "-",
+        rows = [[p["file"], "-", "-", "-", "CORRUPT", "-"] if p["corrupt"] else
+                [p["file"], _worker_text(p), p["shard"] or "-",
                  f"{p['units']:,}",
                  "sealed" if p["sealed"] else "yes" if p["complete"] else "no", p["written_utc"]]
                 + ([] if p["this_spec"] else ["another spec: remove it"])
@@ -336,16 +337,23 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         state = "complete" if res["complete"] else f"partial ({res['units_done']:,} units)"
     print(f"sweep.h5: {state}")
-    foreign = [p["file"] for p in st["parts"] if not p["this_spec"]]
+    for p in st["parts"]:
+        if p["corrupt"]:
+            print(p["corrupt"])
+    foreign = [p["file"] for p in st["parts"] if not p["corrupt"] and not p["this_spec"]]
     if foreign:  # a resume would refuse them: say so instead of suggesting it
         print(f"next: {', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''} "
               f"{'was' if len(foreign) == 1 else 'were'} written for another spec than "
               f"{d}/spec.yaml (was it edited?): put the spec back, or move those parts away "
               f"(or start over: sweep run SPEC --out {d} --force)")
         return 1
-    if complete:
+    if st["corrupt_parts"]:
+        print(f"next: sweep run {d}/spec.yaml --out {d} --resume sets the damaged part "
+              f"file(s) aside and searches their units again")
+    elif complete:
+        checked = "" if st["verified"] else " (--verify checks every table first)"
         print(f"next: sweep show {d}/sweep.h5" if state == "complete"
-              else f"next: every unit is done; sweep reduce {d}")
+              else f"next: every unit is done; sweep reduce {d}{checked}")
     else:
         again = (f"submit the array again (sweep slurm ... --array {st['shards']} --submit), or "
                  if st["unfinished_shards"] else "")
@@ -421,6 +429,9 @@ def add_parsers(sub) -> None:
                                        "done, 1 otherwise)")
     st.add_argument("dir", help="run folder")
     st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument("--verify", action="store_true",
+                    help="also read every part file's top-N table and check its checksums, "
+                         "as sweep reduce does (slower on a large run)")
     st.set_defaults(func=_cmd_status)
 
     sh = sub.add_parser("show", help="best configurations per case of a sweep.h5")

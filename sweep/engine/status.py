@@ -3,7 +3,9 @@
 For a run that stopped (a time limit, a failed array task) or is still going: which work
 units and candidates are done, what each part file holds, which shards of a job array have
 not finished, whether ``sweep.h5`` is there, and what to do next. Reads the units tables and
-attributes only, never the top-N tables, and changes nothing.
+attributes only (with ``verify``, every table, its checksums checked as ``sweep reduce``
+checks them), and changes nothing. A damaged part file is listed as such, its work not
+counted: a resumed run sets it aside and does that work again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import numpy as np
 from ..errors import StoreError
 from .partition import SHARD_STRIDE, shard_of_units, unit_progress
 from .reduce import RESULTS_NAME, load_run_plan
-from .store import DONE_DTYPE, list_parts, read_part_done, read_results_attrs
+from .store import (
+    DONE_DTYPE,
+    CorruptFileError,
+    list_parts,
+    read_part,
+    read_part_done,
+    read_results_attrs,
+)
 
 __all__ = ["run_status"]
 
@@ -30,11 +39,12 @@ def _array_shards(parts: list[dict]) -> int:
     return int(newest["shard"].split("/")[1])
 
 
-def run_status(run_dir: Path) -> dict:
-    """Progress of the run in ``run_dir`` (JSON-ready).
+def run_status(run_dir: Path, verify: bool = False) -> dict:
+    """Progress of the run in ``run_dir`` (JSON-ready); ``verify``: read each part file's
+    top-N table too, checking its checksums.
 
     Raises:
-        StoreError: no run folder, no spec.yaml, or an unreadable part file.
+        StoreError: no run folder, no spec.yaml, or a part file that is not one of ours.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -43,7 +53,11 @@ def run_status(run_dir: Path) -> dict:
     units = plan.units
     parts, done = [], []
     for path in list_parts(run_dir):
-        attrs, table = read_part_done(path)
+        try:
+            attrs, table = read_part(path)[:2] if verify else read_part_done(path)
+        except CorruptFileError as exc:  # its work is redone by a resumed run
+            parts.append({"file": path.name, "corrupt": str(exc)})
+            continue
         ours = attrs.get("spec_sha256") == sha
         worker, workers = int(attrs.get("rank", -1)), int(attrs.get("size", 0))
         shard = str(attrs.get("shard", ""))
@@ -56,7 +70,8 @@ def run_status(run_dir: Path) -> dict:
                       "shard": shard,
                       "complete": bool(attrs.get("complete")),
                       "sealed": bool(attrs.get("sealed")), "units": len(table),
-                      "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours})
+                      "written_utc": str(attrs.get("written_utc", "")), "this_spec": ours,
+                      "corrupt": ""})
         if ours:
             done.append(table)
     sizes = units["stop"] - units["start"]
@@ -65,7 +80,7 @@ def run_status(run_dir: Path) -> dict:
     progress, _ = unit_progress(units, segments)
     finished = progress == sizes
     # shards of that layout that own a unit nobody has done (the partition is fixed)
-    shards = _array_shards([p for p in parts if p["this_spec"]])
+    shards = _array_shards([p for p in parts if p.get("this_spec")])
     unfinished: list[int] = []
     if shards:
         missing = ~finished
@@ -83,4 +98,5 @@ def run_status(run_dir: Path) -> dict:
             "units_done": int(np.count_nonzero(finished)), "candidates": int(sizes.sum()),
             "candidates_done": int(progress.sum()),
             "parts": parts, "shards": shards, "unfinished_shards": unfinished,
-            "results": reduced}
+            "results": reduced, "verified": verify,
+            "corrupt_parts": [p["file"] for p in parts if p["corrupt"]]}

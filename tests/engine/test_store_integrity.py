@@ -117,6 +117,31 @@ def test_reduce_refuses_a_corrupt_part(run, tmp_path, capsys):
     assert not (bad / "sweep.h5").exists()
 
 
+def test_status_verify_finds_a_corrupt_top_table_and_resume_repairs_it(run, tmp_path,
+                                                                       capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad)
+    (bad / "sweep.h5").unlink()
+    with h5py.File(bad / "part-00000.h5", "r") as f:
+        best = float(f["top"]["samples_per_s"][0])
+    _flip_float_on_disk(bad / "part-00000.h5", "top", best, best * 10)
+    # the units tables alone are sound: done, and the hint to check the rest
+    assert main(["status", str(bad)]) == 0
+    assert "--verify checks every table first" in capsys.readouterr().out
+    assert main(["status", str(bad), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "CORRUPT" in out and "checksum of /top does not match" in out
+    assert "--resume sets the damaged part file(s) aside" in out
+    assert main(["status", str(bad), "--verify", "--json"]) == 1
+    st = json.loads(capsys.readouterr().out)
+    assert st["corrupt_parts"] == ["part-00000.h5"] and st["units_done"] < st["units"]
+    assert main(["run", str(bad / "spec.yaml"), "--out", str(bad), "--resume",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(bad), "--verify"]) == 0
+    assert "CORRUPT" not in capsys.readouterr().out
+
+
 def test_a_corrupt_results_file_is_refused(run, tmp_path, capsys):
     path = tmp_path / "sweep.h5"
     shutil.copy(run / "sweep.h5", path)
