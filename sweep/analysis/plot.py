@@ -895,7 +895,7 @@ def _pareto(res: Results, opts: PlotOptions):
         if not swept:
             raise SweepError(f"{res.path}: a Pareto front needs several GPU counts or a swept "
                              f"hardware axis")
-        xcol, xlabel, log = f"swept_{swept[0]}", axis_label(swept[0]), False
+        xcol, xlabel, log = f"swept_{swept[0]}", _axis_text(res, swept[0]), False
     jobs = list(dict.fromkeys(best["job"]))
     fig, axes = _grid(Figure, len(jobs), 6.0, 4.4)
     short = dict(zip(best["variant_id"], _short_labels(best, best)))
@@ -926,6 +926,11 @@ def _pareto(res: Results, opts: PlotOptions):
         if log:
             _gpu_axis(ax, sub["n_gpus"])
             ax.set_yscale("log")
+        elif names := _interpolated(res, xcol.removeprefix("swept_")):
+            # an interpolated axis: its catalog systems at their integer positions
+            at = [i for i in range(len(names)) if x.min() <= i <= x.max()]
+            ax.set_xticks(at)
+            ax.set_xticklabels([names[i] for i in at], fontsize=7)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("throughput [samples/s]")
         ax.set_title(job, fontsize=9)

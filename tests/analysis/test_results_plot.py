@@ -667,6 +667,11 @@ def test_heatmap_names_the_generations_of_interpolated_axes(tmp_path):
         ax.get_xlabel().startswith("compute (matrix flops, vector flops)")
     assert "baseline A100 x A100" in ax.get_title()
     assert data["baseline"].sum() == 1
+    # the Pareto front along the first interpolated axis names its systems too
+    fig, _ = draw(res, "pareto")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["A100", "H200"]
+    assert ax.get_xlabel().endswith("), A100 to H200")
 
 
 def test_bar_labels_end_inside_their_panels(grid, monkeypatch):
