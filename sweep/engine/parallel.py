@@ -83,6 +83,12 @@ class SerialComm:
     def serve_work(self, deal: Callable[[], int]) -> None:
         """Rank 0: answer the requests for work that have arrived (none)."""
 
+    def settle_work(self, timeout_s: float) -> None:
+        """Wait for this rank's requests and answers to be delivered (none)."""
+
+    def abort_stuck(self, why: str) -> None:
+        """Abort the job: another rank is stuck (never, serially)."""
+
 
 class MpiComm:
     """Wraps an mpi4py communicator (a duplicate of COMM_WORLD, so our traffic is ours)."""
@@ -239,11 +245,29 @@ class MpiComm:
         waiting for the answers to be received. Cheap when none has (a probe)."""
         from mpi4py import MPI
 
-        while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=self.WORK_TAG):
-            source = int(self._comm.recv(source=MPI.ANY_SOURCE, tag=self.WORK_TAG))
+        status = MPI.Status()
+        while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=self.WORK_TAG, status=status):
+            source = status.Get_source()
+            self._comm.recv(source=source, tag=self.WORK_TAG)
             self._answers = [r for r in self._answers if not r.Test()]
             self._answers.append(self._comm.isend(int(deal()), dest=source,
                                                   tag=self.WORK_ANSWER_TAG))
+
+    def settle_work(self, timeout_s: float) -> None:
+        """Wait (politely) until this rank's requests for work, or rank 0's answers, have
+        been received: at the end of a run every one has (each request was answered and
+        each answer taken in), so this returns at once unless something is stuck, and then
+        aborts the job."""
+        for request in self._asks + self._answers:
+            if not self._wait(request, timeout_s):
+                self.abort_stuck("a request for work or its answer was never received")
+        self._asks, self._answers = [], []
+
+    def abort_stuck(self, why: str) -> None:
+        """Abort the whole job (exit 143, as after a stop nobody completes): ``why``."""
+        print(f"sweep run: rank {self.rank}: {why}; aborting the job (saved progress is "
+              f"kept; continue with --resume)", file=sys.stderr, flush=True)
+        self.abort(143)
 
 
 def launched_tasks() -> int:

@@ -20,6 +20,7 @@ from ..model.candidates import CandidateSpace, enumerate_space
 from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
+from .partition import SHARED_FRACTION
 from .spec import SweepSpec
 from .variants import Variant, Variants
 
@@ -231,7 +232,9 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * len(plan.cases)
               + REDUCE_SLICE_BYTES + (compressed if compressed <= IMAGE_BYTES else 0.0))
     mpi = mpi_bytes if ranks > 1 else 0.0
-    run = held((rows + units) / max(1, ranks))
+    # a rank's dealt share, and at most all of the shared tail (partition.share_units)
+    most = 1.0 if ranks <= 1 else (1.0 - SHARED_FRACTION) / ranks + SHARED_FRACTION
+    run = held((rows + units) * most)
     # rank 0 does not get all of its run's memory back before it reduces (measured: the
     # peak is about the sum)
     return {"rank": fixed + mpi + run, "rank0": fixed + mpi + run + reduce,

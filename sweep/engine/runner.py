@@ -259,8 +259,9 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
 class _State:
     """One rank's finished units and per-case top-N since its last seal. ``units_left``
     counts, per case, this rank's units not yet finished: a case with none left is
-    *final* here, and only final cases are sealed (a case's top-N is never cut in two on
-    one rank, so sealing adds no rows, whatever top_n is)."""
+    *final* here, and only final cases are sealed. A case's top-N is cut in two on one rank
+    only when a piece of the shared tail brings more of a case this rank has already sealed
+    (up to top_n more rows in a later part; the reduction merges them)."""
 
     def __init__(self, top_n: int, units_left: np.ndarray | None = None) -> None:
         self.top_n = top_n
@@ -268,7 +269,7 @@ class _State:
         self.tops: dict[int, np.ndarray] = {}
         self.rows = 0  # top rows held
         self.units_left = units_left
-        self.final: list[int] = []  # cases final here since the last seal
+        self.final: dict[int, int] = {}  # cases final here since the last seal -> rows held
         self.final_held = 0  # their top rows and segments
 
     def pop_final(self) -> _State:
@@ -277,10 +278,10 @@ class _State:
         out = _State(self.top_n)
         out.done = [d for d in self.done if d[1] in final]
         self.done = [d for d in self.done if d[1] not in final]
-        out.tops = {cid: self.tops.pop(cid) for cid in self.final if cid in self.tops}
+        out.tops = {cid: self.tops.pop(cid) for cid in final if cid in self.tops}
         out.rows = sum(len(v) for v in out.tops.values())
         self.rows -= out.rows
-        self.final, self.final_held = [], 0
+        self.final, self.final_held = {}, 0
         return out
 
     def load(self, done: np.ndarray, top: np.ndarray) -> None:
@@ -310,8 +311,16 @@ class _State:
         if self.units_left is not None and int(result.stop) == int(unit["stop"]):
             self.units_left[cid] -= 1
             if self.units_left[cid] == 0:
-                self.final.append(cid)
-                self.final_held += len(self.tops[cid]) + 1
+                self.final[cid] = len(self.tops[cid]) + 1
+                self.final_held += self.final[cid]
+
+    def take(self, units: np.ndarray) -> None:
+        """More units for this rank (a piece of the shared tail): their cases are open again
+        (a final case not sealed yet stops being final)."""
+        cids, counts = np.unique(units["case_id"], return_counts=True)
+        for cid, k in zip(cids.tolist(), counts.tolist()):
+            self.final_held -= self.final.pop(cid, 0)
+            self.units_left[cid] += k
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
@@ -378,20 +387,30 @@ class _Share:
                 self.comm.ask_work()
                 self.asked = True
             piece = self._answer(halted)
-            if piece >= 0:  # the answer for the next comes while this one is searched
+            if piece >= 0 and not halted():  # the next one's answer comes while this is searched
                 self.comm.ask_work()
                 self.asked = True
         if piece < 0:
             return None
         return self.units[self.bounds[piece]:self.bounds[piece + 1]]
 
-    def settle(self, halted: Callable[[], int]) -> None:
-        """Before the run's end: take in the answer to a request still open (its piece is
-        left to a resumed run), so that no message is left in flight. Rank 0 answers while
-        it waits at the end; if it does not within STOP_GRACE_S (it is stuck), the end's
-        agreement aborts the job anyway."""
+    def settle(self) -> None:
+        """Before the run's end (the agreement every rank joins): take in the answer to a
+        request still open (its piece is left to a resumed run), so that no request is in
+        flight once all ranks have joined. Rank 0 answers while it waits there; if the
+        answer has not come within STOP_GRACE_S, rank 0 is stuck and the job is aborted
+        (every rank's progress is saved by then), as the agreement itself does."""
         if self.asked:
             self._answer(lambda: 0, timeout_s=STOP_GRACE_S)
+            if self.asked:
+                self.comm.abort_stuck(f"rank 0 did not answer a request for work within "
+                                      f"{STOP_GRACE_S:.0f} s")
+
+    def close(self) -> None:
+        """After the agreement: every request and answer has been received (checked, so
+        that none is pending when MPI ends)."""
+        if self.pieces:
+            self.comm.settle_work(STOP_GRACE_S)
 
 
 class _StopFlag:
@@ -682,6 +701,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                     raise RuntimeError(f"injected failure on rank {comm.rank} "
                                        f"(SWEEP_TEST_FAIL_RANK)")
                 share.serve()
+                if halted():
+                    return True
                 if slow_rank == str(comm.rank):
                     time.sleep(float(slow_s))
                 if len(batch) > 1:  # whole small cases differing only in hardware: one search
@@ -723,11 +744,11 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         if not search(mine):
             # the shared tail: a piece at a time, while rank 0 has any left
             while (units_now := share.take(halted)) is not None:
-                np.add.at(state.units_left, units_now["case_id"], 1)
+                state.take(units_now)
                 taken.append(units_now)
                 if search(units_now):
                     break
-        share.settle(halted)
+        share.settle()
         stopped = halted()
         flush(not stopped)
         tracker.update(evaluated, final=True, stopped=bool(stopped))
@@ -738,6 +759,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             return halted()
 
         stopped = comm.agree_stop(stopped, waiting)
+        share.close()
     if stopped:
         tracker.finish(timeout_s=5.0)
         again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard

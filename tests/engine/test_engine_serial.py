@@ -462,3 +462,35 @@ def test_a_results_file_sweep_did_not_write_is_not_overwritten(tmp_path, capsys)
     assert "holds a sweep.h5 that is not a sweep run's" in capsys.readouterr().err
     assert (out / "sweep.h5").read_text() == "someone else's"
     assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet", "--force"]) == 0
+
+
+def test_a_piece_of_the_shared_tail_reopens_a_final_case():
+    """runner._State: a case whose units are all done is final (sealable); a piece of the
+    tail that brings more of it takes it out of the final set and its rows out of the
+    count that triggers a seal, until those units are done too."""
+    from types import SimpleNamespace
+
+    from sweep.engine.plan import UNIT_DTYPE
+    from sweep.engine.runner import _State
+    from sweep.model.schema import RESULT_DTYPE
+
+    units = np.zeros(3, UNIT_DTYPE)
+    units["unit_id"], units["case_id"] = [0, 1, 2], [7, 7, 9]
+    units["start"], units["stop"] = [0, 10, 0], [10, 20, 10]
+    top = np.zeros(2, RESULT_DTYPE)
+    top["feasible"], top["samples_per_s"], top["index"] = True, [2.0, 1.0], [0, 1]
+
+    def result(stop):
+        return SimpleNamespace(stop=stop, reasons={}, evaluated=10, feasible=2, top=top)
+
+    state = _State(top_n=2, units_left=np.bincount([7, 9], minlength=10))  # units 0 and 2
+    state.add(units[0], 0, result(10), 0.1, 0)
+    assert state.final == {7: 3} and state.final_held == 3  # 2 top rows + 1 segment
+    state.take(units[1:2])  # the tail brings unit 1 of case 7
+    assert state.final == {} and state.final_held == 0 and state.units_left[7] == 1
+    state.add(units[2], 0, result(10), 0.1, 0)
+    assert list(state.final) == [9]
+    sealed = state.pop_final()
+    assert set(sealed.tops) == {9} and 7 in state.tops  # case 7 is not sealed half-done
+    state.add(units[1], 10, result(20), 0.1, 0)
+    assert state.final == {7: 3}

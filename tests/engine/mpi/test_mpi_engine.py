@@ -95,6 +95,46 @@ def test_sigterm_midway_then_resume_on_three_ranks(tmp_path):
     assert a[2]["candidates_evaluated"] == b[2]["candidates_evaluated"] == 8552160
 
 
+@pytest.mark.slow
+def test_sigterm_while_a_rank_searches_the_shared_tail_then_resume(tmp_path):
+    """Rank 0 is slowed, so rank 1 takes pieces of the shared tail (asking for the next one
+    ahead); a SIGTERM then stops both with their progress saved (no message left in flight)
+    and a resumed run gives the tables of an uninterrupted one."""
+    from sweep.engine.partition import share_units
+    from sweep.engine.plan import make_plan
+    from sweep.engine.spec import load_spec
+    from sweep.engine.store import read_part_done
+    from sweep.errors import StoreError
+
+    units = make_plan(load_spec(LONG)).units
+    owner, _ = share_units(units["stop"] - units["start"], 2)
+    tail = set(np.flatnonzero(owner < 0).tolist())
+    killed = tmp_path / "killed"
+    proc = mpiexec(2, "run", LONG, "--out", str(killed), "--quiet", "--checkpoint", "0.1",
+                   env={"SWEEP_TEST_SLOW_RANK": "0:0.05"}, popen=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "rank 1 never reached the shared tail"
+        try:
+            _, done = read_part_done(killed / "part-00001.h5")
+        except StoreError:  # not written yet (parts are replaced whole, never half-written)
+            done = None
+        if done is not None and tail & set(done["unit_id"].tolist()):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the run finished before it could be interrupted"
+    assert "stopped by signal 15 after saving progress" in err, err
+    assert "aborting" not in err
+    resumed = mpiexec(2, "run", LONG, "--out", str(killed), "--resume", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    full = mpiexec(1, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
+    assert full.returncode == 0, full.stderr
+    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
+
+
 def test_failure_on_one_rank_aborts_all_ranks(tmp_path):
     start = time.monotonic()
     proc = mpiexec(3, "run", SMALL, "--out", str(tmp_path / "f"), "--quiet",
