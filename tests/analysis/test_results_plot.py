@@ -588,7 +588,7 @@ def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
     run = tmp_path / "p"
     spec = str(DATA / "specs" / "small.yaml")
     with pytest.raises(Interrupted):
-        run_sweep(spec, StopAfter(polls=13), RunOptions(out_dir=run, block_size=1000))
+        run_sweep(spec, StopAfter(polls=17), RunOptions(out_dir=run, block_size=1000))
     assert main(["reduce", str(run), "--partial"]) == 0
     attrs, rows = load_rows(run / "sweep.h5", top=1)
     statuses = {r["case_id"]: format_rows(attrs, [r], "csv").splitlines()[1].rsplit(",", 1)[1]
