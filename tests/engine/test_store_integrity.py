@@ -103,13 +103,19 @@ def test_changed_bytes_on_disk_are_detected(tmp_path, capsys):
     assert issubclass(CorruptFileError, StoreError)
 
 
-def test_reduce_refuses_a_corrupt_part(run, tmp_path, capsys):
-    bad = tmp_path / "bad"
+def _copy_with_a_fake_best(run, bad):
+    """A copy of the finished run ``run`` without its sweep.h5, part 0's best throughput
+    changed on disk (its checksum no longer matches)."""
     shutil.copytree(run, bad)
     (bad / "sweep.h5").unlink()
     with h5py.File(bad / "part-00000.h5", "r") as f:
         best = float(f["top"]["samples_per_s"][0])
     _flip_float_on_disk(bad / "part-00000.h5", "top", best, best * 10)
+
+
+def test_reduce_refuses_a_corrupt_part(run, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    _copy_with_a_fake_best(run, bad)
     assert main(["reduce", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -120,11 +126,7 @@ def test_reduce_refuses_a_corrupt_part(run, tmp_path, capsys):
 def test_status_verify_finds_a_corrupt_top_table_and_resume_repairs_it(run, tmp_path,
                                                                        capsys):
     bad = tmp_path / "bad"
-    shutil.copytree(run, bad)
-    (bad / "sweep.h5").unlink()
-    with h5py.File(bad / "part-00000.h5", "r") as f:
-        best = float(f["top"]["samples_per_s"][0])
-    _flip_float_on_disk(bad / "part-00000.h5", "top", best, best * 10)
+    _copy_with_a_fake_best(run, bad)
     # the units tables alone are sound: done, and the hint to check the rest
     assert main(["status", str(bad)]) == 0
     assert "--verify checks every table first" in capsys.readouterr().out

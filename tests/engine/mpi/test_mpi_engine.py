@@ -25,6 +25,17 @@ def tables(path):
         return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
 
 
+def resume_matches_a_full_run(tmp_path, killed, ranks_resume, ranks_full):
+    """Resume the stopped LONG run in ``killed`` and compare it with an uninterrupted one."""
+    resumed = mpiexec(ranks_resume, "run", LONG, "--out", str(killed), "--resume", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    full = mpiexec(ranks_full, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
+    assert full.returncode == 0, full.stderr
+    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
+    assert a[0] == b[0] and a[1] == b[1]
+    return a, b
+
+
 @pytest.mark.parametrize("spec", [SMALL, SMALL_CALIBRATED], ids=["nersc2024", "calibrated"])
 def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path, spec):
     results = {}
@@ -86,12 +97,7 @@ def test_sigterm_midway_then_resume_on_three_ranks(tmp_path):
         with h5py.File(part, "r") as f:
             assert not f.attrs["complete"]
     assert not (killed / "sweep.h5").exists()
-    resumed = mpiexec(3, "run", LONG, "--out", str(killed), "--resume", "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
-    full = mpiexec(2, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
-    assert full.returncode == 0, full.stderr
-    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
-    assert a[0] == b[0] and a[1] == b[1]
+    a, b = resume_matches_a_full_run(tmp_path, killed, 3, 2)
     assert a[2]["candidates_evaluated"] == b[2]["candidates_evaluated"] == 8552160
 
 
@@ -127,12 +133,7 @@ def test_sigterm_while_a_rank_searches_the_shared_tail_then_resume(tmp_path):
     assert proc.returncode != 0, "the run finished before it could be interrupted"
     assert "stopped by signal 15 after saving progress" in err, err
     assert "aborting" not in err
-    resumed = mpiexec(2, "run", LONG, "--out", str(killed), "--resume", "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
-    full = mpiexec(1, "run", LONG, "--out", str(tmp_path / "full"), "--quiet")
-    assert full.returncode == 0, full.stderr
-    a, b = tables(killed / "sweep.h5"), tables(tmp_path / "full" / "sweep.h5")
-    assert a[0] == b[0] and a[1] == b[1]
+    resume_matches_a_full_run(tmp_path, killed, 2, 1)
 
 
 def test_failure_on_one_rank_aborts_all_ranks(tmp_path):
