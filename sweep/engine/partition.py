@@ -9,7 +9,7 @@ so costs the estimate misses (one job's candidates cost more than another's, mea
 candidate count plus a fixed per-unit overhead (enumeration, bookkeeping) in candidates.
 
 With more than one rank, the last ``SHARED_FRACTION`` of the plan (by estimated cost) is not
-dealt in advance: it is cut into ``SHARED_CHUNKS`` pieces per rank that ranks take, in order,
+dealt in advance: it is cut into pieces (``shared_pieces_per_rank``) that ranks take, in order,
 when their own share is done (``share_units``; the runner hands them out). A rank on a
 slower or busier core, or given the costlier candidates, then takes fewer pieces instead of
 finishing last: the static share alone left the two ranks of a 2-core VM 1 - 12 % apart
@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["assign_units", "shard_of_units", "shard_worker", "SHARD_STRIDE", "MAX_SHARDS",
            "imbalance", "unit_progress", "UNIT_OVERHEAD", "CHUNKS", "share_units",
-           "SHARED_FRACTION", "SHARED_CHUNKS"]
+           "SHARED_FRACTION", "SHARED_CHUNKS", "shared_pieces_per_rank"]
 
 #: per-unit fixed cost, in candidate-equivalents (measured: ~3.6 ms per unit at ~2 M
 #: candidates per second)
@@ -60,13 +60,24 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
 #: absorb one core running 25 % slower than the other (a 2-core VM with both cores busy)
 SHARED_FRACTION = 0.3
 #: pieces of the shared tail per rank (each ~2 % of a rank's work at SHARED_FRACTION 0.3:
-#: the most the ranks' finishing times can differ by, besides one unit's cost)
+#: the most the ranks' finishing times can differ by, besides one unit's cost), up to
+#: SHARED_PIECES_MAX pieces in all
 SHARED_CHUNKS = 16
+#: rank 0 answers every request for a piece between blocks of its own search (~10 - 20 us
+#: each): past 64 ranks the pieces per rank shrink (to 2 from 512 ranks) so that the
+#: requests stay about 2 per rank over the tail instead of 16
+SHARED_PIECES_MAX = 1024
+
+
+def shared_pieces_per_rank(n_ranks: int) -> int:
+    """Pieces of the shared tail per rank on ``n_ranks`` ranks: SHARED_CHUNKS up to 64
+    ranks, then fewer, at least 2 (each rank can still take one more piece than another)."""
+    return max(2, min(SHARED_CHUNKS, SHARED_PIECES_MAX // max(n_ranks, 1)))
 
 
 def share_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
                 chunks: int = CHUNKS, shared: float = SHARED_FRACTION,
-                shared_chunks: int = SHARED_CHUNKS) -> tuple[np.ndarray, np.ndarray]:
+                shared_chunks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Units dealt in advance (:func:`assign_units` on the plan's head) and the plan's tail
     cut into pieces of near-equal cost, taken in order by whichever rank asks first.
 
@@ -76,12 +87,15 @@ def share_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
         overhead: per-unit cost in candidates.
         chunks: runs per rank of the dealt head.
         shared: share of the total cost in the tail, in [0, 1).
-        shared_chunks: pieces of the tail per rank (>= 1).
+        shared_chunks: pieces of the tail per rank (>= 1; default
+            ``shared_pieces_per_rank(n_ranks)``).
 
     Returns:
         (U,) int64 rank of each dealt unit (-1: in the tail), and (U,) int64 piece of each
         tail unit (0, 1, ... in the order they are handed out; -1: dealt).
     """
+    if shared_chunks is None:
+        shared_chunks = shared_pieces_per_rank(n_ranks)
     if not 0.0 <= shared < 1.0 or shared_chunks < 1:
         raise ValueError("expecting 0 <= shared < 1 and shared_chunks >= 1")
     cost = np.asarray(sizes, dtype=np.float64) + overhead

@@ -171,6 +171,13 @@ def test_shared_tail_is_the_plans_end_in_ordered_pieces_of_equal_cost():
     assert (np.diff(piece[owner < 0]) == 1).all()
     with pytest.raises(ValueError):
         share_units(sizes, 2, shared=1.0)
+    # many ranks: fewer pieces each (rank 0 answers every request), never fewer than 2
+    from sweep.engine.partition import shared_pieces_per_rank
+
+    assert [shared_pieces_per_rank(r) for r in (1, 2, 64, 128, 512, 4096)] == \
+        [16, 16, 16, 8, 2, 2]
+    owner, piece = share_units(rng.integers(1, 65536, 30000), 256)
+    assert piece.max() + 1 == 4 * 256
 
 
 def test_pps_sample_draws_each_unit_in_proportion_to_its_candidates():
