@@ -1,4 +1,4 @@
-"""Merge a run folder's part files into one ``sweep.h5`` (output contract: DESIGN.md §7).
+"""Merge a run folder's part files into one ``sweep.h5`` (output contract: docs/output.md).
 
 ``reduce_run(dir)`` reads ``dir/spec.yaml`` (the resolved spec the run used) and every
 ``part-*.h5``, checks that they belong to that spec and to its plan, merges the top-N of
