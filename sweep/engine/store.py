@@ -395,14 +395,8 @@ class PartTops:
         if len(self.case_id) == 0:
             self._verify()
 
-    def _open(self) -> h5py.File:
-        try:
-            return h5py.File(self.path, "r", locking=False)
-        except FileNotFoundError:
-            raise StoreError(f"{self.path}: no such file") from None
-        except OSError as exc:
-            raise CorruptFileError(f"{self.path}: unreadable or corrupt HDF5 file ({exc})"
-                                   ) from None
+    def _open(self):
+        return _open_checked(self.path)
 
     def _checked(self, read):
         try:
@@ -654,7 +648,7 @@ def iter_results_cases(path: Path, slice_cases: int
     """
     p = Path(path)
     attrs = _results_attrs(p)
-    with _open_results(p) as f:
+    with _open_checked(p) as f:
         tables = {name: f[name] for name in ("cases", "top")}
         hashes = {name: hashlib.sha256() for name in tables}
         for data in _result_slices(p, attrs, tables, slice_cases):
@@ -689,13 +683,24 @@ def _result_slices(p: Path, attrs: Mapping, tables: Mapping, slice_cases: int
 
 
 @contextlib.contextmanager
-def _open_results(p: Path):
+def _open_checked(p: Path):
+    """A sweep file open for reading; anything HDF5 fails on while it is open (a damaged
+    object header or B-tree: a KeyError, OSError, ValueError or RuntimeError from h5py) is
+    a CorruptFileError naming the file, not a traceback."""
     try:
         f = h5py.File(p, "r", locking=False)
+    except FileNotFoundError:
+        raise StoreError(f"{p}: no such file") from None
     except OSError as exc:
         raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
     with f:
-        yield f
+        try:
+            yield f
+        except StoreError:
+            raise
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:
+            raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
+
 
 
 def _read_slice(p: Path, ds, lo: int, hi: int, field: str | None = None) -> np.ndarray:
@@ -710,12 +715,9 @@ def _read_slice(p: Path, ds, lo: int, hi: int, field: str | None = None) -> np.n
 def read_columns(path: Path) -> dict[str, dict[str, Any]]:
     """Units and meanings of every column of a results file's tables: {column: {...}}."""
     out: dict[str, dict[str, Any]] = {}
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            for name in ("cases", "top"):
-                raw = f[name].attrs.get("columns") if name in f else None
-                if raw is not None:
-                    out.update(json.loads(raw))
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: unreadable or corrupt HDF5 file ({exc})") from None
+    with _open_checked(Path(path)) as f:
+        for name in ("cases", "top"):
+            raw = f[name].attrs.get("columns") if name in f else None
+            if raw is not None:
+                out.update(json.loads(raw))  # (a damaged one: ValueError, corrupt)
     return out

@@ -144,6 +144,31 @@ def test_status_verify_finds_a_corrupt_top_table_and_resume_repairs_it(run, tmp_
     assert "CORRUPT" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", ["part-00000.h5", "sweep.h5"])
+def test_damage_anywhere_in_the_first_40_percent_is_one_line_not_a_traceback(run, tmp_path,
+                                                                            capsys, name):
+    """8 bytes flipped at 0, 2, ..., 38 % of a part file (then reduce) or of sweep.h5 (then
+    show): HDF5's object headers and B-trees live there; a damaged one used to surface as
+    a KeyError traceback from h5py (found by an outside tester)."""
+    size = (run / name).stat().st_size
+    for percent in range(0, 40, 2):
+        bad = tmp_path / f"b{percent}"
+        shutil.copytree(run, bad)
+        raw = bytearray((bad / name).read_bytes())
+        at = size * percent // 100
+        raw[at:at + 8] = bytes(b ^ 0xFF for b in raw[at:at + 8])
+        (bad / name).write_bytes(bytes(raw))
+        if name == "sweep.h5":
+            code = main(["show", str(bad / "sweep.h5")])
+        else:
+            (bad / "sweep.h5").unlink()
+            code = main(["reduce", str(bad)])
+        err = capsys.readouterr().err
+        assert code in (0, 2), (percent, code, err)
+        if code == 2:
+            assert err.count("\n") == 1 and str(bad) in err, (percent, err)
+
+
 def test_a_corrupt_results_file_is_refused(run, tmp_path, capsys):
     path = tmp_path / "sweep.h5"
     shutil.copy(run / "sweep.h5", path)
