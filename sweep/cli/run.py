@@ -312,7 +312,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"{d}: sweep {st['name']} ({st['cost_model']}), {st['cases']:,} cases")
     pct = 100 * st["units_done"] / max(st["units"], 1)
     print(f"done: {st['units_done']:,} of {st['units']:,} work units ({pct:.1f}%), "
-          f"{st['candidates_done']:,} of {st['candidates']:,} candidates")
+          f"{st['candidates_done']:,} of {st['candidates']:,} candidates"
+          + (" (as sweep.h5 records: the part files are gone)" if st["done_from_results"]
+             else ""))
     if st["parts"]:
         rows = [[p["file"], "-", "-", "-", "CORRUPT", "-"] if p["corrupt"] else
                 [p["file"], _worker_text(p), p["shard"] or "-",
@@ -332,6 +334,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     res = st["results"]
     if res is None:
         state = "none"
+    elif res["corrupt"]:
+        state = f"CORRUPT ({res['corrupt']})"
     elif not res["current"]:
         state = "of another spec"
     else:
@@ -347,9 +351,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"{d}/spec.yaml (was it edited?): put the spec back, or move those parts away "
               f"(or start over: sweep run SPEC --out {d} --force)")
         return 1
+    if st["verified"] and not st["corrupt_parts"] and not (res and res["corrupt"]):
+        print("checked: every table's checksum matches")
     if st["corrupt_parts"]:
         print(f"next: sweep run {d}/spec.yaml --out {d} --resume sets the damaged part "
               f"file(s) aside and searches their units again")
+    elif complete and res is not None and res["corrupt"]:
+        print(f"next: sweep reduce {d} writes sweep.h5 again from the part files"
+              if not st["done_from_results"] else
+              f"next: the part files are gone: compute it again with sweep run "
+              f"{d}/spec.yaml --out {d} --force")
+        return 1
     elif complete:
         checked = "" if st["verified"] else " (--verify checks every table first)"
         print(f"next: sweep show {d}/sweep.h5" if state == "complete"

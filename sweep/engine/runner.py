@@ -142,10 +142,11 @@ def _now() -> str:
 
 
 def _prepare(spec_path: str, options: RunOptions, size: int
-             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str], bool]]:
+             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str], bool, bool]]:
     """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
     out dir, the finished segments of earlier attempts, warnings, whether this run continues
-    an earlier one: --resume, a shard, or a complete earlier run of the same spec). A
+    an earlier one: --resume, a shard, or a complete earlier run of the same spec, and
+    whether that complete run's sweep.h5 stands alone, its part files gone). A
     corrupt part file is moved aside (``<name>.corrupt-<time>``) and its work redone. A
     shard (of ``size`` ranks) reads only its own part files: no other worker can have done
     its units (but a run with another layout, whose units it then redoes; the reduction
@@ -200,7 +201,7 @@ def _complete_run_of(out: Path, text: str) -> bool:
 
 
 def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
-                    resume: bool) -> tuple[str, str, np.ndarray, list[str], bool]:
+                    resume: bool) -> tuple[str, str, np.ndarray, list[str], bool, bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
     # a shard's part files (workers index * SHARD_STRIDE + rank), None for a plain run
@@ -215,6 +216,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             p.unlink(missing_ok=True)
         parts = []
     warnings: list[str] = []
+    kept = False  # a complete sweep.h5 of this spec whose part files are gone: it stands
     if (out / RESULTS_NAME).exists() and not (stored.exists() or parts):
         # (a results file no run of sweep left here, nor any run folder of ours: not
         # overwritten unasked)
@@ -225,6 +227,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             # the same spec run to the end before (say, the README's command again): the
             # results stand (a run is deterministic); show them instead of refusing
             resume = True
+            kept = not parts  # (removed after the reduction): nothing to merge them from
             warnings.append(f"{out} already holds a complete run of this spec: showing its "
                             f"results (--force computes them again)")
         if not resume:
@@ -253,7 +256,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
         done.append(units)
     segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
-    return text, str(out), segments, warnings, resume
+    return text, str(out), segments, warnings, resume, kept
 
 
 class _State:
@@ -595,7 +598,8 @@ def _batches(plan: Plan, mine: np.ndarray, block_size: int):
 
 def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
          ) -> RunSummary:
-    text, out_str, segments, warnings, resume = setup  # resume: as rank 0 decided
+    # resume: as rank 0 decided; kept: a complete sweep.h5 without its part files stands
+    text, out_str, segments, warnings, resume, kept = setup
     out = Path(out_str)
     if comm.rank == 0 and options.warn is not None:
         for w in warnings:
@@ -606,6 +610,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)
     units, open_ = _open_units(plan, segments)
+    if kept:
+        open_[:] = False  # every unit is done: sweep.h5 says so
     if options.shard is None:
         # the work left, shared afresh among this run's ranks
         worker, workers = comm.rank, comm.size
@@ -750,7 +756,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                     break
         share.settle()
         stopped = halted()
-        flush(not stopped)
+        if not kept:  # (kept: no part file to add to a folder that has none)
+            flush(not stopped)
         tracker.update(evaluated, final=True, stopped=bool(stopped))
 
         def waiting() -> int:
@@ -778,7 +785,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         summary.evaluated = sum(s[0] for s in stats)
         summary.busy_s = [s[1] for s in stats]
         summary.candidates_per_rank = [s[2] for s in stats]
-        if options.reduce and options.shard is None:
+        if options.reduce and options.shard is None and not kept:
             # this run holds the folder lock; its plan is the stored spec's (same text)
             summary.reduced = reduce_run(out, lock=False, plan=(plan, text, sha))
         summary.wall_s = time.monotonic() - start_wall

@@ -23,6 +23,7 @@ from .store import (
     list_parts,
     read_part,
     read_part_done,
+    read_results,
     read_results_attrs,
 )
 
@@ -56,7 +57,10 @@ def run_status(run_dir: Path, verify: bool = False) -> dict:
         try:
             attrs, table = read_part(path)[:2] if verify else read_part_done(path)
         except CorruptFileError as exc:  # its work is redone by a resumed run
-            parts.append({"file": path.name, "corrupt": str(exc)})
+            parts.append({"file": path.name, "worker": None, "workers": None, "rank": None,
+                          "ranks": None, "shard": "", "complete": False, "sealed": False,
+                          "units": 0, "written_utc": "", "this_spec": False,
+                          "corrupt": str(exc)})
             continue
         ours = attrs.get("spec_sha256") == sha
         worker, workers = int(attrs.get("rank", -1)), int(attrs.get("size", 0))
@@ -89,14 +93,23 @@ def run_status(run_dir: Path, verify: bool = False) -> dict:
     results = run_dir / RESULTS_NAME
     reduced = None
     if results.exists():
-        attrs = read_results_attrs(results)
-        reduced = {"complete": bool(attrs.get("complete")),
-                   "units_done": int(attrs.get("n_units_done", 0)),
-                   "current": attrs.get("spec_sha256") == sha}
+        try:
+            attrs = read_results(results)[0] if verify else read_results_attrs(results)
+            reduced = {"complete": bool(attrs.get("complete")),
+                       "units_done": int(attrs.get("n_units_done", 0)),
+                       "current": attrs.get("spec_sha256") == sha, "corrupt": ""}
+        except CorruptFileError as exc:
+            reduced = {"complete": False, "units_done": 0, "current": False,
+                       "corrupt": str(exc)}
+    units_done, candidates_done = int(np.count_nonzero(finished)), int(progress.sum())
+    from_results = (not any(p.get("this_spec") for p in parts) and reduced is not None
+                    and reduced["complete"] and reduced["current"])
+    if from_results:  # the part files are gone (removed after the reduction): sweep.h5 says
+        units_done, candidates_done = len(units), int(sizes.sum())
     return {"dir": str(run_dir), "name": plan.spec.name, "cost_model": plan.spec.cost_model,
             "cases": len(plan.cases), "units": len(units),
-            "units_done": int(np.count_nonzero(finished)), "candidates": int(sizes.sum()),
-            "candidates_done": int(progress.sum()),
+            "units_done": units_done, "candidates": int(sizes.sum()),
+            "candidates_done": candidates_done, "done_from_results": from_results,
             "parts": parts, "shards": shards, "unfinished_shards": unfinished,
             "results": reduced, "verified": verify,
             "corrupt_parts": [p["file"] for p in parts if p["corrupt"]]}

@@ -408,6 +408,18 @@ def test_running_a_finished_spec_again_shows_its_results(finished, tmp_path):
     with h5py.File(again / "part-00000.h5", "r") as f:  # its part file kept everything
         assert len(f["units"]) == len(units_before) > 0
         assert f["top"][:].tobytes() == top_before.tobytes()
+    # the part files removed after the reduction: sweep.h5 stands, nothing is recomputed
+    # (it used to say so and then search every candidate again)
+    for part in again.glob("part-*.h5"):
+        part.unlink()
+    before = (again / "sweep.h5").read_bytes()
+    said.clear()
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, warn=said.append))
+    assert summary.evaluated == 0 and summary.reduced is None
+    assert summary.resumed_units == len(summary.plan.units)
+    assert "already holds a complete run of this spec" in said[0]
+    assert (again / "sweep.h5").read_bytes() == before and not list(again.glob("part-*"))
+    assert main(["status", str(again)]) == 0
     (again / "spec.yaml").write_text((again / "spec.yaml").read_text() + "# edited\n")
     with pytest.raises(StoreError, match="changed since this run started|holds an earlier"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again))

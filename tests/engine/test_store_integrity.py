@@ -141,7 +141,17 @@ def test_status_verify_finds_a_corrupt_top_table_and_resume_repairs_it(run, tmp_
                  "--quiet"]) == 0
     capsys.readouterr()
     assert main(["status", str(bad), "--verify"]) == 0
-    assert "CORRUPT" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "CORRUPT" not in out and "checked: every table's checksum matches" in out
+    # a damaged sweep.h5: said, and the reduce that writes it again
+    with h5py.File(bad / "sweep.h5", "r") as f:
+        best = float(f["top"]["samples_per_s"][0])
+    _flip_float_on_disk(bad / "sweep.h5", "top", best, best * 10)
+    assert main(["status", str(bad), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "sweep.h5: CORRUPT" in out and f"next: sweep reduce {bad} writes sweep.h5" in out
+    assert main(["reduce", str(bad)]) == 0
+    assert main(["status", str(bad), "--verify"]) == 0
 
 
 @pytest.mark.parametrize("name", ["part-00000.h5", "sweep.h5"])
