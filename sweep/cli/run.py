@@ -273,6 +273,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             comm.abort(1)
         raise
     if comm.rank != 0:
+        # finished and saved; what is left is MPI's end, which waits for rank 0's merge: a
+        # SIGTERM now (a time limit) must not kill this rank, or the launcher kills rank 0
+        # before it can say how the merge stopped
+        import signal
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
         return 0
     if not args.quiet:
         _print_run_summary(summary)

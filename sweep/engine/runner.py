@@ -439,6 +439,35 @@ class _StopFlag:
             signal.signal(sig, old)
 
 
+class _SignalDuringMerge(Exception):
+    """A SIGTERM / SIGINT while rank 0 merges the part files (see _merge)."""
+
+
+def _merge(out: Path, plan: tuple) -> ReduceSummary:
+    """Rank 0's reduction at the end of a run. A SIGTERM or SIGINT now (the other ranks have
+    finished) stops the merge at once: its temporary file is removed, every part file is
+    complete, and the message says how to merge them later (exit 143, as any stop)."""
+
+    def handle(signum, frame):
+        raise _SignalDuringMerge(signum)
+
+    old = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, handle)
+    except ValueError:  # not the main thread: no signal handling
+        pass
+    try:
+        return reduce_run(out, lock=False, plan=plan)
+    except _SignalDuringMerge as exc:
+        raise Interrupted(f"stopped by signal {exc.args[0]} while merging the part files "
+                          f"into {out / RESULTS_NAME}: the run itself is complete; merge "
+                          f"them with 'sweep reduce {out}'") from None
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 class _Tracker:
     """Progress of the whole run on rank 0: the other ranks post their evaluated counts
     (non-blocking, at most every ``every_s``, and once more when done); rank 0 adds them to
@@ -787,6 +816,6 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         summary.candidates_per_rank = [s[2] for s in stats]
         if options.reduce and options.shard is None and not kept:
             # this run holds the folder lock; its plan is the stored spec's (same text)
-            summary.reduced = reduce_run(out, lock=False, plan=(plan, text, sha))
+            summary.reduced = _merge(out, (plan, text, sha))
         summary.wall_s = time.monotonic() - start_wall
     return summary

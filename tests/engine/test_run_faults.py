@@ -181,3 +181,32 @@ def test_status_does_not_suggest_a_resume_that_would_be_refused(finished, tmp_pa
     assert main(["status", str(run)]) == 1
     out = capsys.readouterr().out
     assert "part-00000.h5 was written for another spec" in out and "--resume" not in out
+
+
+def test_a_signal_while_rank_0_merges_stops_cleanly_and_reduce_finishes(tmp_path,
+                                                                        monkeypatch):
+    """A SIGTERM while the parts are merged at the end used to kill the process with no
+    word (MPICH: 'BAD TERMINATION'); it stops the merge, leaves no temporary file, says the
+    run is complete and how to merge it (found by an outside tester)."""
+    import os
+    import signal
+
+    from sweep.engine import reduce as reduce_module
+
+    real = reduce_module.ResultsWriter.append
+
+    def append_then_signal(self, name, rows):
+        real(self, name, rows)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(reduce_module.ResultsWriter, "append", append_then_signal)
+    run = tmp_path / "merge"
+    with pytest.raises(Interrupted, match=r"stopped by signal 15 while merging the part "
+                                          r"files .* merge them with 'sweep reduce"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=run))
+    assert not (run / "sweep.h5").exists()
+    assert sorted(p.name for p in run.iterdir()) == [".sweep.lock", "part-00000.h5",
+                                                     "spec.yaml"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    monkeypatch.setattr(reduce_module.ResultsWriter, "append", real)
+    assert main(["reduce", str(run)]) == 0 and (run / "sweep.h5").exists()
