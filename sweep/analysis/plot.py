@@ -148,18 +148,26 @@ def _label(best, job: str, variant: int) -> str:
     return f"{job} on {row['hardware']}"
 
 
-def _short_labels(best, sub) -> list[str]:
-    """Variant labels with only what differs between variants (base, swept values)."""
+def _short_labels(best, sub, res: Results | None = None) -> list[str]:
+    """Variant labels with only what differs between variants (base, swept values); with
+    ``res``, an interpolated axis at a catalog point reads as that system's name."""
     import json
+
+    def value(k, v) -> str:
+        names = interpolated[k]
+        if names and float(v).is_integer() and 0 <= int(v) < len(names):
+            return names[int(v)]
+        return f"{float(v):.3g}" if names else _tick_text([v])[0]
 
     swept = [json.loads(v) for v in sub["swept"]]
     all_swept = [json.loads(v) for v in best["swept"]]
     varying = [k for k in (all_swept[0] if all_swept else {})
                if len({round(float(d.get(k, 0.0)), 12) for d in all_swept}) > 1]
     bases_vary = best["base"].nunique() > 1
+    interpolated = {k: _interpolated(res, k) if res is not None else None for k in varying}
     out = []
     for base, hw, d in zip(sub["base"], sub["hardware"], swept):
-        parts = ([str(base)] if bases_vary else []) + [f"{k}={_tick_text([d[k]])[0]}"
+        parts = ([str(base)] if bases_vary else []) + [f"{k}={value(k, d[k])}"
                                                        for k in varying]
         out.append(" ".join(parts) if parts else str(hw))
     return out
@@ -291,7 +299,7 @@ def _scaling(res: Results, opts: PlotOptions):
     jobs = list(dict.fromkeys(best["job"]))
     fig, axes = _grid(Figure, len(jobs), 6.4, 4.4)
     enc = _encoding(best)
-    short = dict(zip(best["variant_id"], _short_labels(best, best)))
+    short = dict(zip(best["variant_id"], _short_labels(best, best, res)))
     rows = []
     for ax, job in zip(axes, jobs):
         sub = best[best["job"] == job]
@@ -428,7 +436,7 @@ def _variant_panels(res: Results, best, opts: PlotOptions):
             sub = mine[mine["variant_id"].isin(chosen)].sort_values("variant_id")
             if mine["variant_id"].nunique() > MAX_BARS:
                 note = f" (the {MAX_BARS} fastest variants; select with --hardware)"
-            panels.append((job, sub, _short_labels(best, sub), f"hardware variant ({n} GPUs)",
+            panels.append((job, sub, _short_labels(best, sub, res), f"hardware variant ({n} GPUs)",
                            job, np.arange(len(sub))))
             continue
         xa, ya, slices, note = _slices(res, mine, swept, opts)
@@ -898,7 +906,7 @@ def _pareto(res: Results, opts: PlotOptions):
         xcol, xlabel, log = f"swept_{swept[0]}", _axis_text(res, swept[0]), False
     jobs = list(dict.fromkeys(best["job"]))
     fig, axes = _grid(Figure, len(jobs), 6.0, 4.4)
-    short = dict(zip(best["variant_id"], _short_labels(best, best)))
+    short = dict(zip(best["variant_id"], _short_labels(best, best, res)))
     rows = []
     for ax, job in zip(axes, jobs):
         sub = best[best["job"] == job].sort_values([xcol, "samples_per_s"],

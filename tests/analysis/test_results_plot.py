@@ -672,6 +672,11 @@ def test_heatmap_names_the_generations_of_interpolated_axes(tmp_path):
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["A100", "H200"]
     assert ax.get_xlabel().endswith("), A100 to H200")
+    # point labels: a catalog point by its name, not its position (memory=1 was H200)
+    import re
+
+    assert ax.texts and not any(re.search(r"=\d+(\s|$)", t.get_text()) for t in ax.texts)
+    assert any("=A100" in t.get_text() or "=H200" in t.get_text() for t in ax.texts)
 
 
 def test_bar_labels_end_inside_their_panels(grid, monkeypatch):
