@@ -663,7 +663,12 @@ def _heatmap(res: Results, opts: PlotOptions):
     baseline is the lowest value of both axes with a feasible configuration, marked on the
     map; contour lines at round speed-ups."""
     Figure = _mpl()
-    axes_swept = [a for a in res.swept_axes if res.cases[f"swept_{a}"].nunique() > 1]
+    chosen = res.cases
+    if opts.hardware:  # variants by label or base name, as the other kinds select them
+        keep = list(opts.hardware)
+        chosen = chosen[chosen["hardware"].isin(keep) | chosen["base"].isin(keep)]
+    variants = set(chosen["variant_id"]) if opts.hardware else None
+    axes_swept = [a for a in res.swept_axes if chosen[f"swept_{a}"].nunique() > 1]
     if opts.x and opts.x == opts.y:
         raise SweepError(f"--x and --y both name {opts.x}: a heatmap needs two different "
                          f"swept axes")
@@ -671,8 +676,11 @@ def _heatmap(res: Results, opts: PlotOptions):
     y = opts.y or next((a for a in axes_swept if a != x), None)
     if x is None or y is None:
         raise SweepError(f"{res.path}: a heatmap needs two swept hardware axes; this sweep "
-                         f"has {', '.join(axes_swept) or 'none'}")
+                         f"{'selection ' if opts.hardware else ''}has "
+                         f"{', '.join(axes_swept) or 'none'} varying")
     best = res.best()
+    if variants is not None:
+        best = best[best["variant_id"].isin(list(variants))]
     if best.empty:
         raise SweepError(f"{res.path}: no case has a feasible configuration yet")
     panels = []
@@ -683,7 +691,8 @@ def _heatmap(res: Results, opts: PlotOptions):
         if mine.empty:
             continue
         n = opts.n_gpus or int(mine["n_gpus"].max())
-        table = res.grid("samples_per_s", x, y, n_gpus=n, job=job, strategy=opts.strategy)
+        table = res.grid("samples_per_s", x, y, n_gpus=n, job=job, strategy=opts.strategy,
+                         variants=variants)
         if table.size and np.isfinite(table.to_numpy(float)).any():
             panels.append((job, n, table))
     if not panels:
@@ -733,17 +742,30 @@ def _heatmap(res: Results, opts: PlotOptions):
                      fontsize=8)
         fig.colorbar(im, ax=ax, label="speed-up over the baseline")
         blank = ~np.isfinite(speedup)
+        mine = chosen[(chosen["job"] == job) & (chosen["n_gpus"] == n)]
+        if opts.strategy:
+            mine = mine[mine["strategy"] == opts.strategy]
+        # cells whose cases are not all searched yet (a partial run): a value there is the
+        # best so far, and may still rise
+        done = mine.assign(done=mine["complete"].astype(bool)).pivot_table(
+            index=f"swept_{y}", columns=f"swept_{x}", values="done", aggfunc="all")
+        unsettled = ~done.reindex(index=table.index, columns=table.columns).fillna(
+            True).to_numpy(bool) & ~blank
+        notes = []
         if blank.any():  # say what a blank cell is: no feasible configuration, or pending
-            mine = res.cases[(res.cases["job"] == job) & (res.cases["n_gpus"] == n)]
-            if opts.strategy:
-                mine = mine[mine["strategy"] == opts.strategy]
             pending = int((~mine["complete"].astype(bool)
                            & ~np.isfinite(mine["best_samples_per_s"].to_numpy(float))).sum())
             ii, jj = np.nonzero(blank)
             ax.scatter(jj, ii, marker="x", s=12, color="0.5", linewidths=0.8)
-            ax.set_xlabel(ax.get_xlabel() + f"\n(x: no result - {int(blank.sum())} cells; "
-                          + (f"{pending} case(s) still pending)" if pending
-                             else "no feasible configuration)"), fontsize=8)
+            notes.append(f"x: {int(blank.sum())} cells without a result, "
+                         + (f"{pending} of their cases not searched yet" if pending
+                            else "no feasible configuration"))
+        if unsettled.any():
+            ii, jj = np.nonzero(unsettled)
+            ax.scatter(jj, ii, marker="*", s=14, color="w", linewidths=0)
+            notes.append(f"*: {int(unsettled.sum())} cells the best so far, cases pending")
+        if notes:
+            ax.set_xlabel(ax.get_xlabel() + "\n(" + "; ".join(notes) + ")", fontsize=8)
         for (i, yv) in enumerate(table.index):
             for (j, xv) in enumerate(table.columns):
                 rows.append({"job": job, "n_gpus": n, x: float(xv), y: float(yv),

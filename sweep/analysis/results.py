@@ -113,12 +113,12 @@ class Results:
             .reset_index(drop=True)
 
     def grid(self, metric: str, x: str, y: str, n_gpus: int | None = None,
-             job: str | None = None, strategy: str | None = None):
+             job: str | None = None, strategy: str | None = None, variants=None):
         """``metric`` of the best configuration as a table over two swept axes (rows ``y``,
         columns ``x``), at one GPU count (default: the largest) and job (default: the first),
         best over strategies unless ``strategy`` is given. Every value the sweep has on the
         two axes is a row or column; a cell without a result (no feasible configuration, or
-        pending in a partial run) is NaN."""
+        pending in a partial run) is NaN. ``variants``: only these hardware variant ids."""
         for axis in (x, y):
             if axis not in self.swept_axes:
                 raise SweepError(f"{axis!r} is not a swept axis of {self.path}; swept: "
@@ -126,6 +126,10 @@ class Results:
         best = self.best() if strategy else self.best_per_system()
         if strategy:
             best = best[best["strategy"] == strategy]
+        cases = self.cases
+        if variants is not None:
+            best = best[best["variant_id"].isin(list(variants))]
+            cases = cases[cases["variant_id"].isin(list(variants))]
         job = job or (sorted(best["job"].unique())[0] if len(best) else None)
         best = best[best["job"] == job]
         if n_gpus is None and len(best):
@@ -137,7 +141,7 @@ class Results:
                                  aggfunc="max")
         # every value the spec sweeps, also where no case has a result (none feasible, or
         # pending in a partial run): a blank row or column, not one left out
-        cases = self.cases[(self.cases["job"] == job) & (self.cases["n_gpus"] == n_gpus)]
+        cases = cases[(cases["job"] == job) & (cases["n_gpus"] == n_gpus)]
         if strategy:
             cases = cases[cases["strategy"] == strategy]
         table = table.reindex(index=sorted(cases[f"swept_{y}"].dropna().unique()),

@@ -156,6 +156,17 @@ def test_heatmap_says_it_takes_the_best_over_a_third_axis(tmp_path, grid):
     assert heat["samples_per_s"].notna().sum() >= 2
     fig, _ = draw(open_results(grid), "heatmap", PlotOptions(n_gpus=16))
     assert "each cell" not in fig._suptitle.get_text()
+    # --hardware selects variants: one NVLink domain's cells, no best over the other
+    eight = [h for h in res.cases["hardware"].unique() if "nvlink_domain=8," in h]
+    fig, heat8 = draw(res, "heatmap", PlotOptions(x="hbm_GBps", y="hbm_GiB",
+                                                 hardware=tuple(eight)))
+    assert "each cell" not in fig._suptitle.get_text()
+    for _, r in heat8.dropna(subset=["samples_per_s"]).iterrows():
+        at = best[(best["swept_hbm_GBps"] == r["hbm_GBps"])
+                  & (best["swept_hbm_GiB"] == r["hbm_GiB"]) & (best["swept_nvlink_domain"] == 8)]
+        assert r["samples_per_s"] == at["samples_per_s"].iloc[0]
+    with pytest.raises(SweepError, match="this sweep selection has .* varying"):
+        draw(res, "heatmap", PlotOptions(hardware=(eight[0],)))
 
 
 def test_partial_results_say_so(tmp_path):
@@ -466,6 +477,21 @@ def partial_files(nersc, grid, tmp_path_factory):
         files[f"{name} one case"] = derive(src, d / f"{name}-one.h5", [3])
         files[f"{name} empty"] = derive(src, d / f"{name}-empty.h5", [], [1])
     return files
+
+
+def test_partial_heatmap_marks_cells_whose_cases_are_pending(grid, tmp_path):
+    """Half the strategies' cases done: every cell has a value, the best so far of the
+    strategies searched, and is marked as such (an outside tester saw them unmarked)."""
+    cases = read_results(grid)[1]["cases"]
+    strategies = sorted(set(cases["strategy"]))
+    first = cases["case_id"][cases["strategy"] == strategies[0]]
+    res = open_results(derive(grid, tmp_path / "half.h5", first))
+    fig, heat = draw(res, "heatmap", PlotOptions(n_gpus=16))
+    label = fig.axes[0].get_xlabel()
+    assert heat["samples_per_s"].notna().all()
+    assert f"*: {len(heat)} cells the best so far, cases pending" in label, label
+    fig, _ = draw(open_results(grid), "heatmap", PlotOptions(n_gpus=16))
+    assert "*:" not in fig.axes[0].get_xlabel()
 
 
 @pytest.mark.slow  # (about 30 s of figures: CI's slow run)
