@@ -358,6 +358,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"{d}/spec.yaml (was it edited?): put the spec back, or move those parts away "
               f"(or start over: sweep run SPEC --out {d} --force)")
         return 1
+    if st["running"]:  # a run, reduction or shard works here now: nothing to continue
+        print(f"in progress: {'; '.join(st['running'])}")
+        print(f"next: wait for it (sweep status {d} again shows how far it has got; part "
+              f"files are rewritten at each checkpoint)")
+        return 0 if complete else 1
     if st["verified"] and not st["corrupt_parts"] and not (res and res["corrupt"]):
         print("checked: every table's checksum matches")
     if st["corrupt_parts"]:

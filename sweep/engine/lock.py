@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import StoreError
 
-__all__ = ["RunLock", "LOCK_NAME"]
+__all__ = ["RunLock", "LOCK_NAME", "holders"]
 
 LOCK_NAME = ".sweep.lock"
 
@@ -84,3 +84,29 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def holders(run_dir: Path) -> list[str]:
+    """Who works in ``run_dir`` now: a run or reduction holding the folder lock ("pid N on
+    HOST"), and each shard holding its own lock ("shard I: pid N on HOST"); empty when
+    nobody does (or the file system does not lock). Takes no lock itself."""
+    found = []
+    names = [LOCK_NAME] + sorted(p.name for p in Path(run_dir).glob(".shard-*.lock"))
+    for name in names:
+        try:
+            fd = os.open(Path(run_dir) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            # a shared lock fails only against an exclusive holder; the shards hold the
+            # folder lock shared, so they show up by their own locks
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process"
+                shard = name.removeprefix(".shard-").removesuffix(".lock")
+                found.append(who if name == LOCK_NAME else f"shard {shard}: {who}")
+        finally:
+            os.close(fd)
+    return found

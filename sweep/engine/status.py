@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StoreError
+from .lock import holders
 from .partition import SHARD_STRIDE, shard_of_units, unit_progress
 from .reduce import RESULTS_NAME, load_run_plan
 from .store import (
@@ -111,5 +112,5 @@ def run_status(run_dir: Path, verify: bool = False) -> dict:
             "units_done": units_done, "candidates": int(sizes.sum()),
             "candidates_done": candidates_done, "done_from_results": from_results,
             "parts": parts, "shards": shards, "unfinished_shards": unfinished,
-            "results": reduced, "verified": verify,
+            "results": reduced, "verified": verify, "running": holders(run_dir),
             "corrupt_parts": [p["file"] for p in parts if p["corrupt"]]}

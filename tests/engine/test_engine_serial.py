@@ -367,6 +367,14 @@ def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys)
     text = capsys.readouterr().out
     assert "job array of 3 shards: 1 unfinished (1)" in text
     assert "sweep.h5: partial (12 units)" in text and "submit the array again" in text
+    # while a shard of it runs (holds its lock), status says so instead of a resume that
+    # the lock would refuse
+    from sweep.engine.lock import RunLock
+
+    with RunLock(run, shard=1):
+        assert main(["status", str(run)]) == 1
+        busy = capsys.readouterr().out
+        assert "in progress: shard 1: pid" in busy and "--resume" not in busy
     # the command it suggests finishes the run (on one rank here), from the stored spec
     hint = next(line for line in text.splitlines() if line.startswith("next:"))
     assert f"sweep run {run}/spec.yaml --out {run} --resume" in hint
