@@ -91,6 +91,11 @@ def _unknown_selection(res: Results, opts: PlotOptions) -> None:
             raise SweepError(f"{res.path}: {flag} {', '.join(map(repr, missing))}: not in the "
                              f"results (they hold {', '.join(sorted(map(str, held))[:10])}"
                              f"{', ...' if len(held) > 10 else ''})")
+    counts = sorted(int(g) for g in set(cases["n_gpus"]))
+    if opts.n_gpus is not None and int(opts.n_gpus) not in counts:
+        raise SweepError(f"{res.path}: --gpus {opts.n_gpus}: not a GPU count of the results "
+                         f"(they hold {', '.join(map(str, counts[:12]))}"
+                         f"{', ...' if len(counts) > 12 else ''})")
 
 
 def _best(res: Results, opts: PlotOptions):

@@ -30,7 +30,20 @@ class _Parser(argparse.ArgumentParser):
     class too (add_subparsers takes the parent's)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # under a launcher every rank parses the same arguments: rank 0 says it once
+        quiet = _launcher_rank() not in (None, 0)
+        self.exit(2, None if quiet else f"{self.prog}: error: {message} (see {self.prog} "
+                                        f"--help)\n")
+
+
+def _launcher_rank() -> int | None:
+    """This process's rank as its MPI launcher or Slurm set it, before MPI is loaded (None:
+    not launched as one of several tasks)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,12 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.add_parsers(sub)
+    parser.commands = sub.choices  # name -> its parser
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the subcommand's parser, which names its own --help
+        parser.commands[args.command].error(
+            f"unrecognized arguments: {' '.join(extra)}")
     keep_heap()  # no page-fault churn between blocks (sweep/engine/_alloc.py)
     try:
         return int(args.func(args) or 0)

@@ -800,8 +800,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
         tracker.finish(timeout_s=5.0)
         again = (f"--shard {options.shard[0]}/{options.shard[1]}" if options.shard
                  else "--resume")
-        raise Interrupted(f"stopped by signal {stopped} after saving progress to {out} (one "
-                          f"part file per rank); continue with 'sweep run {out / SPEC_NAME} "
+        raise Interrupted(f"stopped by signal {stopped} after saving progress to {out} (its "
+                          f"part files); continue with 'sweep run {out / SPEC_NAME} "
                           f"--out {out} {again}' (any number of ranks)")
     tracker.finish(timeout_s=30.0)  # every final post was sent before the agreement
     mine = np.concatenate(taken)

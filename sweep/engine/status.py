@@ -49,6 +49,9 @@ def run_status(run_dir: Path, verify: bool = False) -> dict:
         StoreError: no run folder, no spec.yaml, or a part file that is not one of ours.
     """
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise StoreError(f"{run_dir}: a file, not a run folder (sweep status takes the "
+                         f"folder: {run_dir.parent})")
     if not run_dir.is_dir():
         raise StoreError(f"{run_dir}: no such run folder")
     plan, _, sha = load_run_plan(run_dir)

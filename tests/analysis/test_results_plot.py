@@ -167,6 +167,9 @@ def test_heatmap_says_it_takes_the_best_over_a_third_axis(tmp_path, grid):
         assert r["samples_per_s"] == at["samples_per_s"].iloc[0]
     with pytest.raises(SweepError, match="this sweep selection has .* varying"):
         draw(res, "heatmap", PlotOptions(hardware=(eight[0],)))
+    with pytest.raises(SweepError, match=r"--gpus 256: not a GPU count of the results "
+                                          r"\(they hold 512\)"):
+        draw(res, "heatmap", PlotOptions(n_gpus=256))
 
 
 def test_partial_results_say_so(tmp_path):

@@ -158,3 +158,22 @@ def test_an_argument_error_is_one_line_and_exit_2(capsys, argv):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "error:" in err
     assert "--help)" in err and "usage:" not in err
+
+
+def test_an_unknown_option_names_its_subcommand_and_other_ranks_keep_quiet(capsys,
+                                                                         monkeypatch):
+    """'sweep show F --all' pointed at 'sweep --help'; under mpiexec -n 4 every rank printed
+    the same line (from an outside tester)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["show", "x.h5", "--all"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err == "sweep show: error: unrecognized arguments: --all (see sweep show --help)\n"
+    monkeypatch.setenv("PMI_RANK", "3")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--limit", "0", "x.yaml"])
+    assert exc.value.code == 2 and capsys.readouterr().err == ""
+    monkeypatch.setenv("PMI_RANK", "0")
+    with pytest.raises(SystemExit):
+        main(["run", "--limit", "0", "x.yaml"])
+    assert capsys.readouterr().err.startswith("sweep run: error: argument --limit")

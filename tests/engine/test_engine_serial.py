@@ -385,6 +385,9 @@ def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys)
     text = capsys.readouterr().out
     assert "done: 38 of 38 work units (100.0%), 126,202 of 126,202 candidates" in text
     assert "every shard finished" in text and f"next: sweep show {run}/sweep.h5" in text
+    assert main(["status", str(run / "sweep.h5")]) == 2
+    assert f"a file, not a run folder (sweep status takes the folder: {run})" in \
+        capsys.readouterr().err
     assert _same_tables(run / "sweep.h5", out / "sweep.h5")
 
 
