@@ -68,6 +68,7 @@ def test_engine_equals_direct_search(finished):
             assert (mine[name] == direct[name]).all(), name
 
 
+@pytest.mark.slow  # (12 s; the nersc2024 engine test above runs by default)
 def test_calibrated_engine_equals_direct_search(tmp_path):
     """The calibrated profile through the engine (work units, parts, reduce) gives what one
     direct search of each case gives."""

@@ -64,7 +64,7 @@ def test_a_slow_rank_leaves_the_shared_tail_to_the_other(tmp_path):
     assert piece.max() >= 2  # a tail of several pieces to take
     out = tmp_path / "slow"
     proc = mpiexec(2, "run", SMALL, "--out", str(out), "--quiet",
-                   env={"SWEEP_TEST_SLOW_RANK": "1:0.4"})
+                   env={"SWEEP_TEST_SLOW_RANK": "1:0.2"})
     assert proc.returncode == 0, proc.stderr
     searched = {}
     for rank in (0, 1):
