@@ -628,6 +628,24 @@ def _interpolation(res: Results, axis: str) -> dict | None:
     return None
 
 
+def _spec_order(res: Results, axes: list[str]) -> list[str]:
+    """``axes`` in the order the spec's grids list them (the results' columns are sorted);
+    axes the spec does not name keep their order, after the others."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
+    except yaml.YAMLError:
+        return axes
+    groups = spec.get("hardware", []) if isinstance(spec, dict) else []
+    named: list[str] = []
+    for group in groups if isinstance(groups, list) else [groups]:
+        grid = (group or {}).get("grid") if isinstance(group, dict) else None
+        named += [k for k in (grid or {}) if k not in named]
+    return sorted(axes, key=lambda a: (named.index(a) if a in named else len(named),
+                                       axes.index(a)))
+
+
 def _interpolated(res: Results, axis: str) -> list[str] | None:
     """The catalog names an interpolated axis runs through (its integer positions)."""
     entry = _interpolation(res, axis)
@@ -673,7 +691,8 @@ def _heatmap(res: Results, opts: PlotOptions):
         keep = list(opts.hardware)
         chosen = chosen[chosen["hardware"].isin(keep) | chosen["base"].isin(keep)]
     variants = set(chosen["variant_id"]) if opts.hardware else None
-    axes_swept = [a for a in res.swept_axes if chosen[f"swept_{a}"].nunique() > 1]
+    axes_swept = _spec_order(res, [a for a in res.swept_axes
+                                   if chosen[f"swept_{a}"].nunique() > 1])
     if opts.x and opts.x == opts.y:
         raise SweepError(f"--x and --y both name {opts.x}: a heatmap needs two different "
                          f"swept axes")
@@ -946,6 +965,11 @@ def _pareto(res: Results, opts: PlotOptions):
                 front[i], top = True, y[i]
         ax.scatter(x[~front], y[~front], s=6, color="0.7", label="other variants")
         ax.plot(x[front], y[front], "o-", color="C3", ms=4, label="Pareto front")
+        # a partial run: a point of a case not fully searched is its best so far
+        unsettled = ~sub["complete"].astype(bool).to_numpy()
+        if unsettled.any():
+            ax.scatter(x[unsettled], y[unsettled], s=36, facecolors="none", edgecolors="k",
+                       linewidths=0.8, label="best so far (case not fully searched)")
         # labels: at most 8 front points, without the x axis' own value
         own = xcol.removeprefix("swept_") + "="
         points = list(zip(x[front], y[front], sub["variant_id"].to_numpy()[front]))
@@ -957,7 +981,7 @@ def _pareto(res: Results, opts: PlotOptions):
             rows.append({"job": job, "variant_id": int(r.variant_id), "hardware": r.hardware,
                          "n_gpus": int(r.n_gpus), "x": float(getattr(r, xcol)),
                          "samples_per_s": float(r.samples_per_s), "on_front": bool(f),
-                         "case_id": int(r.case_id)})
+                         "case_id": int(r.case_id), "complete": bool(r.complete)})
         if log:
             _gpu_axis(ax, sub["n_gpus"])
             ax.set_yscale("log")

@@ -167,6 +167,10 @@ def test_heatmap_says_it_takes_the_best_over_a_third_axis(tmp_path, grid):
         assert r["samples_per_s"] == at["samples_per_s"].iloc[0]
     with pytest.raises(SweepError, match="this sweep selection has .* varying"):
         draw(res, "heatmap", PlotOptions(hardware=(eight[0],)))
+    # by default x and y are the spec's first two axes (the columns are sorted by name)
+    _, default = draw(res, "heatmap")
+    assert {"nvlink_domain", "hbm_GBps"} <= set(default.columns)
+    assert "hbm_GiB" not in default.columns
     with pytest.raises(SweepError, match=r"--gpus 256: not a GPU count of the results "
                                           r"\(they hold 512\)"):
         draw(res, "heatmap", PlotOptions(n_gpus=256))
@@ -626,6 +630,12 @@ def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
     assert partial and all(statuses[r["case_id"]] == "partial" for r in partial)
     table = format_rows(attrs, rows)
     assert "* = best so far of" in table
+    # the Pareto plot marks such a point too (an outside tester found it unmarked)
+    res = open_results(run / "sweep.h5")
+    fig, data = draw(res, "pareto")
+    assert not data["complete"].all()
+    assert any("best so far" in t.get_text() for ax in fig.axes
+               for t in ax.get_legend().get_texts())
     capsys.readouterr()
     assert main(["show", str(run / "sweep.h5"), "--case", "999"]) == 2
     assert "no case 999 (case ids 0 to" in capsys.readouterr().err
