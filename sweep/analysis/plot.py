@@ -29,6 +29,7 @@ object API only (no pyplot state), so it is safe in any process.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import tempfile
@@ -610,19 +611,27 @@ def axis_label(key: str) -> str:
     return key.replace("_", " ")
 
 
+@functools.lru_cache(maxsize=8)
+def _grids_of(spec_text: str) -> tuple[dict, ...]:
+    """The hardware grids of a resolved spec (a results file's ``spec`` attribute), in the
+    spec's order; none if the text is not a spec."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load(spec_text) or {}
+    except yaml.YAMLError:
+        return ()
+    groups = spec.get("hardware", []) if isinstance(spec, dict) else []
+    return tuple(g["grid"] for g in (groups if isinstance(groups, list) else [groups])
+                 if isinstance(g, dict) and isinstance(g.get("grid"), dict))
+
+
 def _interpolation(res: Results, axis: str) -> dict | None:
     """The spec's grid entry of an interpolated axis (``interpolate``: the catalog systems,
     ``keys``: what it interpolates), or None for an ordinary axis; read from the resolved
     spec in the file."""
-    import yaml
-
-    try:
-        spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
-    except yaml.YAMLError:
-        return None
-    groups = spec.get("hardware", []) if isinstance(spec, dict) else []
-    for group in groups if isinstance(groups, list) else [groups]:
-        entry = ((group or {}).get("grid") or {}).get(axis) if isinstance(group, dict) else None
+    for grid in _grids_of(str(res.attrs.get("spec", ""))):
+        entry = grid.get(axis)
         if isinstance(entry, dict) and isinstance(entry.get("interpolate"), list):
             return entry
     return None
@@ -631,17 +640,8 @@ def _interpolation(res: Results, axis: str) -> dict | None:
 def _spec_order(res: Results, axes: list[str]) -> list[str]:
     """``axes`` in the order the spec's grids list them (the results' columns are sorted);
     axes the spec does not name keep their order, after the others."""
-    import yaml
-
-    try:
-        spec = yaml.safe_load(str(res.attrs.get("spec", ""))) or {}
-    except yaml.YAMLError:
-        return axes
-    groups = spec.get("hardware", []) if isinstance(spec, dict) else []
-    named: list[str] = []
-    for group in groups if isinstance(groups, list) else [groups]:
-        grid = (group or {}).get("grid") if isinstance(group, dict) else None
-        named += [k for k in (grid or {}) if k not in named]
+    named = list(dict.fromkeys(k for grid in _grids_of(str(res.attrs.get("spec", "")))
+                               for k in grid))
     return sorted(axes, key=lambda a: (named.index(a) if a in named else len(named),
                                        axes.index(a)))
 

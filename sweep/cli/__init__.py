@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..engine._alloc import keep_heap
+from ..engine.parallel import launcher_rank
 from ..errors import SweepError
 from . import bench, figures, predict, run, slurm, validate
 from ._common import os_error_text, print_error
@@ -31,19 +32,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         # under a launcher every rank parses the same arguments: rank 0 says it once
-        quiet = _launcher_rank() not in (None, 0)
+        quiet = launcher_rank() not in (None, 0)
         self.exit(2, None if quiet else f"{self.prog}: error: {message} (see {self.prog} "
                                         f"--help)\n")
-
-
-def _launcher_rank() -> int | None:
-    """This process's rank as its MPI launcher or Slurm set it, before MPI is loaded (None:
-    not launched as one of several tasks)."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

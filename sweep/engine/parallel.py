@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import WorldError
 
-__all__ = ["SerialComm", "MpiComm", "get_comm", "check_world", "launched_tasks",
+__all__ = ["SerialComm", "MpiComm", "get_comm", "check_world", "launched_tasks", "launcher_rank",
            "STOP_GRACE_S"]
 
 #: after a stop (a signal on any rank), how long a rank waits for the others to reach the
@@ -268,6 +268,16 @@ class MpiComm:
         print(f"sweep run: rank {self.rank}: {why}; aborting the job (saved progress is "
               f"kept; continue with --resume)", file=sys.stderr, flush=True)
         self.abort(143)
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as its MPI launcher or Slurm set it, read before MPI is loaded
+    (None: not started as one of several tasks)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def launched_tasks() -> int:

@@ -49,11 +49,15 @@ def assign_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
     cost = np.asarray(sizes, dtype=np.float64) + overhead
     if len(cost) == 0:
         return np.zeros(0, np.int64)
+    return _runs(cost, n_ranks * chunks) % n_ranks
+
+
+def _runs(cost: np.ndarray, runs: int) -> np.ndarray:
+    """(U,) which of ``runs`` contiguous runs of near-equal total ``cost`` each unit falls
+    in: the one that holds its midpoint."""
     end = np.cumsum(cost)
-    middle = end - cost / 2  # a unit goes to the run that holds its midpoint
-    runs = n_ranks * chunks
-    run = np.clip(np.floor(middle / end[-1] * runs).astype(np.int64), 0, runs - 1)
-    return run % n_ranks
+    middle = end - cost / 2
+    return np.clip(np.floor(middle / end[-1] * runs).astype(np.int64), 0, runs - 1)
 
 
 #: share of the estimated cost left to ranks that finish their own share first: enough to
@@ -63,8 +67,8 @@ SHARED_FRACTION = 0.3
 #: the most the ranks' finishing times can differ by, besides one unit's cost), up to
 #: SHARED_PIECES_MAX pieces in all
 SHARED_CHUNKS = 16
-#: rank 0 answers every request for a piece between blocks of its own search (~10 - 20 us
-#: each): past 64 ranks the pieces per rank shrink (to 2 from 512 ranks) so that the
+#: rank 0 answers every request for a piece between blocks of its own search (a receive
+#: and a send each): past 64 ranks the pieces per rank shrink (to 2 from 512 ranks) so that the
 #: requests stay about 2 per rank over the tail instead of 16
 SHARED_PIECES_MAX = 1024
 
@@ -104,14 +108,10 @@ def share_units(sizes: np.ndarray, n_ranks: int, overhead: int = UNIT_OVERHEAD,
     if n_ranks == 1 or shared == 0.0 or len(cost) == 0:
         owner[:] = assign_units(sizes, n_ranks, overhead, chunks)
         return owner, piece
-    end = np.cumsum(cost)
-    middle = end - cost / 2  # a unit belongs where its midpoint lies
-    head = middle < (1.0 - shared) * end[-1]
+    middle = np.cumsum(cost) - cost / 2  # a unit belongs where its midpoint lies
+    head = middle < (1.0 - shared) * cost.sum()
     owner[head] = assign_units(np.asarray(sizes)[head], n_ranks, overhead, chunks)
-    tail_start = end[head][-1] if head.any() else 0.0
-    pieces = n_ranks * shared_chunks
-    fraction = (middle[~head] - tail_start) / (end[-1] - tail_start)
-    cut = np.clip(np.floor(fraction * pieces).astype(np.int64), 0, pieces - 1)
+    cut = _runs(cost[~head], n_ranks * shared_chunks)
     piece[~head] = np.unique(cut, return_inverse=True)[1]  # numbered without gaps
     return owner, piece
 

@@ -11,7 +11,8 @@ The same code runs serially (``SerialComm``) and on any number of MPI ranks:
    in advance: rank 0 hands its pieces out to the ranks that finish their share first
    (``_Share``);
 4. SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) makes every rank finish its current block
-   of candidates, write its part file (the searched part of a unit is a segment) and stop: the run can be resumed, with any number of ranks;
+   of candidates, write its part file (the searched part of a unit is a segment) and stop:
+   the run can be resumed, with any number of ranks;
 5. after a complete run, rank 0 merges the parts into ``sweep.h5``.
 
 A run can also be cut into ``K`` shards that start independently, at any time, e.g. the tasks

@@ -379,7 +379,7 @@ class PartTops:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        with self._open() as f:
+        with _open_checked(self.path) as f:
             ds = f["top"]
             stored = ds.attrs.get("sha256")
             if stored is None:
@@ -394,9 +394,6 @@ class PartTops:
         self._hash = hashlib.sha256()
         if len(self.case_id) == 0:
             self._verify()
-
-    def _open(self):
-        return _open_checked(self.path)
 
     def _checked(self, read):
         try:
@@ -413,7 +410,7 @@ class PartTops:
         hi = int(np.searchsorted(self.case_id, case_stop, side="left"))
         if hi <= self.position:
             return np.zeros(0, TOP_DTYPE)
-        with self._open() as f:
+        with _open_checked(self.path) as f:
             rows = self._checked(lambda: f["top"][self.position:hi])
         self._hash.update(np.ascontiguousarray(rows).view(np.uint8))
         self.position = hi
@@ -498,28 +495,19 @@ def _read(path: Path, kind: str, tables: tuple[str, ...] | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(attrs, tables) of a sweep file: every table, or only those named in ``tables``;
     checksums verified."""
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-            if attrs.get("kind") != kind:
-                raise StoreError(f"{path}: not a sweep {kind} file (kind = {attrs.get('kind')!r})")
-            if attrs.get("schema_version") != SCHEMA_VERSION:
-                raise StoreError(f"{path}: schema version {attrs.get('schema_version')} is not "
-                                 f"{SCHEMA_VERSION}; it was written by another sweep version")
-            stored = attrs.pop("attrs_sha256", None)
-            if stored is not None and stored != _attrs_sha256(attrs):
-                raise CorruptFileError(f"{path}: corrupt: checksum of the root attributes "
-                                       f"does not match them")
-            data = {name: _read_table(path, f, name, kind)
-                    for name in (f.keys() if tables is None else tables)}
-    except StoreError:
-        raise
-    except FileNotFoundError:
-        raise StoreError(f"{path}: no such file") from None
-    except PermissionError as exc:
-        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (OSError, KeyError, ValueError, RuntimeError) as exc:
-        raise CorruptFileError(f"{path}: unreadable or corrupt HDF5 file ({exc})") from None
+    with _open_checked(Path(path)) as f:
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        if attrs.get("kind") != kind:
+            raise StoreError(f"{path}: not a sweep {kind} file (kind = {attrs.get('kind')!r})")
+        if attrs.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {attrs.get('schema_version')} is not "
+                             f"{SCHEMA_VERSION}; it was written by another sweep version")
+        stored = attrs.pop("attrs_sha256", None)
+        if stored is not None and stored != _attrs_sha256(attrs):
+            raise CorruptFileError(f"{path}: corrupt: checksum of the root attributes "
+                                   f"does not match them")
+        data = {name: _read_table(path, f, name, kind)
+                for name in (f.keys() if tables is None else tables)}
     return attrs, data
 
 
@@ -623,14 +611,11 @@ def read_results_cases(path: Path, start: int, stop: int
     """
     p = Path(path)
     attrs = _results_attrs(p)
-    try:
-        with h5py.File(p, "r", locking=False) as f:
-            cases = f["cases"][start:stop]
-            ids = f["top"].fields("case_id")[()]
-            lo, hi = np.searchsorted(ids, [start, stop], side="left")
-            top = f["top"][int(lo):int(hi)]
-    except (OSError, KeyError, ValueError) as exc:
-        raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
+    with _open_checked(p) as f:
+        cases = f["cases"][start:stop]
+        ids = f["top"].fields("case_id")[()]
+        lo, hi = np.searchsorted(ids, [start, stop], side="left")
+        top = f["top"][int(lo):int(hi)]
     return attrs, {"cases": cases, "top": top}
 
 
@@ -691,6 +676,8 @@ def _open_checked(p: Path):
         f = h5py.File(p, "r", locking=False)
     except FileNotFoundError:
         raise StoreError(f"{p}: no such file") from None
+    except PermissionError as exc:
+        raise StoreError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except OSError as exc:
         raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
     with f:
@@ -700,7 +687,6 @@ def _open_checked(p: Path):
             raise
         except (OSError, KeyError, ValueError, RuntimeError) as exc:
             raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
-
 
 
 def _read_slice(p: Path, ds, lo: int, hi: int, field: str | None = None) -> np.ndarray:

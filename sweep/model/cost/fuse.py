@@ -31,8 +31,8 @@ from LLVM / the C library rather than numpy's SIMD loops and could differ in the
 on the shipped specs and the tests' blocks every column is bit for bit numpy's
 (tests/model/test_fuse.py, tests/engine/test_results_identity.py).
 
-Optional: without numba (``pip install -e '.[fast]'`` in the checkout), or with ``SWEEP_FUSE=0``, every
-call runs the numpy function itself. Pure: no MPI, no printing; files only in the cache
+Optional: without numba (``pip install -e '.[fast]'`` in the checkout), or with
+``SWEEP_FUSE=0``, every call runs the numpy function itself. Pure: no MPI, no printing; files only in the cache
 directory (``SWEEP_CACHE_DIR``, else ``$XDG_CACHE_HOME/sweep`` or ``~/.cache/sweep``).
 """
 
