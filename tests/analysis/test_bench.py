@@ -107,3 +107,33 @@ def test_a_clock_that_reads_zero_does_not_explode_the_loop_count(monkeypatch):
     # (loops of 1, 10 and 100 runs read 0 s, the last 100 s 10 ms: then 1,000 runs, 10 s)
     assert timer.loops == 1000 and len(runs) == 1 + 1 + 10 + 100 + 1000
     assert timer.times == [pytest.approx(0.01)]
+
+
+def test_plan_estimate_keeps_compiling_out_of_the_search_rate(monkeypatch):
+    """A sampled unit whose search met a graph the warm-up did not (compiled there: seconds
+    to minutes on a machine's first run) counts that time as start-up, not search: a cold
+    cache made sweep plan's first estimate 40 times the next one (from an outside tester)."""
+    from sweep.engine.plan import SpaceCache, make_plan
+    from sweep.engine.spec import parse_spec
+    from sweep.model.cost import fuse
+
+    spec = parse_spec({"name": "t", "jobs": ["llama3_8b"], "gpus": [8],
+                       "hardware": {"base": "H100-SXM"}}, "t.yaml")
+    cache = SpaceCache(spec.cost_model)
+    plan = make_plan(spec, cache)
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "process_time", lambda: clock[0])
+    monkeypatch.setattr(bench, "warm_up", lambda *a: (0.0, 0.0))
+
+    def search(plan, cache, unit, stop=None, compile_s=0.0):
+        clock[0] += 0.01 + compile_s  # 10 ms of search per unit, and what compiling took
+        fuse._add_startup(compile_s)
+        return 1
+
+    monkeypatch.setattr(bench, "search_unit", search)
+    warm = bench.estimate_search_seconds(plan, cache, samples=4, budget_s=10.0)
+    monkeypatch.setattr(bench, "search_unit", lambda *a: search(*a, compile_s=5.0))
+    cold = bench.estimate_search_seconds(plan, cache, samples=4, budget_s=10.0)
+    assert cold["core_seconds"] == pytest.approx(warm["core_seconds"])
+    assert cold["startup_seconds"] == pytest.approx(warm["startup_seconds"] + 5.0 * cold[
+        "units_timed"])

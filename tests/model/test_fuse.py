@@ -111,6 +111,35 @@ def test_graph_reused_for_other_values_of_inputs_no_decision_reads():
     assert f.traces == 1
 
 
+@needs_numba
+def test_tracing_and_first_calls_count_as_start_up_later_calls_do_not(monkeypatch):
+    """startup_seconds: the CPU time of tracing a new graph and of its loop's first call
+    (compiled, or loaded from the cache), which sweep plan keeps apart from the search's
+    rate; a call that reuses a graph adds nothing."""
+    added = []
+    monkeypatch.setattr(fuse, "_add_startup", added.append)
+    f = fuse.fused(_toy, min_rows=1)
+    c = _toy_inputs()
+    f({"floor": 0.1, "d": 2.0, "s": 1.0, "mode": 1}, c)
+    assert len(added) == 1 and added[0] >= 0
+    f({"floor": 0.2, "d": 2.0, "s": 1.0, "mode": 1}, c)  # (the same graph)
+    assert len(added) == 1
+    f({"floor": 0.2, "d": 2.0, "s": 1.0, "mode": 0}, c)  # (another graph)
+    assert len(added) == 2
+    loop = fuse.compile_loop(_plain_loop)  # compile_loop's loops: each new signature
+    x = np.arange(5.0)
+    loop(x)
+    loop(x)
+    assert len(added) == 3
+    loop(np.arange(5))  # (integers: another signature)
+    assert len(added) == 4 and np.array_equal(x, np.arange(5.0) * 4)  # (run twice)
+
+
+def _plain_loop(x):
+    for i in range(len(x)):
+        x[i] = x[i] * 2
+
+
 def _nested_sum(xs):
     return sum(v[0] if isinstance(v, list) else 2.0 * v for v in xs)
 

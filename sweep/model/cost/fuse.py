@@ -45,6 +45,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -53,7 +54,24 @@ import numpy as np
 
 __all__ = ["fused", "Tracer", "TraceError", "Gathered", "available", "enabled", "as_array",
            "map_leaves",
-           "cache_dir", "load_kernel"]
+           "cache_dir", "load_kernel", "startup_seconds"]
+
+#: CPU seconds this process has spent tracing graphs and in the first call of each compiled
+#: loop with new argument types (numba compiling it, seconds to minutes on a machine whose
+#: cache is cold, or loading it from the on-disk cache): paid once per process, not per
+#: candidate, so ``sweep plan``'s estimate keeps it apart (bench.estimate_search_seconds)
+_startup_cpu_s = 0.0
+
+
+def startup_seconds() -> float:
+    """CPU seconds spent so far in this process tracing graphs and compiling or loading
+    compiled loops (see ``_startup_cpu_s``)."""
+    return _startup_cpu_s
+
+
+def _add_startup(cpu_s: float) -> None:
+    global _startup_cpu_s
+    _startup_cpu_s += cpu_s
 
 
 class TraceError(Exception):
@@ -652,9 +670,24 @@ def compile_loop(*functions):
     parts.append(decorator + inspect.getsource(main).replace(f"def {main.__name__}(",
                                                               "def kernel(", 1))
     try:
-        return load_kernel("\n\n".join(parts))
+        return _FirstCallsTimed(load_kernel("\n\n".join(parts)))
     except TraceError:
         return None
+
+
+class _FirstCallsTimed:
+    """A compiled loop whose calls that add a signature (numba compiling the loop for new
+    argument types, or loading it from its on-disk cache) count toward startup_seconds."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+
+    def __call__(self, *args):
+        known, start = len(self.kernel.overloads), time.process_time()
+        out = self.kernel(*args)
+        if len(self.kernel.overloads) != known:
+            _add_startup(time.process_time() - start)
+        return out
 
 
 def _import_numba() -> None:
@@ -759,13 +792,18 @@ class fused:
                 return self._run(entry, leaves, n)
         if len(entries) >= MAX_GRAPHS:  # inputs whose decisions vary without end
             return self.fallback(*_materialized(args))
+        start = time.process_time()  # a new graph: traced, its loop compiled or loaded
         try:
             entry = self._trace(args, leaves, kinds, n)
         except TraceError:
             self._untraceable.add(key)
+            _add_startup(time.process_time() - start)
             return self.fallback(*_materialized(args))
         entries.append(entry)
-        return self._run(entry, leaves, n)
+        try:
+            return self._run(entry, leaves, n)
+        finally:  # (with the first block's own rows: a block, once a graph)
+            _add_startup(time.process_time() - start)
 
     def _trace(self, args, leaves, kinds, n) -> _Compiled:
         self.traces += 1
