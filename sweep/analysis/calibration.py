@@ -27,6 +27,7 @@ import numpy as np
 
 from ..model.cost import calibrated
 from ..model.cost.calibrated import DEFAULT_PARAMETERS
+from ..model.hardware import CALIBRATION_BOUNDS
 from ..model.schema import CANDIDATE_DTYPE, Reason
 from .measured import Case, metric_of
 
@@ -38,12 +39,9 @@ __all__ = ["BOUNDS", "fit", "load_ranges", "outside_ranges", "exercised", "FitRe
 #: time parameters (newer first on a tie)
 GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 
-#: physical bounds of each parameter (efficiencies are fractions of a datasheet peak)
-BOUNDS = {"gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
-          "hbm_eff": (0.3, 1.0), "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0),
-          "net_eff": (0.2, 1.0), "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0),
-          "grouped_gemm_eff": (0.2, 1.0), "expert_us": (0.0, 200.0), "a2a_eff": (0.2, 1.0),
-          "reserve_GiB": (0.0, 8.0), "allocator_cache": (0.0, 1.0)}
+#: physical bounds of each parameter (efficiencies are fractions of a datasheet peak); a
+#: hardware or calibration file is held to them too (model/hardware.py)
+BOUNDS = dict(CALIBRATION_BOUNDS)
 TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_us", "nvl_eff",
                    "net_eff", "fp8_eff", "fp4_eff")
 #: mixture-of-experts parameters: fitted on a generation's MoE runs after its dense ones,
@@ -57,8 +55,6 @@ OUTLIER_LOG_ERROR = float(np.log(1.5))
 #: penalty (in log-error units, spread over all runs) for a run whose feasibility the model
 #: gets wrong
 FEASIBILITY_PENALTY = 2.0
-#: a CUDA context alone takes about half a GiB: the reserve cannot be less than this
-BOUNDS["reserve_GiB"] = (0.75, 8.0)
 #: weight of the prior: each time parameter adds PRIOR_WEIGHT x log(value / centre)^2 to the
 #: objective (the source-balanced mean |log error|, about 0.07 at the fit). A parameter at
 #: twice or half its centre costs 0.0024, as much as moving every prediction by 0.24 %: the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,9 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
-from ..model.hardware import Hardware, parse_hardware
+from ..model.hardware import Hardware, check_calibration, parse_hardware
 from ..model.job import Job, parse_job
-from ..model.units import brief, finite_float
+from ..model.units import brief
 
 __all__ = ["load_hardware", "load_job", "read_yaml", "load_checked", "search_roots",
            "list_names", "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "RANGES_FILE",
@@ -120,6 +121,13 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+# numbers in exponent form without a dot or an exponent sign (5e3, 1.6e1) are floats, as in
+# YAML 1.2's core schema; PyYAML's YAML 1.1 rules read them as strings (its own resolvers
+# run first, so nothing they already read changes)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 #: PyYAML's safe loader on its C parser where PyYAML has libyaml (a spec: 19 -> 2 ms)
@@ -130,6 +138,18 @@ def load_checked(text: str) -> Any:
     """A YAML document that read_yaml's checks have passed once already (a run's stored
     spec, read again by every rank), parsed by the safe loader without the checks."""
     return yaml.load(text, Loader=_C_SAFE_LOADER)  # (a safe loader)
+
+
+def parse_value(text: str) -> Any:
+    """One YAML value given on the command line (``--set KEY=VALUE``), read as the files
+    are (5e3 a number). Raises yaml.YAMLError when it is not YAML or the loader refuses it."""
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    except _Refused as exc:
+        raise yaml.YAMLError(str(exc)) from None
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: Path) -> Any:
@@ -241,11 +261,7 @@ def load_calibration(path: Path) -> dict[str, dict[str, float]]:
             continue
         if not isinstance(params, dict):
             raise SpecError(str(path), str(gen), "expected a mapping of parameter -> number")
-        for k, v in params.items():
-            if finite_float(v) is None:
-                raise SpecError(str(path), f"{gen}.{k}",
-                                f"expected a finite number, got {brief(v)}")
-        out[str(gen)] = {str(k): float(v) for k, v in params.items()}
+        out[str(gen)] = check_calibration(params, str(path), str(gen))
     return out
 
 

@@ -52,7 +52,7 @@ from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, over
                               parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
 from ..model.units import brief, finite_float, parse_quantity
-from .catalog import load_hardware, load_job, read_yaml
+from .catalog import load_hardware, load_job, parse_value, read_yaml
 
 __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", "resolved_yaml",
            "spec_hash", "TOP_KEYS", "INTERPOLATABLE", "DEFAULT_MAX_VARIANTS",
@@ -255,7 +255,8 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
         else:
             raise _fail(source, key, "expected a job name or a mapping with 'name'")
         if name not in bases:
-            bases[name] = (parse_job(resolved[name], source, name) if name in resolved
+            bases[name] = (_resolved(parse_job, resolved[name], source, f"resolved.jobs.{name}",
+                                     name) if name in resolved
                            else load_job(name, source, key, near))
         job = bases[name]
         if overrides:
@@ -288,7 +289,7 @@ def _interpolate_axis(name: str, raw: Mapping, source: str, key: str, near: Path
     if not isinstance(keys, list) or not keys:
         raise _fail(source, f"{key}.keys", f"expected a list of: {', '.join(INTERPOLATABLE)}")
     for i, q in enumerate(keys):
-        if q not in INTERPOLATABLE:
+        if not isinstance(q, str) or q not in INTERPOLATABLE:
             raise _fail(source, f"{key}.keys[{i}]",
                         f"cannot interpolate {brief(q)}; valid: {', '.join(INTERPOLATABLE)}")
     # NERSC construction (sweeps/sweep_utils.py): np.linspace per consecutive pair, the shared
@@ -313,11 +314,23 @@ def _interpolate_axis(name: str, raw: Mapping, source: str, key: str, near: Path
     return GridAxis(name, tuple(points), tuple(labels))
 
 
+def _resolved(parse, raw: Any, source: str, path: str, name: str):
+    """``parse(raw, source, name)`` of a definition stored under ``resolved:``, its errors
+    keyed by their place there (``resolved.jobs.<name>.<key>``)."""
+    try:
+        return parse(raw, source, name)
+    except SpecError as exc:
+        where = f"{exc.source}: {exc.key}: " if exc.key else f"{exc.source}: "
+        raise _fail(source, f"{path}.{exc.key}" if exc.key else path,
+                    str(exc).removeprefix(where)) from None
+
+
 def _load_base(name: str, source: str, key: str, near: Path | None,
                bases: dict[str, Hardware], resolved: Mapping) -> Hardware:
     if name not in bases:
         if name in resolved:
-            bases[name] = parse_hardware(resolved[name], source, name)
+            bases[name] = _resolved(parse_hardware, resolved[name], source,
+                                    f"resolved.hardware.{name}", name)
         else:
             bases[name] = load_hardware(name, source, key, near)
     return bases[name]
@@ -474,7 +487,8 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
         raise _fail(source, "", f"expected a mapping of spec keys, got {type(raw).__name__}")
     unknown = [k for k in raw if k not in TOP_KEYS]
     if unknown:
-        raise _fail(source, str(unknown[0]), f"unknown key; valid keys: {', '.join(TOP_KEYS)}")
+        raise _fail(source, str(unknown[0]), "unknown key; valid keys: " + ", ".join(
+            k for k in TOP_KEYS if k != "resolved"))  # (resolved: written by sweep only)
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise _fail(source, "name", f"expected a name of letters, digits, '.', '_', '-' (at "
@@ -486,6 +500,10 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     resolved = raw.get("resolved") or {}
     if not isinstance(resolved, Mapping):
         raise _fail(source, "resolved", "expected a mapping (written by sweep)")
+    for part in ("jobs", "hardware"):
+        if not isinstance(resolved.get(part) or {}, Mapping):
+            raise _fail(source, f"resolved.{part}", "expected a mapping of names to "
+                                                   "definitions (written by sweep)")
     jobs, job_bases = _parse_jobs(raw.get("jobs"), source, near, resolved.get("jobs") or {})
     if "gpus" not in raw:
         raise _fail(source, "gpus", "missing")
@@ -518,14 +536,14 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     if offload and profile != "calibrated":
         raise _fail(source, "offload", f"only the calibrated profile models offload, not "
                                        f"{profile}")
-    for j in jobs:
+    for i, j in enumerate(jobs):  # (a job the profile cannot cost: named by its place)
         if profile == "nersc2024" and j.dtype not in ("bf16", "fp16"):
-            raise _fail(source, "cost_model", f"nersc2024 models 16-bit training only; job "
+            raise _fail(source, f"jobs[{i}]", f"nersc2024 models 16-bit training only; job "
                                               f"{j.name} uses {j.dtype}")
         # nersc2024 takes the head width as hidden // n_heads and Q, K, V as 3 x hidden
         if profile == "nersc2024" and (j.attention_width != j.hidden
                                        or j.n_kv_heads != j.n_heads):
-            raise _fail(source, "cost_model", f"nersc2024 models multi-head attention with "
+            raise _fail(source, f"jobs[{i}]", f"nersc2024 models multi-head attention with "
                         f"n_heads x head_dim = hidden and n_kv_heads = n_heads; job {j.name} "
                         f"has n_heads x head_dim = {j.n_heads} x {j.head_dim}, hidden = "
                         f"{j.hidden}, n_kv_heads = {j.n_kv_heads}")
@@ -542,6 +560,11 @@ def load_spec(path: str | Path, *, max_variants: int = DEFAULT_MAX_VARIANTS,
     :func:`parse_spec`. ``overrides``: ``KEY=VALUE`` items replacing a key of the file
     (:func:`set_keys`), before it is validated."""
     p = Path(path)
+    if p.is_dir():
+        stored = p / "spec.yaml"
+        raise SpecError(str(path), "", "a folder, not a spec file" + (
+            f"; a run folder's spec is {stored} (continue it with sweep run {stored} --out "
+            f"{p} --resume)" if stored.is_file() else ""))
     if not p.is_file():
         raise SpecError(str(path), "", "no such spec file")
     raw = set_keys(read_yaml(p), overrides, str(path))
@@ -565,16 +588,20 @@ def set_keys(raw: Any, overrides: Sequence[str], source: str) -> Any:
 
     if not overrides:
         return raw
-    out = copy.deepcopy(raw) if isinstance(raw, dict) else raw
+    if not isinstance(raw, dict):  # (not a spec: parse_spec says so)
+        return raw
+    out = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise SpecError(source, "--set", f"{item!r} is not KEY=VALUE")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise SpecError(source, f"--set {key}", f"{text!r} is not a YAML value") from None
+            value = parse_value(text)
+        except yaml.YAMLError as exc:
+            why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise SpecError(source, f"--set {key}", f"{brief(text)} is not a YAML value "
+                                                    f"({why})") from None
         node = out
         parts = key.split(".")
         for part in parts[:-1]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError
-from .units import brief, finite_float, parse_quantity, split_unit_key
+from .units import brief, finite_float, name_problem, parse_quantity, split_unit_key
 
 __all__ = ["GENERATION_DEFAULTS", "Hardware", "parse_hardware", "apply_overrides",
            "override_field", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
@@ -41,6 +41,38 @@ __all__ = ["GENERATION_DEFAULTS", "Hardware", "parse_hardware", "apply_overrides
 #: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
 #: enumeration lists every ordered factorisation of the domain size, which grows quickly.
 MAX_NVLINK_DOMAIN = 2**16
+#: the calibrated profile's parameters (hardware/calibration.yaml, a hardware file's
+#: ``calibration:``) and their physical bounds: efficiencies are fractions of a datasheet or
+#: sustained peak, times per kernel and per expert in microseconds, the memory reserve in
+#: GiB (a CUDA context alone takes about half a GiB) and the allocator's cache a fraction of
+#: activation memory; the fit stays inside them (analysis/calibration.py) and a file may not
+#: leave them either
+CALIBRATION_BOUNDS = {
+    "gemm_eff": (0.3, 1.0), "attn_eff": (0.15, 1.0), "fused_attn_eff": (0.15, 1.0),
+    "hbm_eff": (0.3, 1.0), "kernel_us": (0.0, 60.0), "nvl_eff": (0.3, 1.0),
+    "net_eff": (0.2, 1.0), "fp8_eff": (0.3, 1.0), "fp4_eff": (0.2, 1.0),
+    "grouped_gemm_eff": (0.2, 1.0), "expert_us": (0.0, 200.0), "a2a_eff": (0.2, 1.0),
+    "reserve_GiB": (0.75, 8.0), "allocator_cache": (0.0, 1.0)}
+
+
+def check_calibration(params: Mapping[str, Any], source: str, key: str) -> dict[str, float]:
+    """``params`` (parameter -> number) as floats, each a known parameter inside its
+    CALIBRATION_BOUNDS; errors name ``key.<parameter>``."""
+    out = {}
+    for k, v in params.items():
+        where = f"{key}.{k}"
+        if k not in CALIBRATION_BOUNDS:
+            raise _fail(source, where, f"unknown parameter; valid: "
+                                       f"{', '.join(CALIBRATION_BOUNDS)}")
+        number = finite_float(v)
+        if number is None:
+            raise _fail(source, where, f"expected a finite number, got {brief(v)}")
+        lo, hi = CALIBRATION_BOUNDS[k]
+        if not lo <= number <= hi:
+            raise _fail(source, where, f"{number:g} is outside its physical range [{lo:g}, "
+                                       f"{hi:g}]")
+        out[str(k)] = number
+    return out
 #: streaming multiprocessors and GEMM tile sides, at most (real: ~100-200 SMs, 256 tiles)
 MAX_HW_COUNT = 2**16
 
@@ -319,6 +351,16 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
     for flops_key in ("matrix_peaks", "vector_peaks"):
         if flops_key not in values:
             raise _fail(source, flops_key.replace("_peaks", "_tflops"), "missing")
+    # what the cost models read: a 16-bit tensor peak (other precisions fall back on it),
+    # and fp32 and 16-bit vector peaks (norms, softmax, optimizer; docs/hardware.md)
+    for flops_key, needed in (("matrix_peaks", ("16",)), ("vector_peaks", ("16", "fp32"))):
+        have = values[flops_key]
+        for need in needed:
+            if (need == "16" and not {"bf16", "fp16"} & set(have)) or \
+                    (need == "fp32" and "fp32" not in have):
+                raise _fail(source, flops_key.replace("_peaks", "_tflops"),
+                            f"needs {'a bf16 or fp16' if need == '16' else 'an fp32'} peak; "
+                            f"has {', '.join(have) or 'none'}")
     required = ["hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nvlink_latency",
                 "scaleout_bandwidth", "scaleout_latency", "nvlink_domain"]
     for req in required:
@@ -342,12 +384,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
     calibration = values.get("calibration", {}) or {}
     if not isinstance(calibration, Mapping):
         raise _fail(source, "calibration", "expected a mapping of parameter -> number")
-    cal = {}
-    for k, v in calibration.items():
-        number = finite_float(v)
-        if number is None:
-            raise _fail(source, f"calibration.{k}", f"expected a finite number, got {brief(v)}")
-        cal[str(k)] = number
+    cal = check_calibration(calibration, source, "calibration")
     sm = _positive(values.get("sm_count", 108), source, "sm_count", integer=True,
                    maximum=MAX_HW_COUNT)
     tile = values.get("gemm_tile", [128, 128])
@@ -362,12 +399,16 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
                                           f"known: {', '.join(GENERATIONS)}")
     if "exp_per_s" in values:
         exp_per_s = _positive(values["exp_per_s"], source, "exp_per_s")
+        if "matrix_flops_per_exp" in values:  # (one or the other: exp_per_s wins; both checked)
+            _positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
     else:
         ratio = (_positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
                  if "matrix_flops_per_exp" in values
                  else GENERATION_DEFAULTS["matrix_flops_per_exp"].get(generation, 0.0))
         peak16 = values["matrix_peaks"].get("bf16", values["matrix_peaks"].get("fp16", 0.0))
         exp_per_s = peak16 / ratio if ratio and peak16 else 0.0
+    if "name" in values and name_problem(values["name"]):
+        raise _fail(source, "name", name_problem(values["name"]))
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
         generation=generation, sm_count=int(sm), gemm_tile=(int(tile[0]), int(tile[1])),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
-from .units import brief, finite_float
+from .units import brief, finite_float, name_problem
 
 __all__ = ["Job", "parse_job", "override_job", "INT_MAX", "MAX_TOKENS_PER_BATCH"]
 
@@ -166,7 +166,7 @@ _FLOAT_FIELDS = {
                        "(tokens beyond it are dropped, experts padded to it); 0 = dropless",
     "moe_imbalance": "MoE: tokens of the most loaded expert-parallel rank over the even "
                      "share, beyond the statistical spread of random routing; 1 = balanced "
-                     "(force-balanced benchmarks), 0 = 1",
+                     "(force-balanced benchmarks; the least allowed)",
     "rope_mscale": "attention scale YaRN folds into the rotary cos / sin (Megatron-Core "
                    "YarnRotaryEmbedding: mscale over mscale_all_dim; GPT-OSS 1.3466); 1 = "
                    "none. Other than 1, Megatron-Core applies RoPE unfused, 0 = 1",
@@ -392,6 +392,9 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
             if not isinstance(value, bool):
                 raise _fail(source, key, f"expected true or false, got {brief(value)}")
         elif key in _TEXT_FIELDS:
+            why = name_problem(value) if key == "name" else None
+            if why:
+                raise _fail(source, key, why)
             value = str(value)
         elif key in _FLOAT_FIELDS:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -427,6 +430,9 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
                                                     "window)")
     if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":
         raise _fail(source, "swiglu_clamp", "needs mlp: swiglu")
+    if values.get("offload_act_layers", 0.0) > values["n_layers"]:  # (per stage: at most all)
+        raise _fail(source, "offload_act_layers", f"{values['offload_act_layers']:g} layers, "
+                                                  f"more than n_layers = {values['n_layers']}")
     if values.get("rope_mscale") == 0:
         values["rope_mscale"] = 1.0
     values.setdefault("vocab", 0)

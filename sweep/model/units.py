@@ -16,7 +16,7 @@ import math
 import re
 
 __all__ = ["DIMENSIONS", "parse_quantity", "unit_scale", "split_unit_key", "finite_float",
-           "brief"]
+           "brief", "name_problem"]
 
 _DECIMAL = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
@@ -55,6 +55,18 @@ def brief(value: object, width: int = 40) -> str:
     text = repr(value) if not isinstance(value, int) or abs(value) < 10**width else \
         f"an integer of {len(str(abs(value)))} digits"
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def name_problem(value: object) -> str | None:
+    """Why ``value`` cannot be the ``name`` of a job or hardware file (None: it can): a name
+    is text of at most 128 printable characters, without the brackets, commas and equals
+    signs of the labels that name a spec's overrides (``llama3_8b[seq_len=8192]``)."""
+    if not isinstance(value, str) or not value:
+        return f"expected a non-empty name, got {brief(value)}"
+    if len(value) > 128 or not value.isprintable() or any(c in value for c in "[],="):
+        return (f"expected at most 128 printable characters without '[', ']', ',' or '=', "
+                f"got {brief(value)}")
+    return None
 
 
 def finite_float(value: object) -> float | None:

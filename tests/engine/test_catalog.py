@@ -11,7 +11,8 @@ from sweep.model.hardware import apply_overrides, parse_hardware
 from sweep.model.job import parse_job
 from sweep.model.units import parse_quantity
 
-MIN_HW = {"matrix_tflops": {"bf16": 100}, "vector_tflops": {"bf16": 10}, "hbm_GBps": 1000,
+MIN_HW = {"matrix_tflops": {"bf16": 100}, "vector_tflops": {"bf16": 10, "fp32": 5},
+          "hbm_GBps": 1000,
           "hbm_GiB": 40, "nvlink_GBps": 300, "nvlink_latency_us": 3, "nvlink_domain": 8,
           "scaleout_Gbps": 200, "scaleout_latency_us": 5}
 
@@ -78,6 +79,19 @@ def test_sustained_gemm_fraction_is_optional_and_a_fraction():
     ({"hbm_TBps": 1}, "x.yaml: hbm_TBps: hbm_bandwidth is given twice (hbm_GBps and hbm_TBps)"),
     ({"generation": "rubin"}, "x.yaml: generation: unknown generation 'rubin'; known: volta, "
                               "ampere, hopper, blackwell"),
+    # what the cost models read must be there (a KeyError traceback before)
+    ({"matrix_tflops": {"fp8": 200}}, "x.yaml: matrix_tflops: needs a bf16 or fp16 peak; has fp8"),
+    ({"vector_tflops": {"bf16": 10}}, "x.yaml: vector_tflops: needs an fp32 peak; has bf16"),
+    ({"vector_tflops": {"fp32": 10}}, "x.yaml: vector_tflops: needs a bf16 or fp16 peak"),
+    # the calibrated profile's parameters: known names, inside their physical ranges
+    ({"calibration": {"kernel_us": -50}}, ("x.yaml: calibration.kernel_us: -50 is outside its "
+                                           "physical range [0, 60]")),
+    ({"calibration": {"gemm_eff": 0}}, "x.yaml: calibration.gemm_eff: 0 is outside"),
+    ({"calibration": {"typo_eff": 0.5}}, ("x.yaml: calibration.typo_eff: unknown parameter; "
+                                          "valid: gemm_eff,")),
+    ({"exp_per_s": 1e12, "matrix_flops_per_exp": "garbage"}, "x.yaml: matrix_flops_per_exp:"),
+    ({"name": "a\nb"}, "x.yaml: name: expected at most 128 printable characters"),
+    ({"name": ["a", "b"]}, "x.yaml: name: expected a non-empty name, got ['a', 'b']"),
 ])
 def test_hardware_errors_name_file_and_key(change, message):
     raw = dict(MIN_HW)
@@ -178,3 +192,48 @@ def test_a_hardware_file_outside_the_catalog_is_calibrated_as_the_catalogs(tmp_p
     (tmp_path / "own.yaml").write_text(text)
     own = load_hardware(str(tmp_path / "own.yaml")).calibration
     assert own["gemm_eff"] == 0.5 and own["kernel_us"] == 3.0
+
+
+def test_calibration_file_values_are_checked(tmp_path):
+    from sweep.engine.catalog import load_calibration
+
+    path = tmp_path / "calibration.yaml"
+    path.write_text("hopper: {gemm_eff: 0.8, hbm_eff: 7}\n")
+    with pytest.raises(SpecError, match="calibration.yaml: hopper.hbm_eff: 7 is outside its "
+                                        "physical range"):
+        load_calibration(path)
+    path.write_text("hopper: {gemm_eff: 0.8}\nmemory: {reserve_GiB: 2}\n")
+    assert load_calibration(path) == {"hopper": {"gemm_eff": 0.8},
+                                      "memory": {"reserve_GiB": 2.0}}
+
+
+def test_shipped_calibration_is_inside_the_bounds_files_are_held_to():
+    from sweep.analysis.calibration import BOUNDS
+    from sweep.engine.catalog import REPO_ROOT, load_calibration
+    from sweep.model.hardware import CALIBRATION_BOUNDS
+
+    assert BOUNDS == CALIBRATION_BOUNDS
+    table = load_calibration(REPO_ROOT / "hardware" / "calibration.yaml")  # (checked there)
+    assert {"hopper", "blackwell", "memory"} <= set(table)
+
+
+def test_job_name_is_a_plain_name():
+    base = {"n_layers": 2, "hidden": 64, "ffn_hidden": 256, "n_heads": 4, "seq_len": 32,
+            "global_batch": 8}
+    assert parse_job({**base, "name": "tiny-2.0_b"}, "j.yaml", "j").name == "tiny-2.0_b"
+    for bad in ("a\nb", "x[seq_len=4]", "", ["a"]):
+        with pytest.raises(SpecError, match="j.yaml: name: expected"):
+            parse_job({**base, "name": bad}, "j.yaml", "j")
+
+
+@pytest.mark.parametrize("text, value", [("5e3", 5000.0), ("1.6e1", 16.0), ("-2E-3", -0.002),
+                                         ("1e+3", 1000.0), (".5e2", 50.0), ("3", 3),
+                                         ("1e", "1e"), ("e3", "e3")])
+def test_exponent_numbers_read_as_numbers(tmp_path, text, value):
+    """YAML 1.2 reads 5e3 as a number, PyYAML's 1.1 rules as a string: files and --set
+    values read it as a number."""
+    from sweep.engine.catalog import parse_value, read_yaml
+
+    path = tmp_path / "x.yaml"
+    path.write_text(f"x: {text}\n")
+    assert read_yaml(path)["x"] == value and parse_value(text) == value

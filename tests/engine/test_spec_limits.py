@@ -37,7 +37,8 @@ from sweep.model.units import parse_quantity
 from tests.conftest import DATA, REPO
 
 BAD = DATA / "bad_specs"
-MIN_HW = {"matrix_tflops": {"bf16": 100}, "vector_tflops": {"bf16": 10}, "hbm_GBps": 1000,
+MIN_HW = {"matrix_tflops": {"bf16": 100}, "vector_tflops": {"bf16": 10, "fp32": 5},
+          "hbm_GBps": 1000,
           "hbm_GiB": 40, "nvlink_GBps": 300, "nvlink_latency_us": 3, "nvlink_domain": 8,
           "scaleout_Gbps": 200, "scaleout_latency_us": 5}
 MIN_JOB = {"n_layers": 2, "hidden": 64, "ffn_hidden": 256, "n_heads": 4, "seq_len": 32,
@@ -341,9 +342,9 @@ def test_an_explicit_head_dim_that_differs_is_kept(tmp_path):
     job = spec_of(jobs=[{"name": str(path), "hidden": 4096}]).jobs[0]
     assert (job.hidden, job.head_dim, job.n_kv_heads) == (4096, 128, 8)
     # nersc2024 takes head_dim = hidden / n_heads and Q, K, V of width hidden: refused there
-    refused("cost_model: nersc2024 models multi-head attention", cost_model="nersc2024",
+    refused("jobs[0]: nersc2024 models multi-head attention", cost_model="nersc2024",
             jobs=[{"name": "gpt3", "hidden": 12289, "head_dim": 128}])
-    refused("cost_model: nersc2024 models multi-head attention", cost_model="nersc2024",
+    refused("jobs[0]: nersc2024 models multi-head attention", cost_model="nersc2024",
             jobs=["llama3_8b"])
 
 

@@ -279,10 +279,49 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
     for bad, message in (("gpus", f"{spec}: --set: 'gpus' is not KEY=VALUE"),
                          ("gpus=-3", f"{spec}: gpus[0]: expected a positive integer"),
                          ("name.x=3", f"{spec}: --set name.x: name is not a mapping"),
-                         ("gpus=[1", f"{spec}: --set gpus: '[1' is not a YAML value")):
+                         ("gpus=[1", f"{spec}: --set gpus: '[1' is not a YAML value"),
+                         # read as the files are: their limits, duplicate keys, bad dates
+                         ("jobs=[{name: llama3_8b, hidden: 2, hidden: 4}]",
+                          "is not a YAML value (duplicate key"),
+                         ("top_n=2024-13-45", "is not a YAML value (cannot read '2024-13-45'"),
+                         ("gpus=" + "9" * 5000, "is not a YAML value (an integer of 5000"),
+                         ("description=" + _ALIAS_BOMB,
+                          "is not a YAML value (more than 1,000,000 YAML nodes")):
         assert main(["plan", str(spec), "--set", bad]) == 2, bad
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (bad, err)
+
+
+#: a YAML value of 10^7 nodes once its aliases are expanded, in 7 short lines
+_ALIAS_BOMB = "[&a [x,x,x,x,x,x,x,x,x,x], " + ", ".join(
+    f"&{b} [{', '.join([f'*{a}'] * 10)}]" for a, b in zip("abcdef", "bcdefg")) + "]"
+
+
+def test_set_takes_numbers_in_exponent_form(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [llama3_8b]\ngpus: [64]\n"
+                    "hardware: {base: [H100-SXM], grid: {hbm_GBps: [3.35e3, 5e3]}}\n")
+    s = load_spec(spec, overrides=["hardware.grid.hbm_GBps=[4e3]"])
+    assert s.hardware[0].axes[0].labels == (4000.0,)
+    assert load_spec(spec).hardware[0].axes[0].labels == (3350.0, 5000.0)
+
+
+def test_resolved_definitions_are_checked_where_they_are(tmp_path, capsys):
+    """A spec's ``resolved:`` section (written by sweep, editable by hand): a wrong shape
+    or a bad definition is one line naming its place there, never a traceback."""
+    from sweep.cli import main
+
+    spec = tmp_path / "r.yaml"
+    for resolved, message in (
+            ("{jobs: [llama3_8b]}", "resolved.jobs: expected a mapping of names"),
+            ("{hardware: H100-SXM}", "resolved.hardware: expected a mapping of names"),
+            ("{jobs: {llama3_8b: {n_layers: 2}}}", "resolved.jobs.llama3_8b.hidden: missing"),
+            ("{jobs: {llama3_8b: 5}}", "resolved.jobs.llama3_8b: expected a mapping of job")):
+        spec.write_text("name: r\njobs: [llama3_8b]\ngpus: [8]\nhardware: {base: H100-SXM}\n"
+                        f"resolved: {resolved}\n")
+        assert main(["plan", str(spec)]) == 2, resolved
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{spec}: {message}" in err[0], (resolved, err)
 
 
 def test_memory_estimate_by_hand(monkeypatch):
