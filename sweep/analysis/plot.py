@@ -1020,7 +1020,8 @@ def save(res: Results, kind: str, out: str | Path, opts: PlotOptions | None = No
     if out.suffix.lower() not in FORMATS:
         raise SweepError(f"-o: {out.name}: the file name must end in {', '.join(FORMATS)}")
     if not out.parent.is_dir():
-        raise SweepError(f"-o: {out.parent} is not a directory")
+        raise SweepError(f"-o: {out.parent} " + ("is not a directory" if out.parent.exists()
+                                                 else "does not exist"))
     fig, data = draw(res, kind, opts)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)

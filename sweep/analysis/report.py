@@ -174,7 +174,8 @@ def _target(out: Path, res: Results) -> list[str] | None:
     if real.exists() and not real.is_dir():
         raise SweepError(f"-o: {out} exists and is not a folder")
     if not real.parent.is_dir():
-        raise SweepError(f"-o: {real.parent} is not a folder")
+        raise SweepError(f"-o: {real.parent} " + ("is not a folder" if real.parent.exists()
+                                                  else "does not exist"))
     new = f"choose a new folder, e.g. -o {real / 'report'}"
     if real == Path(res.path).resolve().parent:
         raise SweepError(f"-o: {out} holds the results file {Path(res.path).name}; a report "

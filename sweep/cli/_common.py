@@ -32,6 +32,14 @@ def positive_number(text: str) -> float:
     return v
 
 
+def rank_count(text: str) -> int:
+    """A number of MPI ranks, at most a million (``sweep plan --ranks``)."""
+    v = positive_int(text)
+    if v > 1_000_000:
+        raise argparse.ArgumentTypeError(f"at most 1,000,000 ranks, got {text!r}")
+    return v
+
+
 def gpu_count(text: str) -> int:
     from ..engine.spec import MAX_GPUS
 
@@ -103,9 +111,12 @@ def memory_size(text: str) -> float:
     from ..model.units import parse_quantity
 
     try:
-        return parse_quantity(text, "bytes")
+        v = parse_quantity(text, "bytes")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return v
 
 
 def os_error_text(exc: OSError) -> str:

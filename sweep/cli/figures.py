@@ -22,7 +22,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis.results import open_results
 
     if args.data and not Path(args.data).resolve().parent.is_dir():  # (before the figure)
-        raise SweepError(f"--data: {Path(args.data).parent} is not a directory")
+        parent = Path(args.data).parent
+        raise SweepError(f"--data: {parent} " + ("is not a directory" if parent.exists()
+                                                 else "does not exist"))
     if args.data and Path(args.data).is_dir():
         raise SweepError(f"--data: {args.data} is a directory; give a CSV file name")
     res = open_results(args.results)

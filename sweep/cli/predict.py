@@ -5,12 +5,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
+
+import yaml
 
 from ..analysis import fmt
-from ..engine.catalog import load_hardware, load_job
+from ..engine.catalog import load_hardware, load_job, parse_value
 from ..errors import SweepError
 from ..model.cost import PROFILES
+from ..model.hardware import apply_overrides
+from ..model.job import override_job
 from ._common import DEFAULT_PROFILE, gpu_count, positive_int
+
+
+def nvlink_domain(text: str) -> int:
+    """``--nvlink-domain``: GPUs per NVLink domain, as a hardware file may give them."""
+    from ..model.hardware import MAX_NVLINK_DOMAIN
+
+    v = positive_int(text)
+    if v > MAX_NVLINK_DOMAIN:
+        raise argparse.ArgumentTypeError(f"at most {MAX_NVLINK_DOMAIN:,} GPUs, got {text!r}")
+    return v
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -22,17 +37,43 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.strategy not in PROFILES[args.profile]:
         raise SweepError(f"--strategy: {args.strategy!r} is not a strategy of {args.profile}; "
                          f"valid: {', '.join(PROFILES[args.profile])}")
-    job = load_job(args.job, key="--job")
-    hw = load_hardware(args.hardware, key="--hardware")
+    name, overrides = _label(args.job, "--job")
+    job = load_job(name, key="--job")
+    if overrides:  # a job of a spec with overrides, by the label show prints
+        job = dataclasses.replace(override_job(job, overrides, "--job"), name=args.job.strip())
+    name, overrides = _label(args.hardware, "--hardware")
+    hw = load_hardware(name, key="--hardware")
+    if overrides:  # a point of a spec's grid, by its label
+        hw = dataclasses.replace(apply_overrides(hw, overrides, "--hardware"),
+                                 name=args.hardware.strip())
     if args.nvlink_domain:
         hw = dataclasses.replace(hw, nvlink_domain=args.nvlink_domain)
-    config = parse_config(args.config)
+    config = parse_config(",".join(args.config))
     pred = predict(args.profile, job, hw, args.strategy, args.gpus, config)
     if args.json:
         print(json.dumps(pred.as_dict(), indent=2))
         return 0
     print(_format_prediction(pred))
     return 0
+
+
+def _label(text: str, flag: str) -> tuple[str, dict]:
+    """(name, overrides) of a job or hardware label as ``sweep show`` prints a spec's cases,
+    ``name[key=value,...]`` (a job's field overrides, or a hardware grid point in the spec's
+    units); (text, {}) for a plain name or YAML path."""
+    m = re.fullmatch(r"([^\[\]]+)\[([^\[\]]*)\]", text.strip())
+    if not m:
+        return text, {}
+    overrides = {}
+    for item in filter(None, (x.strip() for x in m.group(2).split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SweepError(f"{flag}: {item!r} in {text!r} is not key=value")
+        try:
+            overrides[key.strip()] = parse_value(value)
+        except yaml.YAMLError:
+            raise SweepError(f"{flag}: {key.strip()}: {value!r} is not a YAML value") from None
+    return m.group(1).strip(), overrides
 
 
 def _format_prediction(p) -> str:
@@ -101,15 +142,18 @@ def _format_prediction(p) -> str:
 def add_parsers(sub) -> None:
     """Add this group's commands to the ``sweep`` subparsers ``sub``."""
     p = sub.add_parser("predict", help="one configuration: time, throughput, memory, per-op table")
-    p.add_argument("--job", required=True, help="job name (jobs/<name>.yaml) or YAML path")
-    p.add_argument("--hardware", required=True, help="hardware name or YAML path")
+    p.add_argument("--job", required=True, help="job name (jobs/<name>.yaml) or YAML path, "
+                   "or a spec's job as show labels it: name[key=value,...]")
+    p.add_argument("--hardware", required=True, help="hardware name or YAML path, or a "
+                   "spec's grid point as show labels it: name[axis=value,...]")
     p.add_argument("--gpus", required=True, type=gpu_count, help="GPU count")
-    p.add_argument("--config", default="", help="comma-separated key=value, e.g. "
-                   "tp=8,pp=4,mbs=1 (dp defaults to what is left; unspecified NVLink "
-                   "placement and panels take the best matching candidate)")
+    p.add_argument("--config", action="append", default=[], help="comma-separated "
+                   "key=value, e.g. tp=8,pp=4,mbs=1 (repeatable; dp defaults to what is left; "
+                   "unspecified NVLink placement and panels take the best matching candidate)")
     p.add_argument("--strategy", default="1d", help="1d | 2d | 2d-seqp (default 1d)")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help="cost profile "
                    f"(default {DEFAULT_PROFILE})")
-    p.add_argument("--nvlink-domain", type=positive_int, help="override the NVLink domain size")
+    p.add_argument("--nvlink-domain", type=nvlink_domain, help="override the NVLink domain "
+                   "size")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_predict)

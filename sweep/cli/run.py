@@ -16,6 +16,7 @@ from ._common import (
     positive_int,
     positive_number,
     print_error,
+    rank_count,
     set_flag,
     shard,
 )
@@ -53,8 +54,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
           f"core-seconds of search ({first + core_s / 2:.3g} s on 2 ranks, "
           f"{first + core_s / 64:.3g} s on 64), after {plan_s:.2g} s of planning and "
-          f"{estimate['startup_seconds']:.2g} s of start-up (loading compiled loops) on "
-          f"every rank")
+          f"{estimate['startup_seconds']:.2g} s of start-up on every rank (the compiled "
+          f"loops: compiled on a machine's first run, loaded from its cache after)")
     gb = [fmt.gigabytes(x, ".3g") for x in (serial, memory["rank"], memory["rank0"])]
     print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} ranks "
           f"{gb[1]} per rank, rank 0 {gb[2]} with the reduction (every case with candidates "
@@ -283,9 +284,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     if not args.quiet:
         _print_run_summary(summary)
-    if summary.shard is not None:
+    if summary.shard is not None:  # (with --quiet too: what a shard has in place of a path)
         print(f"shard {summary.shard[0]}/{summary.shard[1]} done; once every shard is: "
               f"sweep reduce {summary.out_dir}")
+    elif summary.reduced is None and args.no_reduce and not args.quiet:
+        print(f"part files written, not merged (--no-reduce): sweep reduce {summary.out_dir}")
     if summary.reduced is not None:
         if not args.quiet:
             attrs, rows = load_rows(summary.reduced.path, top=1, limit=args.limit)
@@ -375,7 +378,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"{d}/spec.yaml --out {d} --force")
         return 1
     elif complete:
-        checked = "" if st["verified"] else " (--verify checks every table first)"
+        checked = "" if st["verified"] else f" (sweep status {d} --verify checks every table first)"
         print(f"next: sweep show {d}/sweep.h5" if state == "complete"
               else f"next: every unit is done; sweep reduce {d}{checked}")
     else:
@@ -418,7 +421,7 @@ def add_parsers(sub) -> None:
     pl.add_argument("--limit", type=positive_int, default=30, help="cases to list (default 30)")
     pl.add_argument("--all", action="store_true", help="list every case")
     pl.add_argument("--json", action="store_true", help="print JSON")
-    pl.add_argument("--ranks", type=positive_int, default=2,
+    pl.add_argument("--ranks", type=rank_count, default=2,
                     help="ranks the memory estimate is for (default 2)")
     max_memory_flag(pl, "on --ranks ranks")
     max_variants_flag(pl)
@@ -438,7 +441,8 @@ def add_parsers(sub) -> None:
                         "start in any order, resume, and leave the merge to sweep reduce")
     r.add_argument("--serial", action="store_true", help="do not load MPI")
     r.add_argument("--limit", type=positive_int, default=20, help="cases to print (default 20)")
-    r.add_argument("--quiet", action="store_true", help="print only the results path")
+    r.add_argument("--quiet", action="store_true",
+                   help="print only the results path (a shard: that it is done)")
     max_memory_flag(r, "on this run's ranks; nothing is written")
     max_variants_flag(r)
     set_flag(r)

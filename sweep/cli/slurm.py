@@ -7,7 +7,13 @@ import sys
 
 from .. import __version__
 from ..errors import SweepError
-from ._common import max_variants_flag, plan_and_estimate, positive_int, positive_number
+from ._common import (
+    max_variants_flag,
+    plan_and_estimate,
+    positive_int,
+    positive_number,
+    set_flag,
+)
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
@@ -19,7 +25,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 
     if args.wait and not args.submit:
         raise SweepError("--wait: only with --submit (it waits for the job submitted)")
-    spec = load_spec(args.spec, max_variants=args.max_variants)
+    spec = load_spec(args.spec, max_variants=args.max_variants,
+                     overrides=tuple(args.overrides))
     limit_s = time_limit_s(args.time)
     out = Path(args.out or Path("results") / spec.name).resolve()
     extra = []
@@ -34,7 +41,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, time=args.time,
         launcher=args.launcher, mpi=args.mpi, partition=args.partition, account=args.account,
         setup=tuple(args.setup), extra=tuple(extra), shards=args.array,
-        max_running=args.max_running)
+        max_running=args.max_running, overrides=tuple(args.overrides))
     scripts = render_scripts(options)  # bad options refused before the estimate is printed
     # refuses a spec that cannot run before anything is written or submitted
     plan, estimate, _ = plan_and_estimate(spec, budget_s=0.5)
@@ -161,4 +168,5 @@ def add_parsers(sub) -> None:
     sl.add_argument("--wait", action="store_true", help="with --submit: wait for the job")
     sl.add_argument("--wait-timeout", type=positive_number, default=3600.0, metavar="SECONDS")
     max_variants_flag(sl)
+    set_flag(sl)
     sl.set_defaults(func=_cmd_slurm)

@@ -47,7 +47,8 @@ class RunLock:
                 self.release()
                 raise StoreError(f"{self.run_dir}: {what} is using this folder"
                                  + (f" ({holder})" if holder else "")
-                                 + "; wait for it to end, or use another --out") from None
+                                 + "; wait for it to end (a new run can use another --out)"
+                                 ) from None
             os.close(fd)
             print(f"sweep: warning: {path}: this file system does not lock files "
                   f"({exc.strerror}); do not start two runs in {self.run_dir} at once",

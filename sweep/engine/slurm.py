@@ -67,6 +67,7 @@ class SbatchOptions:
     extra: tuple[tuple[str, str], ...] = ()  # more #SBATCH --key=value lines
     shards: int = 0  # job array of this many tasks, one shard each (0: one job)
     max_running: int = 0  # array tasks running at once (0: no limit)
+    overrides: tuple[str, ...] = ()  # the run's --set KEY=VALUE items
 
 
 def time_limit_s(text: str) -> float | None:
@@ -119,6 +120,7 @@ def _check(o: SbatchOptions) -> None:
     values = [("--partition", o.partition), ("--account", o.account), ("--python", o.python),
               ("--out", o.out), ("SPEC", o.spec), ("--time", o.time), ("workdir", o.workdir)]
     values += [(f"--sbatch {k}", v) for k, v in o.extra] + [("--setup", x) for x in o.setup]
+    values += [("--set", x) for x in o.overrides]
     for name, value in values:
         if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise SweepError(f"{name}: {value!r} contains a control character (line break, "
@@ -148,7 +150,8 @@ def render_sbatch(template: str, o: SbatchOptions) -> str:
         sbatch_extra="".join("\n" + x for x in lines), version=o.version, out=q(o.out),
         setup="".join("\n" + x for x in o.setup), workdir=q(o.workdir),
         launcher=LAUNCHERS[o.launcher].replace("{mpi}", f" --mpi={o.mpi}" if o.mpi else ""),
-        python=q(o.python), spec=q(o.spec))
+        python=q(o.python),
+        spec=q(o.spec) + "".join(f" --set {q(item)}" for item in o.overrides))
     return text
 
 

@@ -586,14 +586,23 @@ def read_results(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """
     p = Path(path)
     if not p.is_file():
-        raise StoreError(f"{p}: no such results file")
+        raise StoreError(_no_results_file(p))
     return _read(p, "results")
+
+
+def _no_results_file(p: Path) -> str:
+    """Why ``p`` cannot be read as a results file: missing, or a folder (a run folder's
+    results are its sweep.h5)."""
+    if p.is_dir():
+        hint = f"; its results: {p / 'sweep.h5'}" if (p / "sweep.h5").is_file() else ""
+        return f"{p}: a folder, not a results file{hint}"
+    return f"{p}: no such results file"
 
 
 def _results_attrs(p: Path) -> dict[str, Any]:
     """The verified root attributes of the results file ``p`` (no table read)."""
     if not p.is_file():
-        raise StoreError(f"{p}: no such results file")
+        raise StoreError(_no_results_file(p))
     attrs, _ = _read(p, "results", ())
     return attrs
 

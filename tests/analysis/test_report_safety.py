@@ -94,7 +94,7 @@ def test_a_file_or_a_folder_of_other_files_is_refused(run, tmp_path, capsys):
     _refused(capsys, [str(run / "sweep.h5"), "-o", str(tmp_path / "file.txt")],
              "exists and is not a folder")
     _refused(capsys, [str(run / "sweep.h5"), "-o", str(tmp_path / "no" / "such")],
-             f"{tmp_path / 'no'} is not a folder")
+             f"{tmp_path / 'no'} does not exist")
     assert _snapshot(tmp_path) == before
 
 

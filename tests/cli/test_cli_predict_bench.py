@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweep.cli import main
+from tests.conftest import REPO
 
 
 def run(capsys, *argv):
@@ -147,8 +148,43 @@ def test_predict_says_2d_is_for_dense_blocks(capsys):
     assert "SUMMA is modelled for dense multi-head blocks only; job qwen3_30b_a3b has MoE" in err
 
 
+def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
+    """A case of a spec with job overrides and a grid point, by the labels show prints,
+    predicts what a job file with that override on that hardware does (before, the label was
+    refused and the catalog's bf16 job used); --config may be given in parts."""
+    job = tmp_path / "q.yaml"
+    job.write_text((REPO / "jobs" / "qwen3_30b_a3b.yaml").read_text().replace(
+        "\ndtype: bf16", "\ndtype: mxfp8"))
+    hw = tmp_path / "g.yaml"
+    hw.write_text((REPO / "hardware" / "GB200-NVL72.yaml").read_text().replace(
+        "\nnvlink_domain: 72", "\nnvlink_domain: 8"))
+    config = ["--gpus", "32", "--config", "dp=32,tp=1,pp=1,mbs=8,ep=32", "--config",
+              "a2a_overlap=1", "--json"]
+    by_label = json.loads(run(capsys, "predict", "--job", "qwen3_30b_a3b[dtype=mxfp8]",
+                              "--hardware", "GB200-NVL72[nvlink_domain=8]", *config)[1])
+    by_file = json.loads(run(capsys, "predict", "--job", str(job), "--hardware", str(hw),
+                             *config)[1])
+    assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
+    assert by_label["result"]["a2a_overlap"] == 1 and by_label["nvlink_domain"] == 8
+    assert by_label["job"] == "qwen3_30b_a3b[dtype=mxfp8]"
+    for argv, message in (
+            (["--job", "qwen3_30b_a3b[dtype=mxfp9]"], "--job: dtype: expected one of"),
+            (["--job", "qwen3_30b_a3b[dtype]"], ("--job: 'dtype' in 'qwen3_30b_a3b[dtype]' is "
+                                                 "not key=value")),
+            (["--hardware", "B200[memory=2]"], "--hardware: memory: unknown hardware parameter")):
+        argv = {"--job": "qwen3_30b_a3b", "--hardware": "B200", **dict(zip(argv[::2], argv[1::2]))}
+        code, out, err = run(capsys, "predict", "--gpus", "8",
+                             *[x for kv in argv.items() for x in kv])
+        assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
 @pytest.mark.parametrize("argv", [["run", "--limit", "0", "x.yaml"],
                                   ["predict", "--gpus", "0", "--job", "a", "--hardware", "b"],
+                                  ["predict", "--nvlink-domain", "100000000", "--gpus", "8",
+                                   "--job", "a", "--hardware", "b"],
+                                  ["plan", "--ranks", "99999999999", "x.yaml"],
+                                  ["plan", "--max-memory=-1GiB", "x.yaml"],
+                                  ["run", "--max-memory", "0B", "x.yaml"],
                                   ["frobnicate"], []])
 def test_an_argument_error_is_one_line_and_exit_2(capsys, argv):
     """Bad arguments (argparse's own checks) are one line and exit 2 like every other bad

@@ -196,6 +196,20 @@ def test_show_of_a_missing_file(capsys, tmp_path):
     assert "no such results file" in capsys.readouterr().err
 
 
+def test_a_run_folder_given_for_a_file_says_which_file(finished, capsys):
+    """show DIR said "no such results file" and run DIR "no such spec file", of folders
+    that exist (from an outside tester)."""
+    out, _ = finished
+    assert main(["show", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: a folder, not a results file; its results: " \
+        f"{out / 'sweep.h5'}" in err
+    assert main(["run", str(out), "--serial"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: a folder, not a spec file; a run folder's spec " \
+        f"is {out / 'spec.yaml'}" in err
+
+
 def _same_tables(a_path, b_path):
     with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
         return (a["top"][:].tobytes() == b["top"][:].tobytes()

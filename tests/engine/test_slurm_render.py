@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from sweep.cli import main
 from sweep.engine.slurm import TEMPLATE, SbatchOptions, render_sbatch, render_scripts
 from sweep.errors import SweepError
 from tests.conftest import REPO
@@ -85,6 +86,24 @@ def test_values_are_quoted():
     assert "'/home/u/specs/big sweep.yaml'" in text
     assert "srun --mpi=pmi2" in text and "--resume" in text
     assert text.splitlines()[-1].endswith("-m sweep reduce /scratch/u/results/big")
+
+
+def test_set_overrides_reach_the_run_line_quoted(tmp_path, capsys):
+    """sweep slurm --set: the job runs the spec with the same overrides (sweep plan and run
+    had --set, slurm did not: a slice could not be submitted without copying the spec)."""
+    text = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(
+        OPTIONS, overrides=("gpus=256", "hardware.grid.nvlink_domain=[8, 72]")))
+    run_line = next(x for x in text.splitlines() if " -m sweep run " in x)
+    assert "big sweep.yaml' --set gpus=256 --set 'hardware.grid.nvlink_domain=[8, 72]' " \
+        "--out" in run_line
+    with pytest.raises(SweepError, match="--set: .* contains a control character"):
+        render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, overrides=("a=1\nb",)))
+    spec = REPO / "specs" / "quickstart.yaml"
+    assert main(["slurm", str(spec), "--set", "gpus=[128]", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "--set 'gpus=[128]'" in out
+    assert main(["slurm", str(spec), "--set", "gpus=abc"]) == 2
+    assert "gpus[0]: expected a positive integer" in capsys.readouterr().err
 
 
 def test_more_ranks_than_work_units_gets_a_note(tmp_path, capsys):
