@@ -378,7 +378,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"{d}/spec.yaml --out {d} --force")
         return 1
     elif complete:
-        checked = "" if st["verified"] else f" (sweep status {d} --verify checks every table first)"
+        checked = ("" if st["verified"]
+                   else f" (sweep status {d} --verify checks every table first)")
         print(f"next: sweep show {d}/sweep.h5" if state == "complete"
               else f"next: every unit is done; sweep reduce {d}{checked}")
     else:

@@ -27,7 +27,8 @@ from ..model.hardware import Hardware, check_calibration, parse_hardware
 from ..model.job import Job, parse_job
 from ..model.units import brief
 
-__all__ = ["load_hardware", "load_job", "read_yaml", "load_checked", "search_roots",
+__all__ = ["load_hardware", "load_job", "read_yaml", "load_checked", "parse_value",
+           "search_roots",
            "list_names", "load_calibration", "REPO_ROOT", "CALIBRATION_FILE", "RANGES_FILE",
            "MAX_YAML_BYTES", "MAX_YAML_NODES", "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 

@@ -36,7 +36,8 @@ from ..errors import SpecError
 from .units import brief, finite_float, name_problem, parse_quantity, split_unit_key
 
 __all__ = ["GENERATION_DEFAULTS", "Hardware", "parse_hardware", "apply_overrides",
-           "override_field", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT"]
+           "override_field", "DTYPES", "MAX_NVLINK_DOMAIN", "MAX_HW_COUNT",
+           "CALIBRATION_BOUNDS", "check_calibration"]
 
 #: GPUs per NVLink domain, at most: 100x the largest announced domain (NVL576). The candidate
 #: enumeration lists every ordered factorisation of the domain size, which grows quickly.
