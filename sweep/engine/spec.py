@@ -370,9 +370,21 @@ def _one_axis_per_field(axes: Sequence[GridAxis], source: str, key: str) -> None
             owner[field] = axis.name
 
 
+def _distinct_points(axis: GridAxis, source: str, key: str) -> GridAxis:
+    """``axis`` if no two of its points set the same values (two equal points make every
+    one of their cases twice: a zip repeating a row, an interpolation between one system)."""
+    seen: dict[str, int] = {}
+    for i, point in enumerate(axis.points):
+        same = seen.setdefault(repr(sorted(point.items())), i)
+        if same != i:
+            raise _fail(source, key, f"points {same} and {i} are the same hardware")
+    return axis
+
+
 def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolved) -> GridAxis:
     if isinstance(raw, Mapping) and "interpolate" in raw:
-        return _interpolate_axis(name, raw, source, key, near, bases, resolved)
+        return _distinct_points(
+            _interpolate_axis(name, raw, source, key, near, bases, resolved), source, key)
     if isinstance(raw, Mapping) and "zip" in raw:
         if set(raw) != {"zip"} or not isinstance(raw["zip"], Mapping) or not raw["zip"]:
             raise _fail(source, key, "expected {zip: {key: [values], ...}}")
@@ -383,7 +395,8 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         n = lengths.pop()
         points = tuple({k: cols[k][i] for k in cols} for i in range(n))
         paths = tuple({k: f"{key}.zip.{k}[{i}]" for k in cols} for i in range(n))
-        return GridAxis(name, points, tuple(float(i) for i in range(n)), paths)
+        return _distinct_points(GridAxis(name, points, tuple(float(i) for i in range(n)),
+                                         paths), source, f"{key}.zip")
     values = _values(raw, source, key, integer=(name == "nvlink_domain"),
                      maximum=MAX_NVLINK_DOMAIN)
     # the value itself where it is a number, in SI where it is a string with a unit under
@@ -450,6 +463,14 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
                      for k, v in grid.items())
         _one_axis_per_field(axes, source, f"{gkey}.grid")
         group_obj = HardwareGroup(tuple(str(n) for n in names), axes)
+        # a base in two groups of the same grid (none, or equal axes): every case twice
+        for gj, other in enumerate(groups):
+            same_grid = [(a.name, a.points) for a in axes] == [(a.name, a.points)
+                                                               for a in other.axes]
+            twice = set(group_obj.bases) & set(other.bases) if same_grid else set()
+            if twice:
+                raise _fail(source, gkey, f"{brief(sorted(twice)[0])} is in hardware[{gj}] "
+                                          f"with the same grid already")
         # count the variants before validating or expanding anything (a product of lengths)
         n_variants += _count_variants([group_obj])
         if n_variants > max_variants:

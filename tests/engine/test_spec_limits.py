@@ -419,7 +419,8 @@ def test_variants_are_counted_before_expansion():
     assert "exceed the limit of 1,000,000; raise it with --max-variants" in msg
     assert time.monotonic() - start < 1.0
     small = {"base": ["nersc-A100", "nersc-B200"], "grid": {"nvlink_domain": [4, 8, 64]}}
-    raw = {"name": "t", "jobs": ["gpt3_1T"], "gpus": 4096, "hardware": [small, small]}
+    other = {**small, "grid": {"nvlink_domain": [2, 16, 32]}}  # (the same grid: refused)
+    raw = {"name": "t", "jobs": ["gpt3_1T"], "gpus": 4096, "hardware": [small, other]}
     assert len(expand_variants(parse_spec(raw, "t.yaml", max_variants=12))) == 12
     with pytest.raises(SpecError, match="hardware: 12 hardware variants .* limit of 11;"):
         parse_spec(raw, "t.yaml", max_variants=11)
