@@ -469,7 +469,7 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
                                                                for a in other.axes]
             twice = set(group_obj.bases) & set(other.bases) if same_grid else set()
             if twice:
-                raise _fail(source, gkey, f"{brief(sorted(twice)[0])} is in hardware[{gj}] "
+                raise _fail(source, gkey, f"{brief(min(twice))} is in hardware[{gj}] "
                                           f"with the same grid already")
         # count the variants before validating or expanding anything (a product of lengths)
         n_variants += _count_variants([group_obj])

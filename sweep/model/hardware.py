@@ -353,15 +353,14 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if flops_key not in values:
             raise _fail(source, flops_key.replace("_peaks", "_tflops"), "missing")
     # what the cost models read: a 16-bit tensor peak (other precisions fall back on it),
-    # and fp32 and 16-bit vector peaks (norms, softmax, optimizer; docs/hardware.md)
-    for flops_key, needed in (("matrix_peaks", ("16",)), ("vector_peaks", ("16", "fp32"))):
+    # and fp32 and 16-bit vector peaks (norms, softmax, optimizer; docs/specs.md)
+    for flops_key, what, any_of in (("matrix_peaks", "a bf16 or fp16", {"bf16", "fp16"}),
+                                    ("vector_peaks", "a bf16 or fp16", {"bf16", "fp16"}),
+                                    ("vector_peaks", "an fp32", {"fp32"})):
         have = values[flops_key]
-        for need in needed:
-            if (need == "16" and not {"bf16", "fp16"} & set(have)) or \
-                    (need == "fp32" and "fp32" not in have):
-                raise _fail(source, flops_key.replace("_peaks", "_tflops"),
-                            f"needs {'a bf16 or fp16' if need == '16' else 'an fp32'} peak; "
-                            f"has {', '.join(have) or 'none'}")
+        if not any_of & set(have):
+            raise _fail(source, flops_key.replace("_peaks", "_tflops"),
+                        f"needs {what} peak; has {', '.join(have) or 'none'}")
     required = ["hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nvlink_latency",
                 "scaleout_bandwidth", "scaleout_latency", "nvlink_domain"]
     for req in required:
@@ -408,8 +407,9 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
                  else GENERATION_DEFAULTS["matrix_flops_per_exp"].get(generation, 0.0))
         peak16 = values["matrix_peaks"].get("bf16", values["matrix_peaks"].get("fp16", 0.0))
         exp_per_s = peak16 / ratio if ratio and peak16 else 0.0
-    if "name" in values and name_problem(values["name"]):
-        raise _fail(source, "name", name_problem(values["name"]))
+    why = name_problem(values["name"]) if "name" in values else None
+    if why:
+        raise _fail(source, "name", why)
     return Hardware(
         name=str(values.get("name", default_name) or default_name),
         generation=generation, sm_count=int(sm), gemm_tile=(int(tile[0]), int(tile[1])),
