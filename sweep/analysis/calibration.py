@@ -48,6 +48,10 @@ TIME_PARAMETERS = ("gemm_eff", "attn_eff", "fused_attn_eff", "hbm_eff", "kernel_
 #: with the dense parameters held (an MoE run also exercises every dense mechanism)
 MOE_PARAMETERS = ("grouped_gemm_eff", "expert_us", "a2a_eff")
 MEMORY_PARAMETERS = ("reserve_GiB", "allocator_cache")
+#: the parameters calibrated.layer_terms' per-layer terms / routed experts' terms do not
+#: read (calibrated.layer_terms; a test moves each and compares)
+NOT_IN_LAYER_TERMS = frozenset(MOE_PARAMETERS + MEMORY_PARAMETERS)
+NOT_IN_ROUTED_TERMS = frozenset(MEMORY_PARAMETERS)
 #: a run predicted more than 50 % off counts as this error and no more: such rows are outside
 #: what the model expresses (e.g. DeepSpeed ZeRO-3 of 2021, 2-4x slower than any physical
 #: account), and they should not drag the physical parameters (a redescending loss)
@@ -94,6 +98,9 @@ class Evaluator:
         self.generation = np.array([self.cases[i].hw.generation for i in owner])
         # per case: its measured memory counts live tensors only (torch max_memory_allocated)
         self.allocated = np.array([c.mem_definition == "allocated" for c in self.cases], bool)
+        # the per-layer terms of the current parameters, and the parameters set since
+        self._layers: tuple | None = None
+        self._moved: set[str] = set()
 
     def set_parameters(self, params: Mapping[str, Mapping[str, float]]) -> None:
         """Overwrite calibration entries: {generation or 'memory': {parameter: value}}."""
@@ -104,10 +111,22 @@ class Evaluator:
             for k, v in values.items():
                 name, scale = keys.get(k, (k, 1.0))
                 self.x[name][mask] = v * scale
+                self._moved.add(k)
+
+    def layer_terms(self) -> tuple:
+        """calibrated.layer_terms of the current parameters: reused while only parameters
+        they do not read moved (the MoE fit's, the memory fit's: most of an MoE row's
+        evaluation is its per-layer terms)."""
+        if self._layers is None or self._moved - NOT_IN_LAYER_TERMS:
+            self._layers = calibrated.layer_terms(self.x, self.c)
+        elif self._moved - NOT_IN_ROUTED_TERMS and self._layers[1] is not None:
+            self._layers = calibrated.layer_terms(self.x, self.c, lay=self._layers[0])
+        self._moved = set()
+        return self._layers
 
     def run(self) -> dict[str, np.ndarray]:
         """Per case: predicted step time (best feasible option), memory, feasibility."""
-        out = calibrated.evaluate(self.x, self.c)
+        out = calibrated.evaluate(self.x, self.c, layers=self.layer_terms())
         step, mem, reported = out["step_time_s"], out["mem_bytes"], out["mem_reported_bytes"]
         feasible = out["reason"] == Reason.OK
         # best option per case: feasible first, then the fastest

@@ -747,12 +747,14 @@ def _routed_terms(x, c):
     return moe.routed_experts(x, c, {"Ta": _tokens(x, c, t, cp, b)[2]}, _gemm_rate(x)[0])
 
 
-def _layer_terms_dedup(x, c, lazy=False):
+def _layer_terms_dedup(x, c, lazy=False, lay=None):
     """(_layer_terms, and for an MoE job _routed_terms or else None) evaluated once per
     distinct LAYER_KEYS (and ROUTED_KEYS) row and gathered back (when the context is
     scalar, i.e. one job on one hardware variant); ``lazy``: gathered by the compiled loop
-    that reads them (fuse.Gathered). _combine adds the routed part to an MoE block."""
-    lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS, lazy)
+    that reads them (fuse.Gathered). _combine adds the routed part to an MoE block.
+    ``lay``: the first already known (the routed experts' terms alone are computed)."""
+    if lay is None:
+        lay = _deduplicated(_fused_layer_terms, x, c, LAYER_KEYS, lazy)
     if not _has_moe(x):
         return lay, None
     # the routed experts' rows: the placement of the attention mesh matters to them only as
@@ -831,8 +833,18 @@ def _tensors_per_layer(x):
     return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
 
 
-def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | None = False
-             ) -> dict[str, np.ndarray]:
+def layer_terms(x: Mapping, c: Mapping, lay=None) -> tuple:
+    """The per-layer terms evaluate starts from: (per-layer terms, routed experts' terms or
+    None), as numpy arrays; ``lay``: the first already known. Of the calibration's
+    parameters (hardware/calibration.yaml) the per-layer terms read none of the MoE
+    (grouped_gemm_eff, expert_us, a2a_eff) and memory ones (reserve_GiB,
+    allocator_cache), the routed experts' none of the memory ones: a fit that moves those
+    alone reuses them (calibration.Evaluator; tests/analysis/test_validate.py)."""
+    return _layer_terms_dedup(x, c, lay=lay)
+
+
+def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | None = False,
+             layers: tuple | None = None) -> dict[str, np.ndarray]:
     """Iteration time, breakdown and memory of every candidate (columns of ``c``) in context
     ``x``; returns RESULT columns, with ``reason`` set for the infeasible ones. The per-layer
     terms are found once per distinct layer (numpy); the rest, elementwise, runs as one
@@ -841,8 +853,9 @@ def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | N
     by; the other columns then for its best rows only). ``screen`` (scores only, compiled,
     from SCREEN_MIN_ROWS rows): the step times of the rows that fit in memory only, the
     others inf (True), of every row (False), or as a sample of the block's rows says (None;
-    see SCREEN_MAX_FEASIBLE)."""
-    lay, routed = _layer_terms_dedup(x, c, lazy=fuse_enabled())
+    see SCREEN_MAX_FEASIBLE). ``layers``: layer_terms(x, c), when the caller has them."""
+    lay, routed = layers if layers is not None else _layer_terms_dedup(x, c,
+                                                                         lazy=fuse_enabled())
     n = len(as_array(c["tp"]))
     if scores_only and screen is not False and fuse_enabled() and n >= SCREEN_MIN_ROWS:
         screened = _screened_scores(x, c, lay, routed, n, sample=screen is None)
