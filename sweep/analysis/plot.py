@@ -71,6 +71,19 @@ class PlotOptions:
     fractions: bool = False  # breakdown: shares of the step instead of seconds
 
 
+#: the PlotOptions each kind reads (sweep plot refuses the others instead of ignoring them;
+#: the selection of jobs, hardware and strategy is _best's, --gpus / --x / --y the panels')
+OPTIONS_OF = {
+    "scaling": ("metric", "tokens", "strategy", "jobs", "hardware"),
+    "breakdown": ("strategy", "jobs", "hardware", "n_gpus", "x", "y", "fractions"),
+    "memory": ("strategy", "jobs", "hardware", "n_gpus", "x", "y"),
+    "heatmap": ("strategy", "jobs", "hardware", "n_gpus", "x", "y"),
+    "strategies": ("jobs", "n_gpus", "x", "y"),  # (every strategy, on every variant)
+    "layout": ("strategy", "jobs", "hardware"),
+    "pareto": ("strategy", "jobs", "hardware"),
+}
+
+
 def _mpl():
     try:
         from matplotlib.figure import Figure

@@ -8,13 +8,26 @@ from pathlib import Path
 from ..errors import SweepError
 from ._common import positive_int, positive_number
 
+#: sweep plot's flags: (flag, argparse dest, PlotOptions field)
+_FLAGS = (("--metric", "metric", "metric"), ("--tokens", "tokens", "tokens"),
+          ("--strategy", "strategy", "strategy"), ("--job", "job", "jobs"),
+          ("--hardware", "hardware", "hardware"), ("--gpus", "gpus", "n_gpus"),
+          ("--x", "x", "x"), ("--y", "y", "y"), ("--fractions", "fractions", "fractions"))
+
 
 def _plot_options(args: argparse.Namespace):
-    from ..analysis.plot import PlotOptions
+    """The PlotOptions of the flags given; SweepError for a flag the kind does not read."""
+    from ..analysis.plot import OPTIONS_OF, PlotOptions
 
-    return PlotOptions(metric=args.metric, tokens=args.tokens, strategy=args.strategy,
-                       jobs=args.job or (), hardware=args.hardware or (), n_gpus=args.gpus,
-                       x=args.x, y=args.y, fractions=args.fractions)
+    given = {field: getattr(args, dest) for _, dest, field in _FLAGS
+             if getattr(args, dest) not in (None, False)}
+    takes = OPTIONS_OF[args.kind]
+    unused = [flag for flag, _, field in _FLAGS if field in given and field not in takes]
+    if unused:
+        flags = [flag for flag, _, field in _FLAGS if field in takes]
+        raise SweepError(f"{', '.join(unused)}: not read by --kind {args.kind} (it takes "
+                         f"{', '.join(flags)})")
+    return PlotOptions(**given)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -27,8 +40,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                                                  else "does not exist"))
     if args.data and Path(args.data).is_dir():
         raise SweepError(f"--data: {args.data} is a directory; give a CSV file name")
+    opts = _plot_options(args)
     res = open_results(args.results)
-    data = save(res, args.kind, args.output, _plot_options(args))
+    data = save(res, args.kind, args.output, opts)
     if args.data:
         data.to_csv(args.data, index=False)
     note = f" ({res.note})" if res.note else ""
@@ -57,22 +71,22 @@ def add_parsers(sub) -> None:
     pt.add_argument("results", help="sweep.h5 (complete or partial)")
     pt.add_argument("--kind", required=True, choices=KINDS)
     pt.add_argument("-o", "--output", required=True, help="FILE.png, .svg or .pdf")
-    pt.add_argument("--metric", default="samples_per_s",
-                    help="scaling: samples_per_s | tokens_per_s | step_time_s | days")
-    pt.add_argument("--tokens", type=positive_number, default=0.0,
+    pt.add_argument("--metric", help="scaling: samples_per_s (default) | tokens_per_s | "
+                    "step_time_s | days")
+    pt.add_argument("--tokens", type=positive_number,
                     help="scaling --metric days: tokens to train on (e.g. 1e12)")
-    pt.add_argument("--strategy", help="only this strategy (default: best over strategies)")
+    pt.add_argument("--strategy", help="only this strategy (default: best over strategies; "
+                    "not for --kind strategies)")
     pt.add_argument("--job", action="append", help="only this job (repeatable)")
     pt.add_argument("--hardware", action="append",
                     help="only this hardware variant label or base (repeatable)")
     pt.add_argument("--gpus", type=positive_int,
-                    help="heatmap: GPU count (default largest); breakdown, memory: only this "
-                         "count, the hardware variants along x")
-    pt.add_argument("--x", help="heatmap, and breakdown / memory of a large grid: swept "
-                    "axis across "
-                    "(default: the first)")
-    pt.add_argument("--y", help="heatmap: swept axis up; breakdown / memory of a large grid: one "
-                    "panel per value (default: the second)")
+                    help="heatmap: GPU count (default largest); breakdown, memory, "
+                         "strategies: only this count, the hardware variants along x")
+    pt.add_argument("--x", help="heatmap, and breakdown / memory / strategies of a large "
+                    "grid: swept axis across (default: the first)")
+    pt.add_argument("--y", help="heatmap: swept axis up; breakdown / memory / strategies of a "
+                    "large grid: one panel per value (default: the second)")
     pt.add_argument("--fractions", action="store_true",
                     help="breakdown: shares of the step time instead of seconds")
     pt.add_argument("--data", help="also write the plotted numbers to this CSV")

@@ -394,6 +394,27 @@ def test_plot_command(nersc, tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_plot_refuses_a_flag_its_kind_does_not_read(nersc, tmp_path, capsys):
+    """A flag the kind would ignore is an error naming it and what the kind takes (a user
+    who asks memory for --fractions, or scaling for one GPU count, would get a figure that
+    silently is not what was asked); nothing is written."""
+    out = tmp_path / "f.png"
+    for kind, flags, named in (("memory", ["--fractions"], "--fractions"),
+                               ("scaling", ["--gpus", "64"], "--gpus"),
+                               ("strategies", ["--strategy", "1d"], "--strategy"),
+                               ("layout", ["--metric", "days", "--tokens", "1e12"],
+                                "--metric, --tokens"),
+                               ("pareto", ["--x", "hbm_GBps"], "--x")):
+        assert main(["plot", str(nersc), "--kind", kind, "-o", str(out), *flags]) == 2, kind
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{named}: not read by --kind {kind}" in err, err
+        assert "(it takes --" in err
+    assert not list(tmp_path.iterdir())
+    # the flags a kind does read still work
+    assert main(["plot", str(nersc), "--kind", "breakdown", "-o", str(out), "--fractions",
+                 "--job", "gpt3_1T"]) == 0 and out.is_file()
+
+
 def test_report_folder(grid, tmp_path, capsys):
     target = tmp_path / "report"
     target.mkdir()
