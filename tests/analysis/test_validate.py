@@ -320,7 +320,7 @@ def test_the_fit_reuses_layer_terms_only_where_they_do_not_read_the_moved_parame
     assert routed is not None
     for name in ("gemm_eff",) + MOE_PARAMETERS + MEMORY_PARAMETERS:
         moved = Evaluator(pick)
-        value = 5.0 if name in ("reserve_GiB", "kernel_us", "expert_us") else 0.37
+        value = 5.0 if name in ("reserve_GiB", "expert_us") else 0.37
         moved.set_parameters({g: {name: value} for g in ("hopper", "blackwell")})
         got_lay, got_routed = calibrated.layer_terms(moved.x, moved.c)
         assert _layer_terms_equal(lay, got_lay) == (name in NOT_IN_LAYER_TERMS), name

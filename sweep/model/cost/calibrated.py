@@ -854,8 +854,9 @@ def evaluate(x: Mapping, c: Mapping, scores_only: bool = False, screen: bool | N
     from SCREEN_MIN_ROWS rows): the step times of the rows that fit in memory only, the
     others inf (True), of every row (False), or as a sample of the block's rows says (None;
     see SCREEN_MAX_FEASIBLE). ``layers``: layer_terms(x, c), when the caller has them."""
-    lay, routed = layers if layers is not None else _layer_terms_dedup(x, c,
-                                                                         lazy=fuse_enabled())
+    if layers is None:
+        layers = _layer_terms_dedup(x, c, lazy=fuse_enabled())
+    lay, routed = layers
     n = len(as_array(c["tp"]))
     if scores_only and screen is not False and fuse_enabled() and n >= SCREEN_MIN_ROWS:
         screened = _screened_scores(x, c, lay, routed, n, sample=screen is None)
