@@ -115,6 +115,39 @@ def test_plan_refuses_hostile_specs_before_expanding_them(name, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_libyaml_reads_every_shipped_file_as_pyyaml_does():
+    """read_yaml parses with libyaml's parser under PyYAML's composer and the checks; on
+    every shipped spec, job, hardware and test file it gives what PyYAML alone gives."""
+    from sweep.engine.catalog import _Loader, _PyLoader, _Refused
+
+    if _Loader is _PyLoader:
+        pytest.skip("PyYAML without libyaml here")
+    files = [p for d in ("specs", "jobs", "hardware", "tests/data") for p in
+             sorted((REPO / d).rglob("*.yaml"))]
+    assert len(files) > 100
+    read = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8-sig")
+        try:
+            expected = _PyLoader(text).get_single_data()
+        except (yaml.YAMLError, _Refused):
+            continue  # (the test files of refused YAML: the tests around)
+        assert _Loader(text).get_single_data() == expected, path
+        read += 1
+    assert read > 100
+
+
+def test_malformed_yaml_gets_pyyaml_s_message(tmp_path):
+    """What libyaml finds malformed is read again by PyYAML, whose messages say what it got
+    where (libyaml: "did not find expected ',' or ']'", on the line after)."""
+    path = tmp_path / "open-list.yaml"
+    path.write_text("name: x\njobs: [gpt3_1T\n")
+    with pytest.raises(SpecError) as exc:
+        read_yaml(path)
+    assert str(exc.value) == (f"{path}: malformed YAML: line 3, column 1: expected ',' or "
+                              "']', but got '<stream end>'")
+
+
 def _generated() -> dict[str, tuple[bytes, str]]:
     """name -> (file content, expected message): too big to commit, or not text."""
     big_list = ", ".join(["8"] * (MAX_YAML_BYTES // 3 + 10))
@@ -139,9 +172,7 @@ GENERATED = _generated()
 
 
 @pytest.mark.parametrize("name, command", [
-    (name, command) for name in GENERATED for command in ("plan", "run", "slurm")
-    # (the list of 100,001 items takes 8 s to parse; the loader is every command's: once)
-    if name != "long-list" or command == "plan"])
+    (name, command) for name in GENERATED for command in ("plan", "run", "slurm")])
 def test_generated_hostile_files_give_one_line(name, command, tmp_path, capsys, monkeypatch):
     content, message = GENERATED[name]
     path = tmp_path / f"{name}.yaml"
