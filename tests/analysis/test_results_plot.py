@@ -35,19 +35,8 @@ from sweep.engine.reduce import reduce_run
 from sweep.engine.runner import RunOptions, run_sweep
 from sweep.engine.store import Table, read_columns, read_results, write_results
 from sweep.errors import SweepError
+from tests.analysis.conftest import GRID_SPEC
 from tests.conftest import DATA
-
-GRID_SPEC = """
-name: grid
-jobs: [llama3_8b]
-gpus: [16, 32]
-hardware:
-  base: H100-SXM
-  grid:
-    hbm_GBps: [2000, 3350]
-    hbm_GiB: [40, 80]
-top_n: 3
-"""
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +45,6 @@ def nersc(tmp_path_factory):
     out = tmp_path_factory.mktemp("nersc") / "small"
     run_sweep(str(DATA / "specs" / "small.yaml"), SerialComm(), RunOptions(out_dir=out))
     return out / "sweep.h5"
-
-
-@pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    """calibrated: HBM bandwidth x capacity on H100, 1d and 2d, 16 and 32 GPUs."""
-    d = tmp_path_factory.mktemp("grid")
-    (d / "grid.yaml").write_text(GRID_SPEC)
-    run_sweep(str(d / "grid.yaml"), SerialComm(), RunOptions(out_dir=d / "out"))
-    return d / "out" / "sweep.h5"
 
 
 def raw(path):
@@ -415,15 +395,14 @@ def test_plot_refuses_a_flag_its_kind_does_not_read(nersc, tmp_path, capsys):
                  "--job", "gpt3_1T"]) == 0 and out.is_file()
 
 
-def test_report_folder(grid, tmp_path, capsys):
+def test_report_folder(grid, grid_report, tmp_path, capsys):
     target = tmp_path / "report"
     target.mkdir()
     (target / "stale.txt").write_text("old")  # not written by sweep report: refused
     assert main(["report", str(grid), "-o", str(target)]) == 2
     assert "not empty and was not written by sweep report" in capsys.readouterr().err
     assert [p.name for p in target.iterdir()] == ["stale.txt"]
-    target = tmp_path / "new"
-    assert main(["report", str(grid), "-o", str(target)]) == 0
+    target = grid_report  # sweep report GRID -o NEW (the conftest's)
     files = {p.name for p in target.iterdir()}
     assert files == {"index.html", "best.csv", MARKER} | {f"{k}.png" for k in KINDS}
     page = (target / "index.html").read_text()

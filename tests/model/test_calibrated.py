@@ -603,7 +603,8 @@ def test_search_space_rules():
     job = load_job("llama3_70b")  # 64 heads, 8 KV heads, 80 layers, batch 512
     space = enumerate_calibrated(job, 256, 8)
     c = space.columns(0, space.size)
-    assert space.size == len(np.unique(c["index"]))
+    index = np.sort(c["index"])  # (a sort: numpy 2.4's hash-based np.unique takes 6 s here)
+    assert np.all(index[1:] > index[:-1]) and len(index) == space.size
     assert np.all(c["dp"] * c["tp"] * c["cp"] * c["pp"] == 256)
     assert np.all((64 % c["tp"] == 0) & ((8 % c["tp"] == 0) | (c["tp"] % 8 == 0)))
     assert np.all((512 // c["dp"]) % c["mbs"] == 0)

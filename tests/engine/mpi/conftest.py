@@ -17,6 +17,7 @@ import pytest
 
 BIN = Path(sys.executable).parent
 MPIEXEC = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
+LONG = Path(__file__).parents[2] / "data" / "specs" / "long.yaml"
 LAUNCHER = shlex.split(os.environ.get("SWEEP_TEST_MPIEXEC", "")) or [MPIEXEC]
 
 
@@ -32,3 +33,21 @@ def mpiexec(n: int, *args: str, env: dict | None = None, timeout: float = 300,
         return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def tables(path):
+    """(top table bytes, cases table bytes, file attributes) of a results file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
+
+
+@pytest.fixture(scope="session")
+def long_reference(tmp_path_factory):
+    """The tables of an uninterrupted 2-rank run of tests/data/specs/long.yaml, which the
+    interrupted and resumed runs of several tests must reproduce."""
+    out = tmp_path_factory.mktemp("ref") / "long"
+    proc = mpiexec(2, "run", str(LONG), "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return tables(out / "sweep.h5")

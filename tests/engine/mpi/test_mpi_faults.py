@@ -13,18 +13,13 @@ import h5py
 import pytest
 
 from tests.conftest import DATA, REPO
-from tests.engine.mpi.conftest import mpiexec
+from tests.engine.mpi.conftest import mpiexec, tables
 
 pytestmark = pytest.mark.mpi
 
 SMALL = str(DATA / "specs" / "small.yaml")
 LONG = str(DATA / "specs" / "long.yaml")
 QUICKSTART = REPO / "specs" / "quickstart.yaml"
-
-
-def tables(path):
-    with h5py.File(path, "r") as f:
-        return f["top"][:].tobytes(), f["cases"][:].tobytes(), dict(f.attrs)
 
 
 def rank_pids(out: Path, rank: int) -> list[int]:
@@ -52,14 +47,6 @@ def wait_for(predicate, timeout_s: float, what: str, proc=None) -> None:
             pytest.fail(f"the run ended before {what}: {proc.communicate()[1]}")
         assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
         time.sleep(0.05)
-
-
-@pytest.fixture(scope="module")
-def long_reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref") / "long"
-    proc = mpiexec(2, "run", LONG, "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    return tables(out / "sweep.h5")
 
 
 def test_sigterm_to_one_rank_other_than_0_stops_the_whole_job(tmp_path, long_reference):
