@@ -135,8 +135,8 @@ if _CParser is not None:
                   yaml.resolver.Resolver):
         """The checked loader on libyaml's scanner and parser (C) under PyYAML's composer
         (Python), where the checks see every node: a list of 100,000 items reads in 0.85 s
-        instead of 3.7 s. What libyaml refuses is read again by _PyLoader, for PyYAML's
-        messages (and for the few inputs only PyYAML reads, such as a BOM mid-file)."""
+        instead of 3.7 s. _load leaves to _PyLoader what libyaml refuses (for PyYAML's
+        verdict and messages) and what it reads otherwise than PyYAML (_PYYAML_ONLY)."""
 
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
@@ -158,14 +158,29 @@ for _cls in dict.fromkeys((_PyLoader, _Loader)):
         list("-+0123456789."))
 
 
+def _pyyaml_only(text: str) -> bool:
+    """Whether ``text`` has what libyaml reads otherwise than PyYAML: a BOM after the start
+    (libyaml skips one where a line's token starts: the line's content moves), a tag (the
+    bare ``!`` on an empty value: '' for libyaml, None for PyYAML), or characters PyYAML
+    refuses before parsing (a NUL, a lone surrogate from undecodable argument bytes)."""
+    return ("\ufeff" in text or bool(_TAG.search(text))
+            or bool(yaml.reader.Reader.NON_PRINTABLE.search(text)))
+
+
+#: a tag's ``!`` where a token starts (not a comment's ``!=``)
+_TAG = re.compile(r"(?:^|[\s\[{,])!(?!=)", re.MULTILINE)
+
+
 def _load(text: str) -> Any:
-    """The one document in ``text``, read by _Loader; where libyaml finds it malformed,
-    read again by _PyLoader (its verdict and messages are the ones given). Raises _Refused,
-    yaml.YAMLError or RecursionError."""
-    if _Loader is not _PyLoader:
+    """The one document in ``text``, read by _Loader, or by _PyLoader where libyaml finds it
+    malformed (PyYAML's verdict and messages are the ones given) or would read it otherwise
+    (_pyyaml_only). libyaml reads a few inputs PyYAML refuses (tabs as separators, a comment
+    right after a block scalar's indicator). Raises _Refused, yaml.YAMLError or
+    RecursionError."""
+    if _Loader is not _PyLoader and not _pyyaml_only(text):
         try:
             return _read_with(_Loader, text)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, UnicodeError):
             pass  # (PyYAML's verdict, below)
     return _read_with(_PyLoader, text)
 

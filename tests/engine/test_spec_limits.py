@@ -137,6 +137,39 @@ def test_libyaml_reads_every_shipped_file_as_pyyaml_does():
     assert read > 100
 
 
+@pytest.mark.parametrize("text", [
+    "hardware:\n\ufeff  base: [H100-SXM]\n",  # a BOM where a line's token starts
+    "jobs:\n\ufeff- llama3_70b\n",
+    "\ufeff\ufeffa: 1\n",
+    "a: !\n",  # the bare tag on an empty value
+    "? !\n: 1\n? ~\n: 2\n",
+    "b: [!, 1]\n",
+    "a: \x00\n",  # refused by PyYAML before parsing, in one pass
+    "top_n: \udcff\n",  # an undecodable argument byte (--set top_n=$'\\xff')
+])
+def test_what_libyaml_reads_otherwise_is_read_by_pyyaml(text):
+    """An outside tester's inputs that libyaml reads as other data than PyYAML does (or
+    cannot take at all): read_yaml's loader gives PyYAML's data or refusal."""
+    from sweep.engine.catalog import _load, _PyLoader, _Refused
+
+    def outcome(read):
+        try:
+            return "data", read(text)
+        except (yaml.YAMLError, _Refused) as exc:
+            return "refused", str(exc)
+
+    assert outcome(_load) == outcome(lambda t: _PyLoader(t).get_single_data())
+
+
+def test_an_undecodable_set_value_is_one_line(capsys):
+    """A --set value from bytes that are not UTF-8 (a lone surrogate in argv): exit 2 and
+    one line, not libyaml's UnicodeEncodeError."""
+    spec = str(REPO / "specs" / "quickstart.yaml")
+    assert main(["plan", spec, "--set", "top_n=\udcff"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--set top_n" in err[0] and "not a YAML value" in err[0], err
+
+
 def test_malformed_yaml_gets_pyyaml_s_message(tmp_path):
     """What libyaml finds malformed is read again by PyYAML, whose messages say what it got
     where (libyaml: "did not find expected ',' or ']'", on the line after)."""
