@@ -226,10 +226,12 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     if profile == "nersc2024" and job.dtype not in ("bf16", "fp16"):
         raise SweepError(f"--profile nersc2024 models 16-bit training only; job {job.name} "
                          f"uses {job.dtype}")
-    why = unmodelled(job, profile) or (unsupported_precision(job.dtype, hw)
-                              if profile == "calibrated" else None)
+    why = unmodelled(job, profile)
     if why:
-        raise SweepError(f"job {job.name}: {why}")
+        raise SweepError(f"--job {job.name}: {why}")
+    why = unsupported_precision(job.dtype, hw) if profile == "calibrated" else None
+    if why:
+        raise SweepError(f"--job {job.name}: dtype: {why}")
     if profile == "calibrated" and strategy == "2d" and not summa_models(job):
         raise SweepError(f"--strategy 2d: SUMMA is modelled for dense multi-head blocks only; "
                          f"job {job.name} has {'MoE' if job.is_moe else 'MLA'} blocks (use 1d)")

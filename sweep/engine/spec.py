@@ -47,7 +47,7 @@ import numpy as np
 import yaml
 
 from ..errors import SpecError
-from ..model.cost import PROFILES
+from ..model.cost import PROFILES, unmodelled
 from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, override_field,
                               parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
@@ -558,6 +558,9 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
         raise _fail(source, "offload", f"only the calibrated profile models offload, not "
                                        f"{profile}")
     for i, j in enumerate(jobs):  # (a job the profile cannot cost: named by its place)
+        why = unmodelled(j, profile)  # (MoE, MLA, MTP: refused by name, before their shape)
+        if why:
+            raise _fail(source, f"jobs[{i}]", f"job {j.name}: {why}")
         if profile == "nersc2024" and j.dtype not in ("bf16", "fp16"):
             raise _fail(source, f"jobs[{i}]", f"nersc2024 models 16-bit training only; job "
                                               f"{j.name} uses {j.dtype}")

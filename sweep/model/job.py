@@ -449,11 +449,16 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
         defaults = {f.name: f.default for f in dataclasses.fields(Job)}
         for key in MOE_FIELDS:
             if key in values and values[key] != defaults[key]:
-                raise _fail(source, key, "is an MoE setting; give n_experts too")
+                raise _fail(source, key, "is an MoE setting; give n_experts too" if
+                            "n_experts" not in values else "is an MoE setting, and n_experts "
+                            "= 0 makes the job dense (an MoE job has at least one expert)")
         return
     for req in ("top_k", "moe_ffn_hidden"):
-        if not values.get(req):
+        if req not in values:
             raise _fail(source, req, "missing (an MoE job needs it: n_experts is given)")
+        if not values[req]:
+            raise _fail(source, req, f"expected at least 1 in an MoE job (n_experts = "
+                                     f"{experts}), got {brief(values[req])}")
     if values["top_k"] > experts:
         raise _fail(source, "top_k", f"{values['top_k']} routed experts per token, more than "
                                      f"n_experts = {experts}")

@@ -412,6 +412,11 @@ def test_an_explicit_head_dim_that_differs_is_kept(tmp_path):
             jobs=[{"name": "gpt3", "hidden": 12289, "head_dim": 128}])
     refused("jobs[0]: nersc2024 models multi-head attention", cost_model="nersc2024",
             jobs=["llama3_8b"])
+    # an MoE, MLA or MTP job is refused as such, before its attention's shape
+    refused("jobs[0]: job mixtral_8x7b: mixture-of-experts layers are not modelled by the "
+            "nersc2024 profile", cost_model="nersc2024", jobs=["mixtral_8x7b"])
+    refused("jobs[1]: job deepseek_v3: mixture-of-experts layers", cost_model="nersc2024",
+            jobs=["gpt3_1T", "deepseek_v3"])
 
 
 @pytest.mark.parametrize("field", sorted(INT_MAX))

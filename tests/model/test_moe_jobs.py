@@ -65,7 +65,7 @@ def test_mla_attention_parameters_by_hand():
     ({"top_k": 9}, "m.yaml: top_k: 9 routed experts per token, more than n_experts = 8"),
     ({"moe_imbalance": 0.5}, "m.yaml: moe_imbalance: expected at least 1 (the most loaded EP "
                              "rank's tokens over the even share), got 0.5"),
-    ({"moe_ffn_hidden": 0}, "m.yaml: moe_ffn_hidden: missing"),
+    ({"moe_ffn_hidden": 0}, "m.yaml: moe_ffn_hidden: expected at least 1 in an MoE job"),
     ({"first_k_dense": 4}, "m.yaml: first_k_dense: 4 dense layers leave no MoE layer"),
     ({"router_groups": 3}, "m.yaml: router_groups: 3 groups do not divide n_experts = 8"),
     ({"router_group_topk": 2}, "m.yaml: router_group_topk: needs router_groups"),
@@ -86,6 +86,9 @@ def test_inconsistent_moe_jobs_get_one_line_errors(change, message):
 
 @pytest.mark.parametrize("raw, message", [
     ({**DENSE, "top_k": 2}, "d.yaml: top_k: is an MoE setting; give n_experts too"),
+    ({**DENSE, "n_experts": 0, "top_k": 8},
+     "d.yaml: top_k: is an MoE setting, and n_experts = 0 makes the job dense"),
+    ({**MOE, "top_k": 0}, "d.yaml: top_k: expected at least 1 in an MoE job"),
     ({**DENSE, "kv_lora_rank": 512},
      "d.yaml: kv_lora_rank: is an MLA setting; give attention: mla"),
     ({**MLA, "v_head_dim": 0}, "d.yaml: v_head_dim: missing (attention: mla needs it)"),

@@ -135,7 +135,7 @@ def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
         return f"fp8 needs fp8 tensor cores; hardware {hw.name!r} has no fp8 peak"
     if dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
         return (f"{dtype} needs block-scaled tensor cores (Blackwell); hardware {hw.name!r} "
-                f"has none (no fp4 peak)")
+                f"has none (its file gives no matrix_tflops.fp4, the key that declares them)")
     return None
 
 
