@@ -821,10 +821,13 @@ def _speedups(res: Results, jobs: Sequence[str] = ()):
     feasible, best_strategy): each strategy's best throughput over the best of every
     strategy at that (job, variant, GPU count), 1 for the winner, 0 and feasible False for a
     strategy whose case finished without a feasible configuration; pending cases are left
-    out."""
+    out, and so are cases without any candidate (the strategy cannot lay the job out: an
+    MoE job under 2d), which are not infeasible."""
     cases = res.cases
     if jobs:
         cases = cases[cases["job"].isin(list(jobs))]
+    if "candidates" in cases:
+        cases = cases[cases["candidates"] > 0]
     strategies = list(dict.fromkeys(cases["strategy"]))
     key = ["job", "variant_id", "n_gpus"]
     done = cases[cases["complete"].astype(bool) | np.isfinite(

@@ -3,7 +3,8 @@
 Rows join ``/top`` with ``/cases``; numbers keep SI units in CSV/JSON (seconds, bytes) and
 are rounded for the table. Every rendered row has a ``status``: ``ok`` (a configuration of a
 complete case), ``partial`` (the best so far of a case not completely searched: it may still
-change), ``infeasible`` (the case is complete and has no feasible configuration) or
+change), ``infeasible`` (the case is complete and has no feasible configuration), ``empty``
+(its case has no candidate configuration at all) or
 ``pending`` (the case is not complete and has none yet). The JSON is strict: NaN and
 infinities are null.
 """
@@ -123,15 +124,21 @@ def config_text(r) -> str:
 
 def row_status(r) -> str:
     """``ok`` (a configuration of a complete case), ``partial`` (one of a case not yet
-    completely searched), ``infeasible`` (its case is complete without a feasible one) or
-    ``pending`` (its case is not complete and has none yet)."""
+    completely searched), ``infeasible`` (its case is complete without a feasible one),
+    ``empty`` (its case has no candidate at all: the strategy cannot lay the job out on its
+    GPU count, e.g. an MoE job under 2d; ``sweep plan`` says why) or ``pending`` (its case
+    is not complete and has none yet)."""
     if r.get("place") is not None:
         return "ok" if r.get("complete", True) else "partial"
+    if r.get("complete") and r.get("candidates") == 0:
+        return "empty"
     return "infeasible" if r.get("complete") else "pending"
 
 
 def status_text(r) -> str:
     """What to print for a case (or row) without a configuration."""
+    if r.get("complete") and r.get("candidates") == 0:
+        return "no candidate configuration (sweep plan says why)"
     if r.get("complete"):
         return "no feasible configuration"
     if not r.get("evaluated"):

@@ -809,3 +809,26 @@ def test_a_heatmap_of_one_axis_against_itself_is_refused(grid):
     ax = fig.axes[0]
     assert ax.get_xlabel().startswith("HBM capacity")
     assert ax.get_ylabel().startswith("HBM bandwidth")
+
+
+def test_a_case_without_candidates_is_empty_not_infeasible(tmp_path):
+    """An MoE job under 2d has no candidate (SUMMA models dense blocks only; sweep plan says
+    so): show calls its case empty, not infeasible, and the strategies comparison leaves it
+    out rather than marking 2d infeasible (an outside tester's finding)."""
+    spec = tmp_path / "moe2d.yaml"
+    spec.write_text("name: moe2d\njobs: [qwen3_30b_a3b, llama3_8b]\ngpus: [8]\n"
+                    "strategies: [1d, 2d]\nhardware: {base: H100-SXM}\ntop_n: 2\n")
+    run_sweep(str(spec), SerialComm(), RunOptions(out_dir=tmp_path / "run"))
+    path = tmp_path / "run" / "sweep.h5"
+    _, rows = load_rows(path)
+    moe_2d = [r for r in rows if r["job"] == "qwen3_30b_a3b" and r["strategy"] == "2d"]
+    assert len(moe_2d) == 1 and moe_2d[0]["candidates"] == 0
+    shown = json.loads(format_rows(*load_rows(path), "json"))["rows"]
+    status = {(r["job"], r["strategy"]): r["status"] for r in shown}
+    assert status == {("qwen3_30b_a3b", "1d"): "ok", ("qwen3_30b_a3b", "2d"): "empty",
+                      ("llama3_8b", "1d"): "ok", ("llama3_8b", "2d"): "ok"}
+    table = format_rows(*load_rows(path), "table")
+    assert "no candidate configuration (sweep plan says why)" in table
+    assert "no feasible configuration" not in table
+    _, data = draw(open_results(path), "strategies")
+    assert set(data["job"]) == {"llama3_8b"} and data["feasible"].all()
