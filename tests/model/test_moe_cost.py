@@ -356,3 +356,41 @@ def test_executed_flops_are_the_model_over_the_gpus_whatever_the_stages(pp):
     lay = calibrated._with_moe(x, one, *calibrated._layer_terms_dedup(x, one))
     forward = lay[calibrated.MOE_PREFIX + "flops_f"][0] * 8  # one block, 8 GPUs, 1 micro-batch
     assert totals[1] - totals[0] == pytest.approx(pp * forward, rel=1e-9)
+
+
+def test_an_mtp_depth_holds_a_block_its_projection_and_its_logits():
+    """Multi-token prediction on the stage with the LM head (DeepSeek-V3 section 2.2;
+    Megatron-Core's MTP layer: enorm, hnorm, eh_proj, a transformer block, final norm):
+    against one more decoder block there, a depth adds the projection [h; emb] 2h -> h and
+    three norms (weights, gradients, optimizer state) and its logits' saved softmax, live
+    while the main loss's gradient is formed. One stage, so that stage is the one reported.
+    (An outside tester found MTP priced in time and not in memory.)"""
+    from sweep.analysis.predict import predict
+
+    hw = load_hardware("GB200-NVL72")
+    base = load_job("qwen3_30b_a3b")  # every block MoE, bf16, no fused loss
+    config = {"tp": 1, "cp": 1, "pp": 1, "ep": 8, "etp": 1, "mbs": 1, "zero": 1,
+              "recompute": 0, "a2a_overlap": 0}
+
+    def mem(**change):
+        row = predict("calibrated", dataclasses.replace(base, **change), hw, "1d", 64,
+                      config).row
+        return {k: float(row[k]) for k in ("mem_weights_bytes", "mem_grads_bytes",
+                                           "mem_optimizer_bytes", "mem_activations_bytes")}
+
+    plain, depth, block = mem(), mem(mtp_layers=1), mem(n_layers=base.n_layers + 1)
+    h = base.hidden
+    extra_params = 2 * h * h + 3 * h  # eh_proj and enorm, hnorm, final norm
+    assert depth["mem_weights_bytes"] - block["mem_weights_bytes"] == \
+        pytest.approx(2.0 * extra_params, rel=1e-9)  # bf16 weights
+    grad_bytes = {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[base.grad_dtype]  # (ZeRO-1: whole)
+    assert depth["mem_grads_bytes"] - block["mem_grads_bytes"] == \
+        pytest.approx(grad_bytes * extra_params, rel=1e-9)
+    assert depth["mem_weights_bytes"] > plain["mem_weights_bytes"]
+    assert depth["mem_optimizer_bytes"] > block["mem_optimizer_bytes"] > \
+        plain["mem_optimizer_bytes"]
+    # the depth's logits (4096 tokens x the padded vocabulary x fp32) beside one more
+    # block's activations
+    logits = base.seq_len * calibrated.padded_vocab(base.vocab, 1) * 4.0
+    assert depth["mem_activations_bytes"] - block["mem_activations_bytes"] == \
+        pytest.approx(logits, rel=1e-9)

@@ -1162,6 +1162,21 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     p_edge = mix(p_layer, p_layer_moe, layers_first, nm_first) + vocab_params
     p_mid = mix(p_layer, p_layer_moe, layers, nm_mid)
     p_stage = np.maximum(p_edge, p_mid)
+    # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
+    # multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm, eh_proj,
+    # transformer_layer, final_layernorm; embedding and output head shared with the main
+    # model): per depth, on the stage with the LM head, one block of the last block's kind
+    # (its routed experts: nm_mtp), the projection [h; emb] 2e -> e (column-parallel) and
+    # three norms
+    has_mtp = bool(np.any(x["mtp"] > 0))
+    if has_mtp:
+        last_moe = x["last_moe"] if moe_on else 0.0
+        p_mtp = x["mtp"] * (mix(p_layer, p_layer_moe, 1.0, last_moe) + 2.0 * e * e / t + 3.0 * e)
+        nm_mtp = x["mtp"] * last_moe if moe_on else 0.0
+        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
+        p_stage = np.maximum(p_stage, np.where(multi, p_last, p_edge) + p_mtp)
+    else:
+        p_mtp = nm_mtp = 0.0
     grad_vol = p_stage * x["grad_comm_bytes"]
     replicas = dpc / shard
     replica_domain = np.maximum(dpc_domain / shard, 1.0)
@@ -1177,6 +1192,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         # the routed experts' gradients over the expert data-parallel group: all-reduced, or
         # reduce-scattered and the updated weights all-gathered (distributed optimizer)
         p_exp_stage = np.maximum(np.maximum(nm_first, nm_mid), nm_last) * p_exp_layer
+        if has_mtp:
+            p_exp_stage = np.maximum(p_exp_stage, (np.where(multi, nm_last, nm_first) + nm_mtp)
+                                     * p_exp_layer)
         exp_vol = p_exp_stage * x["grad_comm_bytes"]
         t_grad = t_grad + np.where(
             zero == 0, collective_s("allreduce", exp_vol, edp, edp_domain, x),
@@ -1247,8 +1265,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (embedding, and the logits of the last); with embedding slots a
     # middle stage holds one layer more and no vocabulary, and may be the larger
-    mem = _memory(x, c, T, t, layers_first, m, p_layer, p_edge, shard, lay, True,
-                  nm_first, nm_first * p_exp_layer, exp_shard)
+    # (one stage: it holds the MTP depths too, and their logits while the losses run)
+    on_one = np.where(multi, 0.0, 1.0) if has_mtp else 0.0
+    mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
+                  p_edge + on_one * p_mtp, shard, lay, True, nm_first + on_one * nm_mtp,
+                  (nm_first + on_one * nm_mtp) * p_exp_layer, exp_shard,
+                  heads=1.0 + on_one * x["mtp"])
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
@@ -1260,12 +1282,14 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         if moe_on:  # (no middle stage with two stages)
             larger = larger & (pp != 2)
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
-    if moe_on:
+    if moe_on or has_mtp:
         # MoE: the last stage holds the last blocks (all MoE, where the first may be dense)
-        # and the LM head
+        # and the LM head; with multi-token prediction also the MTP depths and their logits
         p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
-        mem_last = _memory(x, c, T, t, layers_last, m, p_layer, p_last, shard, lay, True,
-                           nm_last, nm_last * p_exp_layer, exp_shard, last_stage=True)
+        mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
+                           shard, lay, True, nm_last + nm_mtp,
+                           (nm_last + nm_mtp) * p_exp_layer, exp_shard, last_stage=True,
+                           heads=1.0 + x["mtp"])
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -1407,12 +1431,13 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
 
 
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
-            p_exp=0.0, exp_shard=1.0, last_stage=False):
+            p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
-    (as many as the first stage holds), logits if ``vocab_stage``, reserve. Of the layers,
-    ``nm`` are MoE blocks, whose routed experts add ``p_exp`` weights with gradients and
-    optimizer state sharded ``exp_shard`` ways (the expert data-parallel group)."""
+    (as many as the first stage holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
+    main one and the MTP depths'), reserve. Of the layers, ``nm`` are MoE blocks, whose
+    routed experts add ``p_exp`` weights with gradients and optimizer state sharded
+    ``exp_shard`` ways (the expert data-parallel group)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
@@ -1485,10 +1510,14 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
                                     none_layer - ckpt_layer, 0.0) + lay["kv_gathered"]
     acts = np.where(training, stored * in_flight + working, none_layer)
     # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
-    # fused cross-entropy the 16-bit logits and their in-place gradient
+    # fused cross-entropy the 16-bit logits and their in-place gradient; an MTP depth's loss
+    # is computed in the forward and kept for the backward (Megatron-Core
+    # multi_token_prediction.py, MTPLossAutoScaler): the other heads' saved softmax (or
+    # 16-bit logits) is live while the first loss's gradient is formed
     logit_bytes = np.where(x["fused_loss"] > 0, ab * (1.0 + training), 4.0 * (1.0 + training))
-    logits = np.where(vocab_stage & (x["V"] > 0),
-                      T * padded_vocab(x["V"], t) / t * logit_bytes, 0.0)
+    saved_bytes = np.where(training, np.where(x["fused_loss"] > 0, ab, 4.0), 0.0)
+    logits = np.where(vocab_stage & (x["V"] > 0), T * padded_vocab(x["V"], t) / t * (
+        logit_bytes + (heads - 1.0) * saved_bytes), 0.0)
     off = as_array(c["offload"])
     host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
         + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
