@@ -33,6 +33,7 @@ import functools
 import math
 import os
 import tempfile
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,16 @@ def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
     return fig, axes[:n]
 
 
+#: characters of a panel title per line at 8 pt on a 4.6-inch panel (_grid): longer ones
+#: (a hardware variant's label) wrap instead of running into the next panel's
+PANEL_TITLE_CHARS = 64
+
+
+def _panel_title(ax, title: str, fontsize: float = 8) -> None:
+    ax.set_title("\n".join(textwrap.wrap(title, PANEL_TITLE_CHARS)) or title,
+                 fontsize=fontsize)
+
+
 def _fit_labels(fig, labels: list) -> None:
     """Raise each panel's y range until the rotated labels above its bars end inside it, with
     the figure laid out as it will be saved (a label's height is fixed in points, so how
@@ -195,8 +206,6 @@ def _short_labels(best, sub, res: Results | None = None) -> list[str]:
 def _suptitle(fig, res: Results, what: str, note: str = "") -> None:
     """The figure title, wrapped to the figure's width (about 12 characters an inch at
     10 points) so that a narrow figure - one panel - does not clip it."""
-    import textwrap
-
     partial = " [PARTIAL RUN]" if not res.complete else ""
     text = f"{res.name}: {what} ({res.cost_model}){note}{partial}"
     fig.suptitle("\n".join(textwrap.wrap(text, min(90, int(12 * fig.get_figwidth())))),
@@ -207,7 +216,7 @@ def _finish_panel(ax, gpus, ylabel: str, title: str) -> None:
     """GPU-count x axis, labels, grid and legend of a line panel."""
     _gpu_axis(ax, gpus)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=8)
+    _panel_title(ax, title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6)
 
@@ -552,7 +561,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
                            fontsize=7, ha="right" if tilt else "center")
         ax.set_xlim(-0.6, len(ticks) - 0.4)
         ax.set_xlabel(xlabel)
-        ax.set_title(title, fontsize=8)
+        _panel_title(ax, title)
         scale = (1.0 / total if fractions else 1.0) if what == "breakdown" else 1.0 / GB
         for i, (cid, g, v) in enumerate(zip(sub["case_id"], sub["n_gpus"], sub["variant_id"])):
             rows.append({"job": job, "variant_id": int(v), "n_gpus": int(g),
@@ -911,7 +920,7 @@ def _strategies(res: Results, opts: PlotOptions):
         else:
             ax.set_xlabel(xlabel)
             ax.set_ylabel("throughput / best of all strategies")
-            ax.set_title(title, fontsize=8)
+            _panel_title(ax, title)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=6)
     _suptitle(fig, res, "each strategy's best against the best strategy", note)

@@ -832,3 +832,21 @@ def test_a_case_without_candidates_is_empty_not_infeasible(tmp_path):
     assert "no feasible configuration" not in table
     _, data = draw(open_results(path), "strategies")
     assert set(data["job"]) == {"llama3_8b"} and data["feasible"].all()
+
+
+def test_long_panel_titles_wrap_inside_their_panel():
+    """A hardware variant's long label (an outside tester's MoE grid) wraps in lines of at
+    most PANEL_TITLE_CHARS instead of running into the next panel's title."""
+    from matplotlib.figure import Figure
+
+    from sweep.analysis import plot
+
+    fig, axes = plot._grid(Figure, 3)
+    title = "qwen3_30b_a3b[dtype=mxfp8], " + ", ".join(
+        f"GB200-NVL72[nvlink_domain={d},scaleout_Gbps=800]" for d in (4, 8, 16))
+    plot._panel_title(axes[0], title)
+    lines = axes[0].get_title().split("\n")
+    assert len(lines) > 1 and all(len(line) <= plot.PANEL_TITLE_CHARS for line in lines)
+    assert " ".join(lines) == title
+    plot._panel_title(axes[1], "llama3_8b")
+    assert axes[1].get_title() == "llama3_8b"
