@@ -841,7 +841,7 @@ def test_long_panel_titles_wrap_inside_their_panel():
 
     from sweep.analysis import plot
 
-    fig, axes = plot._grid(Figure, 3)
+    _, axes = plot._grid(Figure, 3)
     title = "qwen3_30b_a3b[dtype=mxfp8], " + ", ".join(
         f"GB200-NVL72[nvlink_domain={d},scaleout_Gbps=800]" for d in (4, 8, 16))
     plot._panel_title(axes[0], title)
