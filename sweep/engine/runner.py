@@ -143,11 +143,13 @@ def _now() -> str:
 
 
 def _prepare(spec_path: str, options: RunOptions, size: int
-             ) -> tuple[RunLock, tuple[str, str, np.ndarray, list[str], bool, bool]]:
-    """Rank 0: validate, lock and set up the folder. Returns the lock (held) and (spec text,
-    out dir, the finished segments of earlier attempts, warnings, whether this run continues
-    an earlier one: --resume, a shard, or a complete earlier run of the same spec, and
-    whether that complete run's sweep.h5 stands alone, its part files gone). A
+             ) -> tuple[RunLock | None, tuple[str, str, np.ndarray, list[str], bool, bool, bool]]:
+    """Rank 0: validate, lock and set up the folder. Returns the lock (held; None when
+    nothing is written) and (spec text, out dir, the finished segments of earlier attempts,
+    warnings, whether this run continues an earlier one: --resume, a shard, or a complete
+    earlier run of the same spec, whether that complete run's sweep.h5 stands alone, its
+    part files gone, and whether it is only shown: a complete run of the same spec in a
+    folder this process cannot write). A
     corrupt part file is moved aside (``<name>.corrupt-<time>``) and its work redone. A
     shard (of ``size`` ranks) reads only its own part files: no other worker can have done
     its units (but a run with another layout, whose units it then redoes; the reduction
@@ -174,6 +176,13 @@ def _prepare(spec_path: str, options: RunOptions, size: int
                                     startup_bytes=startup_bytes), options.max_memory)
     out = Path(options.out_dir) if options.out_dir else Path("results") / spec.name
     out = out.resolve()
+    if (options.shard is None and not options.force and out.is_dir()
+            and not os.access(out, os.W_OK) and _complete_run_of(out, text)):
+        # the same spec run to the end in a folder this process cannot write (a read-only
+        # file system, another user's results): shown as they are, nothing written
+        shown = (f"{out} already holds a complete run of this spec: showing its results "
+                 f"(the folder is read-only here: nothing written)")
+        return None, (text, str(out), np.zeros(0, DONE_DTYPE), [shown], True, True, True)
     resume = options.resume or options.shard is not None  # shards start in any order
     if options.force and options.shard is not None:
         raise StoreError("--force cannot be used with --shard: the other shards share the "
@@ -202,7 +211,7 @@ def _complete_run_of(out: Path, text: str) -> bool:
 
 
 def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
-                    resume: bool) -> tuple[str, str, np.ndarray, list[str], bool, bool]:
+                    resume: bool) -> tuple[str, str, np.ndarray, list[str], bool, bool, bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
     stored = out / SPEC_NAME
     # a shard's part files (workers index * SHARD_STRIDE + rank), None for a plain run
@@ -257,7 +266,7 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             raise StoreError(f"{p}: written for another spec; remove it or use another --out")
         done.append(units)
     segments = np.concatenate(done) if done else np.zeros(0, DONE_DTYPE)
-    return text, str(out), segments, warnings, resume, kept
+    return text, str(out), segments, warnings, resume, kept, False
 
 
 class _State:
@@ -628,8 +637,9 @@ def _batches(plan: Plan, mine: np.ndarray, block_size: int):
 
 def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: float
          ) -> RunSummary:
-    # resume: as rank 0 decided; kept: a complete sweep.h5 without its part files stands
-    text, out_str, segments, warnings, resume, kept = setup
+    # resume: as rank 0 decided; kept: a complete sweep.h5 without its part files stands;
+    # shown: a complete run in a folder that cannot be written, shown as it is
+    text, out_str, segments, warnings, resume, kept, shown = setup
     out = Path(out_str)
     if comm.rank == 0 and options.warn is not None:
         for w in warnings:
@@ -639,6 +649,15 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     sha = hashlib.sha256(text.encode()).hexdigest()
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
     plan = make_plan(spec, cache)
+    if shown:
+        n_units, candidates = len(plan.units), int(plan.cases.candidates.sum())
+        summary = RunSummary(out, plan, comm.size, 0, 0, time.monotonic() - start_wall,
+                             resumed_units=n_units)
+        attrs = read_results_attrs(out / RESULTS_NAME)
+        summary.reduced = ReduceSummary(out / RESULTS_NAME, True, len(plan.cases), n_units,
+                                        n_units, candidates,
+                                        int(attrs.get("candidates_evaluated", candidates)), 0)
+        return summary
     units, open_ = _open_units(plan, segments)
     if kept:
         open_[:] = False  # every unit is done: sweep.h5 says so

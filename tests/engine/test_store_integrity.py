@@ -368,6 +368,31 @@ def test_read_only_folder(tmp_path, tmpfs):
     assert (tmpfs / "part-00000.h5").read_bytes() == before
 
 
+def test_a_complete_run_in_a_read_only_folder_is_shown(tmpfs, capsys):
+    """`sweep run` of the same spec into a folder holding its complete run shows the results
+    again; on a read-only file system it does so without writing (it took the folder lock
+    first and failed: an outside tester's finding), and what would write says so in one
+    line."""
+    spec = str(DATA / "specs" / "small.yaml")
+    out = tmpfs / "run"
+    assert main(["run", spec, "--serial", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    ro = subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True,
+                        text=True)
+    if ro.returncode:
+        pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
+    assert main(["run", spec, "--serial", "--out", str(out)]) == 0
+    shown = capsys.readouterr()
+    assert "showing its results (the folder is read-only here: nothing written)" in shown.err
+    assert "nothing left to compute" in shown.out and f"results: {out}/sweep.h5" in shown.out
+    assert "gpt3_1T" in shown.out
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+    assert main(["run", spec, "--serial", "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Read-only file system" in err[0], err
+
+
 def test_read_only_folder_as_a_user(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root writes into any folder; the tmpfs test covers root")
