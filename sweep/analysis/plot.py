@@ -144,9 +144,8 @@ def _grid(Figure, n: int, width: float = 4.6, height: float = 3.4):
 PANEL_TITLE_CHARS = 64
 
 
-def _panel_title(ax, title: str, fontsize: float = 8) -> None:
-    ax.set_title("\n".join(textwrap.wrap(title, PANEL_TITLE_CHARS)) or title,
-                 fontsize=fontsize)
+def _panel_title(ax, title: str) -> None:
+    ax.set_title(textwrap.fill(title, PANEL_TITLE_CHARS), fontsize=8)
 
 
 def _fit_labels(fig, labels: list) -> None:

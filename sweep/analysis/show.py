@@ -130,14 +130,19 @@ def row_status(r) -> str:
     is not complete and has none yet)."""
     if r.get("place") is not None:
         return "ok" if r.get("complete", True) else "partial"
-    if r.get("complete") and r.get("candidates") == 0:
+    if _empty(r):
         return "empty"
     return "infeasible" if r.get("complete") else "pending"
 
 
+def _empty(r) -> bool:
+    """Whether the case of ``r`` is complete without any candidate in its space."""
+    return bool(r.get("complete")) and r.get("candidates") == 0
+
+
 def status_text(r) -> str:
     """What to print for a case (or row) without a configuration."""
-    if r.get("complete") and r.get("candidates") == 0:
+    if _empty(r):
         return "no candidate configuration (sweep plan says why)"
     if r.get("complete"):
         return "no feasible configuration"

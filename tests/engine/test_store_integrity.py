@@ -319,6 +319,14 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def _remount_read_only(disk) -> None:
+    """Make the tmpfs ``disk`` read-only (skipped where remounting is not permitted)."""
+    ro = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True,
+                        text=True, check=False)
+    if ro.returncode:
+        pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
+
+
 def _fill(disk, leave):
     """Fill ``disk`` up, then free ``leave`` bytes."""
     filler = disk / "filler"
@@ -356,10 +364,7 @@ def test_disk_full_for_real(run, tmpfs):
 def test_read_only_folder(tmp_path, tmpfs):
     _write(tmpfs / "part-00000.h5")
     before = (tmpfs / "part-00000.h5").read_bytes()
-    ro = subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True,
-                        text=True)
-    if ro.returncode:
-        pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
+    _remount_read_only(tmpfs)
     with pytest.raises(StoreError, match="part-00000.h5: cannot write: Read-only file system"):
         _write(tmpfs / "part-00000.h5", n_top=50)
     with pytest.raises(StoreError, match="spec.yaml: cannot write: Read-only file system"):
@@ -378,10 +383,7 @@ def test_a_complete_run_in_a_read_only_folder_is_shown(tmpfs, capsys):
     assert main(["run", spec, "--serial", "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
     files = {p.name: p.read_bytes() for p in out.iterdir()}
-    ro = subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True,
-                        text=True)
-    if ro.returncode:
-        pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
+    _remount_read_only(tmpfs)
     assert main(["run", spec, "--serial", "--out", str(out)]) == 0
     shown = capsys.readouterr()
     assert "showing its results (the folder is read-only here: nothing written)" in shown.err

@@ -1162,18 +1162,19 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     p_edge = mix(p_layer, p_layer_moe, layers_first, nm_first) + vocab_params
     p_mid = mix(p_layer, p_layer_moe, layers, nm_mid)
     p_stage = np.maximum(p_edge, p_mid)
+    has_mtp = bool(np.any(x["mtp"] > 0))
+    if moe_on or has_mtp:  # the last stage: its blocks (MoE: not the first's) and the LM head
+        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
     # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
     # multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm, eh_proj,
     # transformer_layer, final_layernorm; embedding and output head shared with the main
     # model): per depth, on the stage with the LM head, one block of the last block's kind
     # (its routed experts: nm_mtp), the projection [h; emb] 2e -> e (column-parallel) and
     # three norms
-    has_mtp = bool(np.any(x["mtp"] > 0))
     if has_mtp:
         last_moe = x["last_moe"] if moe_on else 0.0
         p_mtp = x["mtp"] * (mix(p_layer, p_layer_moe, 1.0, last_moe) + 2.0 * e * e / t + 3.0 * e)
         nm_mtp = x["mtp"] * last_moe if moe_on else 0.0
-        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
         p_stage = np.maximum(p_stage, np.where(multi, p_last, p_edge) + p_mtp)
     else:
         p_mtp = nm_mtp = 0.0
@@ -1285,7 +1286,6 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     if moe_on or has_mtp:
         # MoE: the last stage holds the last blocks (all MoE, where the first may be dense)
         # and the LM head; with multi-token prediction also the MTP depths and their logits
-        p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
         mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
                            shard, lay, True, nm_last + nm_mtp,
                            (nm_last + nm_mtp) * p_exp_layer, exp_shard, last_stage=True,
