@@ -231,6 +231,115 @@ def test_an_unwritable_cache_directory_means_numpy(monkeypatch, tmp_path):
     assert f._untraceable
 
 
+def _fresh_nersc2024_loops(monkeypatch):
+    """The nersc2024 model's fused functions with no graph in memory, as a new process has
+    them: (layer terms, totals)."""
+    from sweep.model.cost import nersc2024
+
+    loops = (fuse.fused(nersc2024._layer_terms, min_rows=1),
+             fuse.fused(nersc2024._totals, min_rows=1))
+    monkeypatch.setattr(nersc2024, "_fused_layer", loops[0])
+    monkeypatch.setattr(nersc2024, "_fused_totals", loops[1])
+    return loops
+
+
+@needs_numba
+def test_a_kept_trace_spares_a_new_process_the_tracing(monkeypatch, tmp_path):
+    """A graph traced for the model is kept in the cache directory: a fused function with
+    no graph in memory (a new process's) loads it and its kernel instead of tracing, and
+    gives numpy's results bit for bit; inputs that disagree with the kept guard (a defect
+    flag a decision reads) get a graph of their own; damaged records are traced again."""
+    from sweep.model.cost import nersc2024
+
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path))
+    job = load_job("gpt3_1T")
+    hw = dataclasses.replace(load_hardware("nersc-B200"), nvlink_domain=8)
+    space = enumerate_space("nersc2024", job, 1024, "1d", 8)
+    cand = space.columns(0, space.size)
+
+    def run(defects=nersc2024.DEFECTS):
+        return nersc2024.evaluate(job, hw, "1d", cand, defects)
+
+    monkeypatch.setenv("SWEEP_FUSE", "0")
+    ref = run()
+    other = nersc2024.NerscDefects(pp_slow_links_free=False)
+    ref_other = run(other)
+    monkeypatch.setenv("SWEEP_FUSE", "1")
+    assert any(not np.array_equal(ref[k], ref_other[k]) for k in ref)  # (the flag matters)
+
+    first = _fresh_nersc2024_loops(monkeypatch)
+    got = run()
+    assert [f.traces for f in first] == [1, 1]
+    assert len(list((tmp_path / "traces").glob("*/*.json"))) == 2
+    again = _fresh_nersc2024_loops(monkeypatch)
+    got_again = run()
+    assert [f.traces for f in again] == [0, 0]
+    for k in ref:
+        _same(ref[k], got[k])
+        _same(ref[k], got_again[k])
+    got_other = run(other)  # the totals' kept guard reads the flag: traced for it
+    assert [f.traces for f in again] == [0, 1]
+    for k in ref:
+        _same(ref_other[k], got_other[k])
+
+    for record, damage in zip(sorted((tmp_path / "traces").glob("*/*.json")),
+                              (b"\x80\x05not json", b'[{"tuple": [1, {"np": "x"}]}]')):
+        record.write_bytes(damage)
+    damaged = _fresh_nersc2024_loops(monkeypatch)
+    got_damaged = run()
+    assert [f.traces for f in damaged] == [1, 1]
+    for k in ref:
+        _same(ref[k], got_damaged[k])
+
+
+@needs_numba
+def test_a_kept_layout_comes_back_with_its_types():
+    """What a kept trace holds (tuples, numpy scalars and dtypes, NaN, dicts with other
+    keys) comes back as it was; anything else is not kept."""
+    layout = [((0, 3), (np.float64(0.5), 2, True, np.int64(-3), np.bool_(False), "1d",
+                       float("nan"), float("-inf"))),
+              [("array", np.dtype(np.float64)), ("static", None), ("scalar", np.dtype("i8"))],
+              {"a": [None, (None,)], 1: {"b": None}}, np.asarray(np.float32(1.5))]
+    back = fuse._decode(fuse.json.loads(fuse.json.dumps(fuse._encode(layout))))
+    assert repr(back) == repr(layout)
+    assert [type(v) for v in back[0][1]] == [type(v) for v in layout[0][1]]
+    assert type(back[3]) is np.ndarray and back[3].dtype == np.float32
+    with pytest.raises(TypeError):
+        fuse._encode([object()])
+
+
+@needs_numba
+def test_traces_of_functions_outside_the_model_are_not_kept(monkeypatch, tmp_path):
+    """Only sweep.model's source is in the fingerprint, so only its functions' traces are
+    kept."""
+    monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path))
+    f = fuse.fused(_toy, min_rows=1)
+    with np.errstate(all="ignore"):
+        f({"floor": 0.5, "d": 1.0, "s": 2.0, "mode": 1}, _toy_inputs())
+    assert f.traces == 1 and not (tmp_path / "traces").exists()
+
+
+def test_the_fingerprint_of_kept_traces_covers_every_model_source(tmp_path):
+    """An edited, added or renamed module of the model changes the folder kept traces are
+    read from (a new process then traces again)."""
+    import shutil
+    from pathlib import Path
+
+    root = tmp_path / "model"
+    shutil.copytree(Path(fuse.__file__).resolve().parents[1], root,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    seen = {fuse._fingerprint(root)}
+    assert fuse._fingerprint(root) in seen  # (the same files: the same fingerprint)
+    calibrated_py = root / "cost" / "calibrated.py"
+    calibrated_py.write_text(calibrated_py.read_text().replace("0.", "0.0", 1))
+    seen.add(fuse._fingerprint(root))
+    (root / "cost" / "new.py").write_text("")
+    seen.add(fuse._fingerprint(root))
+    (root / "cost" / "new.py").rename(root / "cost" / "other.py")
+    seen.add(fuse._fingerprint(root))
+    assert len(seen) == 4
+
+
 def test_off_without_numba_or_when_disabled(monkeypatch):
     monkeypatch.setenv("SWEEP_FUSE", "0")
     assert not fuse.enabled()

@@ -22,6 +22,10 @@ by numba, in which every intermediate stays in registers:
    vectorise it (see :func:`_generate`).
 3. **Call.** Later calls with the same input structure and guard values go straight to
    the compiled loop.
+4. **Keep.** The trace of a function of sweep.model (its guard, its kernel's name, how the
+   arguments and results are laid out) is kept in the cache directory too, in a folder
+   named by a digest of the model's source, numpy's and Python's versions: a new process
+   whose inputs agree with a kept guard loads the kernel without tracing the model again.
 
 Results: the loop does the operations numpy does, in the same order and with numpy's
 dtypes (integer results are cast back to numpy's type; ``maximum`` / ``minimum`` follow
@@ -41,6 +45,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -711,18 +716,25 @@ def _load(source: str):
     """Compile a kernel's source through a module file in the cache directory (so numba's
     on-disk cache finds it again in the next process)."""
     _import_numba()
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    digest = _digest(source)
     folder = cache_dir() / "fused"
     path = folder / f"k_{digest}.py"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not path.exists():
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(source)
-            os.replace(tmp, path)  # atomic: ranks compiling the same kernel agree
+            _write_atomic(path, source.encode())  # (ranks compiling the same kernel agree)
     except OSError as e:  # (a read-only home on a cluster: numpy it is)
         raise TraceError(f"cache directory {folder}: {e.strerror}") from e
+    return _import_kernel(digest, path)
+
+
+def _digest(source: str) -> str:
+    """The name of a kernel's module file: a digest of its source."""
+    return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def _import_kernel(digest: str, path: Path):
+    """The function ``kernel`` of the module file ``path`` (once a process)."""
     name = f"_sweep_fused_{digest}"
     module = sys.modules.get(name)
     if module is None:
@@ -731,6 +743,132 @@ def _load(source: str):
         spec.loader.exec_module(module)
         sys.modules[name] = module
     return module.kernel
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file beside it: readers see all of it or none."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------- kept traces
+# A trace of a function of sweep.model is kept on disk (``traces/`` in the cache directory):
+# its guard, the name of its kernel's module file and how the kernel's arguments and results
+# are laid out. A new process whose inputs have the same structure and agree with a kept
+# guard loads that kernel instead of tracing the model again (the nersc2024 search's nine
+# traces: ~0.35 s a process, docs/speed.md). What else a trace depends on is in the name of
+# the folder the traces are kept in (_model_fingerprint), so an edited model is traced anew.
+
+#: what a kept trace is: (guard_leaves, guard_values, kernel digest, param_leaves,
+#: input_leaves, outputs, the result's nest with None for its leaves)
+_KEPT_FIELDS = 7
+
+
+@functools.lru_cache(maxsize=1)
+def _model_fingerprint() -> str:
+    """_fingerprint of this package, sweep.model (once a process)."""
+    return _fingerprint(Path(__file__).resolve().parents[1])
+
+
+def _fingerprint(root: Path) -> str:
+    """What a trace depends on besides its inputs: the source of every module under
+    ``root`` (the traced functions, all they call, this tracer and code generator), numpy's
+    version (its array functions dispatch to the tracer) and Python's."""
+    h = hashlib.sha256(f"{np.__version__} {sys.version_info[:2]}".encode())
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def _kept_path(fused_fn: "fused", key: tuple) -> Path | None:
+    """Where the traces of ``fused_fn`` for inputs of structure ``key`` are kept; None if
+    they are not: a function outside sweep.model (its source is not in the fingerprint) or
+    an input told apart by its identity, which a new process does not share."""
+    fn = fused_fn.fn
+    if not getattr(fn, "__module__", "").startswith(_MODEL_PACKAGE) or \
+            any(kind[0] == "static" and not isinstance(kind[1], (str, type(None)))
+                for kind in key[1]):
+        return None
+    name = repr((fn.__module__, fn.__qualname__, fused_fn.chunked,
+                 fused_fn.chunk_min_statements, fused_fn.max_nodes, key))
+    digest = hashlib.sha256(name.encode()).hexdigest()[:24]
+    return cache_dir() / "traces" / _model_fingerprint() / f"{digest}.json"
+
+
+#: the package whose functions' traces are kept
+_MODEL_PACKAGE = __name__.rsplit(".", 2)[0] + "."
+
+
+def _none(_):
+    return None
+
+
+def _read_kept(path: Path) -> list:
+    """The traces kept in ``path``; none if it is missing, damaged or of another layout (the
+    functions are then traced as before)."""
+    try:
+        kept = _decode(json.loads(path.read_bytes()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return []  # (missing, or not what _keep writes)
+    if not isinstance(kept, list) or \
+            not all(isinstance(t, tuple) and len(t) == _KEPT_FIELDS for t in kept):
+        return []
+    return kept
+
+
+def _encode(v):
+    """``v`` (nests of dicts, lists and tuples of numbers, numpy scalars and dtypes, strings
+    and None: what a trace's layout holds) as JSON, types kept; TypeError for anything else."""
+    if v is None or type(v) in (bool, int, str):
+        return v
+    if type(v) is float:
+        return {"f": v}  # (JSON's float, tagged: NaN and infinities come back as floats)
+    if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 and v.dtype.kind in "biuf":
+        return {"np": v.dtype.str, "nd": isinstance(v, np.ndarray), "v": v.item()}
+    if isinstance(v, np.dtype):
+        return {"dtype": v.str}
+    if type(v) is tuple:
+        return {"tuple": [_encode(x) for x in v]}
+    if type(v) is list:
+        return [_encode(x) for x in v]
+    if type(v) is dict:
+        return {"dict": [[_encode(k), _encode(x)] for k, x in v.items()]}
+    raise TypeError(f"a {type(v).__name__} is not kept")
+
+
+def _decode(v):
+    """What _encode encoded."""
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if "f" in v:
+        return float(v["f"])
+    if "np" in v:
+        value = np.dtype(v["np"]).type(v["v"])
+        return np.asarray(value) if v["nd"] else value
+    if "dtype" in v:
+        return np.dtype(v["dtype"])
+    if "tuple" in v:
+        return tuple(_decode(x) for x in v["tuple"])
+    return {_decode(k): _decode(x) for k, x in v["dict"]}
+
+
+def _keep(path: Path, trace: tuple) -> None:
+    """Add ``trace`` to those kept in ``path`` (if the cache directory cannot be written,
+    the next process traces again)."""
+    kept = [t for t in _read_kept(path) if t[:2] != trace[:2]][-(MAX_GRAPHS - 1):]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, json.dumps(_encode(kept + [trace])).encode())
+    except (OSError, TypeError, ValueError):  # (unwritable, or a value _encode does not keep)
+        pass
 
 
 #: statements beyond which a graph is left to numpy: numba compiles about 500 statements
@@ -771,6 +909,7 @@ class fused:
         self.fallback = fallback or fn  # what runs when the loop cannot (same results)
         self._cache: dict[tuple, list[_Compiled]] = {}
         self._untraceable: set[tuple] = set()
+        self._kept: dict[tuple, list] = {}  # traces kept on disk, read once per structure
         self.traces = 0  # graphs traced (tests)
 
     def __call__(self, *args, min_rows: int | None = None):
@@ -794,7 +933,7 @@ class fused:
             return self.fallback(*_materialized(args))
         start = time.process_time()  # a new graph: traced, its loop compiled or loaded
         try:
-            entry = self._trace(args, leaves, kinds, n)
+            entry = self._kept_entry(key, leaves) or self._trace(args, leaves, kinds, n, key)
         except TraceError:
             self._untraceable.add(key)
             _add_startup(time.process_time() - start)
@@ -805,7 +944,26 @@ class fused:
         finally:  # (with the first block's own rows: a block, once a graph)
             _add_startup(time.process_time() - start)
 
-    def _trace(self, args, leaves, kinds, n) -> _Compiled:
+    def _kept_entry(self, key, leaves) -> _Compiled | None:
+        """A graph traced by an earlier process for inputs of this structure that agree
+        with its guard, its kernel loaded; None if there is none."""
+        if key not in self._kept:
+            path = _kept_path(self, key)
+            self._kept[key] = [] if path is None else _read_kept(path)
+        for trace in self._kept[key]:
+            guard_leaves, guard_values, digest, param_leaves, input_leaves, outputs, \
+                skeleton = trace
+            if tuple([leaves[j] for j in guard_leaves]) != guard_values:
+                continue
+            path = cache_dir() / "fused" / f"k_{digest}.py"
+            if not path.exists():
+                return None  # (its kernel's file was removed: traced again)
+            _import_numba()
+            return _Compiled(guard_leaves, guard_values, _import_kernel(digest, path),
+                             param_leaves, input_leaves, outputs, skeleton)
+        return None
+
+    def _trace(self, args, leaves, kinds, n, key) -> _Compiled:
         self.traces += 1
         g = _Graph(n)
         traced, param_leaves, input_leaves = [], [], []  # (inputs: (leaf, part))
@@ -844,8 +1002,13 @@ class fused:
         if statements > self.max_nodes:
             raise TraceError(f"{statements} statements: too long to compile")
         kernel = _load(source)
-        return _Compiled(guard, tuple(leaves[j] for j in guard), kernel, param_leaves,
-                         input_leaves, outputs, result)
+        entry = _Compiled(guard, tuple(leaves[j] for j in guard), kernel, param_leaves,
+                          input_leaves, outputs, result)
+        path = _kept_path(self, key)
+        if path is not None:
+            _keep(path, (entry.guard_leaves, entry.guard_values, _digest(source),
+                         param_leaves, input_leaves, outputs, map_leaves(result, _none)))
+        return entry
 
     @staticmethod
     def _run(entry: _Compiled, values, n):
