@@ -119,6 +119,8 @@ _CHOICES = {
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
     "dropout": "dropout layers present",
+    "mlp_dropout": "with dropout, also one on the MLP's hidden activation (timm's ViT Mlp); "
+                   "Megatron's GPT has dropout after attention and the MLP only",
     "bias": "linear layers carry biases",
     "tied_embeddings": "LM head shares the embedding matrix",
     "fused_kernels": "norms / activations / residuals fused (TE, apex, torch.compile)",
@@ -196,6 +198,7 @@ class Job:
     position: str = "learned"
     causal: bool = True
     dropout: bool = False
+    mlp_dropout: bool = False  # (with dropout) one more on the MLP's hidden activation
     bias: bool = False
     tied_embeddings: bool = False
     # flash (FlashAttention-2 class), fused (cuDNN / FA3) or materialized score matrix
@@ -344,7 +347,7 @@ class Job:
         pos = self.seq_len * self.hidden if self.position == "learned" and self.vocab else 0
         dense = self.n_layers - self.moe_layers
         return (dense * self.params_per_layer() + self.moe_layers * self.params_per_moe_layer()
-                + emb + pos + 2 * self.hidden)
+                + emb + pos + (2 if self.norm == "layernorm" else 1) * self.hidden)
 
     def params_active(self) -> int:
         """Weights one token uses: as params_total, with top_k routed experts per MoE layer."""

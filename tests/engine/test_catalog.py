@@ -158,6 +158,8 @@ def test_published_parameter_counts():
     assert load_job("gpt3_1T").n_layers * load_job("gpt3_1T").params_per_layer() \
         == pytest.approx(1006.7e9, rel=1e-3)
     assert load_job("llama3_8b").params_total() == pytest.approx(8.03e9, rel=0.01)
+    # exactly the Hugging Face checkpoint's count (RMSNorm: one weight vector per norm)
+    assert load_job("llama3_8b").params_total() == 8_030_261_248
     assert load_job("llama2_70b").params_total() == pytest.approx(68.98e9, rel=0.01)
     assert load_job("llama3_405b").params_total() == pytest.approx(405.9e9, rel=0.01)
     assert load_job("gpt3_175b").params_total() == pytest.approx(175e9, rel=0.01)

@@ -272,11 +272,44 @@ def test_recompute_policies_keep_less_and_cost_more():
     assert none["step_time_s"] < first["step_time_s"] < full["step_time_s"]
 
 
+def test_selective_recompute_counts_the_flops_it_times():
+    """Selective recompute re-runs FlashAttention's whole forward (score and context
+    products: 4 H s^2 d per layer and sequence) but only the materialized path's score GEMM
+    and softmax (half): the executed FLOPs (HFU) count what the time charges (full attention
+    here, so no causal share)."""
+    full_attention = dataclasses.replace(TINY, causal=False)
+    forward = 4 * 8 * 1024 * 1024 * 128 * 2 * 8  # per layer and sequence, 2 layers, 8 sequences
+    for kernel, share in (("flash", 1.0), ("materialized", 0.5)):
+        job = dataclasses.replace(full_attention, attention_kernel=kernel)
+        none, sel = run(job), run(job, recompute=Recompute.SELECTIVE)
+        assert sel["hardware_flops"] - none["hardware_flops"] == share * forward
+
+
 def test_materialized_attention_selective_recompute_drops_the_scores():
     job = dataclasses.replace(TINY, attention_kernel="materialized")
     none, sel = run(job), run(job, recompute=Recompute.SELECTIVE)
     scores = 8 * 1024 * 1024 * 2  # heads x s x s, 16-bit softmax output kept per layer
     assert none["mem_activations_bytes"] - sel["mem_activations_bytes"] == 2 * scores
+
+
+def test_activations_of_a_gpt_layer_are_korthikantis_table_2():
+    """K22 table 2 (tensor and sequence parallel, per layer, 16-bit, dropout after attention
+    and after the MLP): 34 s b h / t bytes with the score matrix recomputed, 34 s b h / t + 5
+    a s^2 b / t without; the model counts FlashAttention's softmax statistics besides, so
+    the materialized score matrix is checked here. A dropout on the MLP's hidden activation
+    (timm's ViT: mlp_dropout) adds its 1-byte mask, 4 s b h / t."""
+    job = dataclasses.replace(load_job("gpt3"), attention_kernel="materialized")
+    s, h, a, t = job.seq_len, job.hidden, job.n_heads, 8
+    sbh_t = s * h / t
+
+    def per_layer(job, recompute):
+        return calibrated._activation_bytes_per_layer(ctx(job), s, s / t, t, True, 1,
+                                                      recompute)
+
+    assert per_layer(job, Recompute.SELECTIVE) == 34 * sbh_t
+    assert per_layer(job, Recompute.NONE) == 34 * sbh_t + 5 * a * s * s / t
+    vit_like = dataclasses.replace(job, mlp_dropout=True)
+    assert per_layer(vit_like, Recompute.SELECTIVE) == 38 * sbh_t
 
 
 def test_per_op_recompute_saves_every_other_gemm_output():
@@ -299,6 +332,21 @@ def test_fused_loss_halves_the_logits():
     assert plain["mem_activations_bytes"] - fused["mem_activations_bytes"] == (8 - 4) * logits
 
 
+def test_pipeline_stages_hold_the_embedding_first_and_the_logits_last():
+    """Megatron-Core puts the LM head on the last pipeline stage: in 1F1B the first stage
+    keeps p micro-batches' activations and no logits, the last stage one micro-batch's and
+    the logits; a candidate is judged by the larger (the first stage was charged the last's
+    logits too: 8.4 GB too many for Llama 3 8B at PP 4 on one micro-batch of 8192 tokens)."""
+    logits = 1024 * 32768 * 8  # tokens x vocabulary x (fp32 softmax + its gradient)
+    for vocab, first, last in ((4096, 2 * 2 * ACT_LAYER, 0.0),
+                               (32768, 0.0, 2 * ACT_LAYER + logits)):
+        job = dataclasses.replace(TINY, n_layers=4, vocab=vocab)
+        one_stage = run(job, recompute=Recompute.NONE)
+        assert one_stage["mem_activations_bytes"] == 4 * ACT_LAYER + ACT_LAYER + 1024 * vocab * 8
+        two = run(job, pp=2)  # 8 micro-batches, two layers a stage
+        assert two["mem_activations_bytes"] == max(first, last) + ACT_LAYER  # (+ backward's)
+
+
 def test_vocabulary_is_padded_for_tensor_parallel_shards():
     assert calibrated.padded_vocab(50257, 1) == 50304  # 393 x 128
     assert calibrated.padded_vocab(50257, 8) == 51200  # multiple of 128 x 8
@@ -310,6 +358,22 @@ def test_inference_has_no_backward_gradients_or_optimizer():
     assert infer["mem_grads_bytes"] == infer["mem_optimizer_bytes"] == 0
     assert infer["mem_activations_bytes"] == ACT_LAYER  # one layer at a time
     assert infer["t_optimizer_s"] == 0 and infer["step_time_s"] < train["step_time_s"] / 2
+
+
+def test_a_forward_only_jobs_model_flops_are_one_forward():
+    """MFU's numerator for a forward-only job is one forward pass, a third of training's
+    (2 FLOPs per weight and token, no backward): so MFU stays below HFU (it read 3x)."""
+    from sweep.model.cost.flops import model_flops_per_token
+
+    job = dataclasses.replace(load_job("llama3_8b"), global_batch=64, training=False)
+    hw = load_hardware("H100-SXM")
+    space = enumerate_space("calibrated", job, 8, "1d", 8)
+    out = evaluate_columns("calibrated", job, hw, "1d", 8, space.columns(0, space.size))
+    forward = model_flops_per_token(dataclasses.replace(job, training=True)) / 3.0
+    assert model_flops_per_token(job, training=False) == forward
+    np.testing.assert_allclose(out["model_flops"], forward * 64 * job.seq_len / 8, rtol=1e-12)
+    fits = out["feasible"]
+    assert fits.any() and np.all(out["mfu"][fits] <= out["hfu"][fits])
 
 
 def test_offload_moves_optimizer_state_to_the_host_tier():
@@ -433,6 +497,9 @@ def test_fp8_halves_compute_bound_gemms_and_keeps_an_fp8_weight_copy():
     t8 = gemm_s(1280, 1280, 1280, x8, x8["peak8_flops_per_s"] * x8["fp8_eff"], 0.5)
     assert t8 == pytest.approx(t16 / 2, rel=1e-12)
     assert run(fp8)["mem_weights_bytes"] == 3 * 2 * P_LAYER
+    # the embedding and the LM head stay 16-bit (Transformer Engine's fp8 is the blocks')
+    vocab = dataclasses.replace(fp8, vocab=32768, tied_embeddings=False)
+    assert run(vocab)["mem_weights_bytes"] == 3 * 2 * P_LAYER + 2 * (2 * 32768 * 1024)
 
 
 BLACKWELL_TOY = dataclasses.replace(TOY, matrix_flops_per_s={"bf16": 100e12, "fp8": 200e12,

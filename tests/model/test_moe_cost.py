@@ -300,6 +300,19 @@ def test_zero3_gathers_the_experts():
     assert z3[2] - z3[4] == pytest.approx(X)
 
 
+
+def test_an_all_moe_job_has_no_dense_ffn_to_gather():
+    """With every block MoE the dense FFN width is unused: ZeRO-2's gradient bucket, ZeRO-3's
+    gathered blocks and FSDP's per-block gathers and reduce-scatters are an MoE block's
+    (they were a dense block's of ffn_hidden)."""
+    for zero in (0, 1, 2, 3):
+        c = cand(dp=8, zero=zero, ep=2)
+        runs = [calibrated.evaluate(ctx(dataclasses.replace(TINY, ffn_hidden=f)), c)
+                for f in (512, 4096, 60000)]
+        for k in ("mem_bytes", "mem_weights_bytes", "mem_grads_bytes", "t_dp_comm_s",
+                  "step_time_s"):
+            assert runs[0][k] == runs[1][k] == runs[2][k], (zero, k)
+
 @pytest.mark.parametrize("extra", [{}, {"mtp_layers": 1, "vocab": 32000},
                                    {"recompute_moe_act": True, "recompute_norms": True}],
                          ids=["plain", "mtp", "recompute-modules"])

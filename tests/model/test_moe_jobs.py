@@ -29,7 +29,7 @@ def test_moe_layer_parameters_by_hand():
     moe_layer = attn + 8 * 1024 + 8 * 3 * 1024 * 512 + 3 * 1024 * 256 + 2 * 1024
     assert job.params_per_layer() == dense_layer
     assert job.params_per_moe_layer() == moe_layer
-    total = dense_layer + 3 * moe_layer + 2 * 1000 * 1024 + 1024 * 2
+    total = dense_layer + 3 * moe_layer + 2 * 1000 * 1024 + 1024  # (final RMSNorm: h)
     assert job.params_total() == total
     # a token uses top_k = 2 of the 8 experts
     assert job.params_active() == total - 3 * 6 * 3 * 1024 * 512

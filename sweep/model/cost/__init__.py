@@ -135,7 +135,7 @@ def evaluate_columns(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus
     step = cols["step_time_s"]
     cols["samples_per_s"] = job.global_batch / step
     cols["tokens_per_s"] = job.global_batch * job.seq_len / step
-    cols["model_flops"] = np.full(n, model_flops_per_iteration(job) / n_gpus)
+    cols["model_flops"] = np.full(n, model_flops_per_iteration(job, job.training) / n_gpus)
     step_peak = step * peak
     cols["mfu"] = cols["model_flops"] / step_peak
     cols["hfu"] = cols["hardware_flops"] / step_peak

@@ -240,6 +240,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "flash": float(job.attention_kernel in ("flash", "fused")),
         "fused_attn": float(job.attention_kernel == "fused"), "fused": float(job.fused_kernels),
         "bias": float(job.bias), "dropout": float(job.dropout), "tied": float(job.tied_embeddings),
+        "mlp_drop": float(job.dropout and job.mlp_dropout),
         # sliding-window attention on a share of the layers; RoPE unfused (YaRN's attention
         # scale); SwiGLU inputs clamped; experts with biases (GPT-OSS: _layer, moe.py)
         "window": float(job.sliding_window), "win_frac": job.windowed_layer_fraction,
@@ -503,8 +504,10 @@ def _layer(x, c, lay):
     yarn = x["rope"] * x["rope_unfused"]
     rope_passes = np.where(yarn > 0, 12.0, rope_passes)
     rope_b_extra = yarn * ab * Q * (10.0 - 2.0 * 12.0)  # (elem_b counts twice the forward)
+    # (1-byte dropout masks; a dropout on the MLP's hidden activation, timm's Mlp drop1:
+    # read, write and its mask)
     elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
-        + drop * 2 * A  # 1-byte dropout masks
+        + drop * 2 * A + x["mlp_drop"] * F * (2 * ab + 1)
     # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
     # copies with their scales), again for their gradients. Transformer Engine's
     # LayerNormLinear writes the norm output (the QKV and fc1 inputs) straight in the
@@ -571,7 +574,9 @@ def _layer(x, c, lay):
         extra = extra + np.where(r == Recompute.FULL, 0.0, modules)
     extra_flops = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL,
                              r == Recompute.OP_SAC],
-                            [attn_flops / 2.0, gemm_flops + attn_flops, op_sac_flops], 0.0)
+                            [np.where(flash, attn_flops, attn_flops / 2.0),  # (as timed:
+                             # the whole flash forward, or the score GEMM and softmax)
+                             gemm_flops + attn_flops, op_sac_flops], 0.0)
     return {"fwd": fwd, "bwd": bwd, "recompute_full": fwd, "recompute_other": extra,
             "gemm_f_each": gemm_each, "gemm_b_each": gemm_b_each, "attn_f": attn_f,
             "attn_b": attn_b,
@@ -1068,7 +1073,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # ZeRO-3 / FSDP: per layer, gather the weights before forward and backward and
     # reduce-scatter the gradients, prefetched one layer ahead (Zhao et al. 2023 section 4).
     # Under pipeline parallelism the stage's weights stay gathered across micro-batches
-    # (reshard_after_forward=False) and gradients are reduced once, like ZeRO-2.
+    # (reshard_after_forward=False) and the gradients accumulate unsharded, reduce-scattered
+    # once after the last micro-batch (torch.distributed.pipelining
+    # backward_maybe_with_nosync): ZeRO-1's memory, ZeRO-2's communication.
     w_layer, norms_layer = _params_per_layer(x, t * t2)  # 2D SUMMA shards over both
     p_layer = w_layer + norms_layer
     # an MoE block: attention, shared expert and the router (replicated, notes 6.1) on the
@@ -1092,6 +1099,18 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     ag_layer = collective_s("allgather", p_layer * ab, shard, per_domain_shard, x)
     rs_layer = collective_s("reducescatter", p_layer * x["grad_comm_bytes"], shard,
                             per_domain_shard, x)
+    if moe_on:
+        # an MoE block gathers its own weights (attention, router, shared experts, norms:
+        # not the dense FFN) over the data-parallel shards and its routed experts over the
+        # expert data-parallel group: per block, the stage's mean
+        ag_moe = collective_s("allgather", p_layer_moe * ab, shard, per_domain_shard, x) \
+            + collective_s("allgather", p_exp_layer * ab, edp, edp_domain, x)
+        rs_moe = collective_s("reducescatter", p_layer_moe * x["grad_comm_bytes"], shard,
+                              per_domain_shard, x) \
+            + collective_s("reducescatter", p_exp_layer * x["grad_comm_bytes"], edp,
+                           edp_domain, x)
+        ag_layer = mix(ag_layer, ag_moe, layers, nm_mid) / layers
+        rs_layer = mix(rs_layer, rs_moe, layers, nm_mid) / layers
     fsdp = (zero == 3) & (shard > 1) & (pp == 1)
     # (without overlap every gather and reduce-scatter is exposed)
     over = x["dp_overlap"] > 0
@@ -1163,7 +1182,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     p_mid = mix(p_layer, p_layer_moe, layers, nm_mid)
     p_stage = np.maximum(p_edge, p_mid)
     has_mtp = bool(np.any(x["mtp"] > 0))
-    if moe_on or has_mtp:  # the last stage: its blocks (MoE: not the first's) and the LM head
+    # the last stage: its blocks (MoE: not the first's), the LM head and the logits
+    has_last = moe_on or has_mtp or bool(np.any(x["V"] > 0))
+    if has_last:
         p_last = mix(p_layer, p_layer_moe, layers_last, nm_last) + vocab_params
     # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
     # multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm, eh_proj,
@@ -1264,32 +1285,36 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training)) \
         + np.where(training, per("flops_f", k_mtp, k_mtp * x["last_moe"]), 0.0)
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
-    # memory: the first stage (embedding, and the logits of the last); with embedding slots a
-    # middle stage holds one layer more and no vocabulary, and may be the larger
-    # (one stage: it holds the MTP depths too, and their logits while the losses run)
+    # memory: the first stage (the embedding; one stage: the LM head and the logits too, and
+    # the MTP depths and their logits while the losses run); with embedding slots a middle
+    # stage holds one layer more and no vocabulary, and may be the larger; the last stage
+    # holds the LM head and the logits (Megatron-Core: the output layer on the last stage)
     on_one = np.where(multi, 0.0, 1.0) if has_mtp else 0.0
     mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
-                  p_edge + on_one * p_mtp, shard, lay, True, nm_first + on_one * nm_mtp,
+                  p_edge + on_one * p_mtp, shard, lay, ~multi, nm_first + on_one * nm_mtp,
                   (nm_first + on_one * nm_mtp) * p_exp_layer, exp_shard,
-                  heads=1.0 + on_one * x["mtp"])
+                  heads=1.0 + on_one * x["mtp"], p_vocab=vocab_params,
+                  p_layer_moe=p_layer_moe)
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
     if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
         # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
         mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
-                          nm_mid, nm_mid * p_exp_layer, exp_shard)
+                          nm_mid, nm_mid * p_exp_layer, exp_shard, p_layer_moe=p_layer_moe)
         larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
         if moe_on:  # (no middle stage with two stages)
             larger = larger & (pp != 2)
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
-    if moe_on or has_mtp:
-        # MoE: the last stage holds the last blocks (all MoE, where the first may be dense)
-        # and the LM head; with multi-token prediction also the MTP depths and their logits
+    if has_last:
+        # the last blocks (MoE: all MoE, where the first may be dense), the LM head and the
+        # logits, one micro-batch in flight (1F1B); with multi-token prediction also the MTP
+        # depths and their logits
         mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
                            shard, lay, True, nm_last + nm_mtp,
                            (nm_last + nm_mtp) * p_exp_layer, exp_shard, last_stage=True,
-                           heads=1.0 + x["mtp"])
+                           heads=1.0 + x["mtp"], p_vocab=vocab_params,
+                           p_layer_moe=p_layer_moe)
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -1414,7 +1439,9 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     scores = batch * (s / cp) * s
     flash = x["flash"] > 0
     core = np.where(flash, batch * (s / cp) * 4.0, scores * (ab + drop * (1 + ab)))
-    mlp = T * f_up / t * ab + T * f / t * sb + drop * T * f / t  # fc1 out; fc2 in
+    # fc1's output, fc2's input; a dropout on the hidden activation keeps its 1-byte mask
+    # (timm's Mlp drop1; K22 table 2 counts dropout after attention and the MLP alone)
+    mlp = T * f_up / t * ab + T * f / t * sb + x["mlp_drop"] * T * f / t
     full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
     r = as_array(recompute)
     selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
@@ -1431,13 +1458,16 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
 
 
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
-            p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0):
+            p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
+            p_layer_moe=0.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as the first stage holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
     main one and the MTP depths'), reserve. Of the layers, ``nm`` are MoE blocks, whose
     routed experts add ``p_exp`` weights with gradients and optimizer state sharded
-    ``exp_shard`` ways (the expert data-parallel group)."""
+    ``exp_shard`` ways (the expert data-parallel group); an MoE block's other weights are
+    ``p_layer_moe`` (a dense block's ``p_layer``). Of ``p_stage``, ``p_vocab`` are the
+    embedding's or the LM head's, kept in 16 bits alone."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
@@ -1450,17 +1480,24 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # it holds two layers gathered (prefetch) - or the whole stage under PP
     # (DeepSpeed caps what is gathered at stage3_max_live_parameters and the unsharded
     # gradients at reduce_bucket_size elements: DeepSpeed configuration docs, ZeRO section)
+    moe_on = np.ndim(nm) > 0 or nm > 0  # (MoE blocks: their counts per candidate)
+    # the largest block of the stage (its kinds: dense, MoE or both), what the per-block
+    # buffers below hold
+    p_block = np.where(nm >= layers, p_layer_moe, np.where(
+        nm > 0, np.maximum(p_layer, p_layer_moe), p_layer)) if moe_on else p_layer
     fsdp_pp = (zero == 3) & (pp > 1)
     gathered = np.where(fsdp_pp, p_stage * ab,
-                        np.minimum(2 * p_layer, x["zero3_live_params"]) * ab)
-    weights = np.where(zero == 3, p_stage * 4.0 / shard + gathered, p_stage * w_b)
+                        np.minimum(2 * p_block, x["zero3_live_params"]) * ab)
+    # (the low-precision copies are of the blocks' linear layers, Transformer Engine's
+    # modules: the embedding and the output layer stay 16-bit, as their GEMMs run)
+    weights = np.where(zero == 3, p_stage * 4.0 / shard + gathered,
+                       (p_stage - p_vocab) * w_b + p_vocab * ab)
     grads = np.select([fsdp_pp, zero >= 2],
                       [p_stage * g_b, p_stage * g_b / shard
-                       + np.minimum(p_layer, x["grad_bucket_params"]) * g_b],
+                       + np.minimum(p_block, x["grad_bucket_params"]) * g_b],
                       p_stage * g_b)
     opt_shard = np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
-    moe_on = np.ndim(nm) > 0 or nm > 0  # (MoE blocks: their counts per candidate)
     if moe_on:
         # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
         # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
@@ -1523,7 +1560,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
     optimizer = np.where(off & 4, 0.0, optimizer)
     acts = np.where(off & 2, 2 * act_layer, acts)
-    weights = np.where(off & 1, 2 * p_layer * ab, weights)
+    weights = np.where(off & 1, 2 * p_block * ab, weights)
     activations = acts + logits
     other = np.broadcast_to(as_array(x["reserve_bytes"] + x["buffers_bytes"], dtype=np.float64),
                             np.shape(activations))

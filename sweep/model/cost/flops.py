@@ -2,8 +2,10 @@
 
 Convention of PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM (Narayanan et al.
 2021, eq. 3 without the recompute term): forward = 2 FLOPs per multiply-accumulate of every
-weight matrix per token, plus the attention score and context products; training = 3 x
-forward (backward = 2 x forward). Causal attention counts half the score matrix.
+weight matrix per token (the LM head; not the embedding, a lookup), plus the attention score
+and context products; training = 3 x forward (backward = 2 x forward), forward-only jobs 1 x.
+Unlike those two, which count the whole score matrix, causal attention counts half of it,
+as FlashAttention's benchmarks do (docs/model.md, "Memory and FLOP conventions").
 
 Mixture-of-experts, MLA and multi-token-prediction layers are counted as Megatron-LM and
 Megatron-Bridge count them (``megatron/training/training.py`` and Megatron-Bridge

@@ -786,7 +786,7 @@ def _fingerprint(root: Path) -> str:
     return h.hexdigest()[:20]
 
 
-def _kept_path(fused_fn: "fused", key: tuple) -> Path | None:
+def _kept_path(fused_fn: fused, key: tuple) -> Path | None:
     """Where the traces of ``fused_fn`` for inputs of structure ``key`` are kept; None if
     they are not: a function outside sweep.model (its source is not in the fingerprint) or
     an input told apart by its identity, which a new process does not share."""
