@@ -190,14 +190,17 @@ def _short_labels(best, sub, res: Results | None = None) -> list[str]:
 
     swept = [json.loads(v) for v in sub["swept"]]
     all_swept = [json.loads(v) for v in best["swept"]]
-    varying = [k for k in (all_swept[0] if all_swept else {})
-               if len({round(float(d.get(k, 0.0)), 12) for d in all_swept}) > 1]
+    # (the keys any variant sweeps: groups of a spec's hardware list sweep their own axes,
+    # a key another group does not sweep is absent there)
+    keys = list(dict.fromkeys(k for d in all_swept for k in d))
+    varying = [k for k in keys if len({None if d.get(k) is None else round(float(d[k]), 12)
+                                       for d in all_swept}) > 1]
     bases_vary = best["base"].nunique() > 1
     interpolated = {k: _interpolated(res, k) if res is not None else None for k in varying}
     out = []
     for base, hw, d in zip(sub["base"], sub["hardware"], swept):
         parts = ([str(base)] if bases_vary else []) + [f"{k}={value(k, d[k])}"
-                                                       for k in varying]
+                                                       for k in varying if k in d]
         out.append(" ".join(parts) if parts else str(hw))
     return out
 

@@ -46,7 +46,7 @@ _MARKER_HEAD = ("# written by 'sweep report': the files below are replaced or re
 CAPTIONS = {
     "scaling": "How much faster is each system, and where does scaling stop? Throughput of "
                "the best configuration vs GPU count, one line per hardware variant (colour: "
-               "base system, line style: NVLink domain, labelled at its end); the dashed line "
+               "base system, line style: NVLink domain, labelled at its end); the thick grey line "
                "is ideal scaling from the best throughput per GPU anywhere in the panel, so "
                "the gap to it is the efficiency lost. Beyond 12 variants the rest is a grey "
                "range.",

@@ -85,10 +85,17 @@ def _joined(cases: np.ndarray, rows: np.ndarray, top: int) -> list[dict]:
     first = np.searchsorted(rows["case_id"], cases["case_id"], side="left")
     last = np.searchsorted(rows["case_id"], cases["case_id"], side="right")
     row_records = iter(_records(rows[np.isin(rows["case_id"], cases["case_id"])]))
+    # (every row has every column, a case without a configuration its /top columns empty,
+    # so a CSV's header does not depend on what the run found; the case's count of
+    # feasible candidates is feasible_case, as sweep.analysis.results names it, beside a
+    # configuration's feasible)
+    none = {k: None for k in rows.dtype.names if k != "case_id"}
     out = []
     for base, a, b in zip(_records(cases), first, last):
+        if "feasible" in base:
+            base = {"feasible_case" if k == "feasible" else k: v for k, v in base.items()}
         if a == b:
-            out.append({**base, "place": None})
+            out.append({**base, **none, "place": None})
         for _ in range(b - a):
             out.append({**base, **next(row_records)})
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 
@@ -134,3 +135,18 @@ def print_error(args: argparse.Namespace, exc: SweepError) -> int:
         print(f"sweep {args.command}: {'stopped' if stopped else 'error'}: "
               f"{' '.join(str(exc).split())}", file=sys.stderr, flush=True)
     return 143 if stopped else 2
+
+
+def strict_json(value, **kwargs) -> str:
+    """``json.dumps`` of ``value`` with NaN and infinities as null: strict JSON, which a
+    strict parser reads (Python's own writes NaN, which none does)."""
+    def strict(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: strict(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [strict(x) for x in v]
+        return v
+
+    return json.dumps(strict(value), allow_nan=False, **kwargs)

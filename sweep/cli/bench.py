@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..analysis import fmt
-from ._common import positive_int
+from ._common import positive_int, strict_json
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -14,7 +13,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     report = run_bench(repeat=args.repeat, full=args.full)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(strict_json(report, indent=2))
         return 0
     print(f"sweep {report['sweep_version']} bench: one core, CPU time, best of "
           f"{report['repeat']} (numpy {report['numpy']}, {report['processor']}; fused "

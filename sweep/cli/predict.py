@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 
 import yaml
@@ -15,7 +14,7 @@ from ..errors import SweepError
 from ..model.cost import PROFILES
 from ..model.hardware import apply_overrides
 from ..model.job import override_job
-from ._common import DEFAULT_PROFILE, gpu_count, positive_int
+from ._common import DEFAULT_PROFILE, gpu_count, positive_int, strict_json
 
 
 def nvlink_domain(text: str) -> int:
@@ -43,6 +42,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         job = dataclasses.replace(override_job(job, overrides, "--job"), name=args.job.strip())
     name, overrides = _label(args.hardware, "--hardware")
     hw = load_hardware(name, key="--hardware")
+    overrides = _hardware_label_values(overrides, args.hardware)
     if overrides:  # a point of a spec's grid, by its label
         hw = dataclasses.replace(apply_overrides(hw, overrides, "--hardware"),
                                  name=args.hardware.strip())
@@ -51,7 +51,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     config = parse_config(",".join(args.config))
     pred = predict(args.profile, job, hw, args.strategy, args.gpus, config)
     if args.json:
-        print(json.dumps(pred.as_dict(), indent=2))
+        print(strict_json(pred.as_dict(), indent=2))
         return 0
     print(_format_prediction(pred))
     return 0
@@ -74,6 +74,27 @@ def _label(text: str, flag: str) -> tuple[str, dict]:
         except yaml.YAMLError:
             raise SweepError(f"{flag}: {key.strip()}: {value!r} is not a YAML value") from None
     return m.group(1).strip(), overrides
+
+
+def _hardware_label_values(overrides: dict, text: str) -> dict:
+    """A hardware label's values as overrides: a quantity axis (``hbm_bandwidth``) is
+    labelled in SI, a bare number apply_overrides reads in its SI unit; a zip or interpolate
+    axis is labelled by the number of its point, which only its spec can resolve."""
+    from ..model.hardware import is_parameter, quantity_dimension
+
+    si = {"bytes": "B", "bytes_per_s": "B/s", "flops_per_s": "FLOP/s", "s": "s"}
+    out = {}
+    for key, value in overrides.items():
+        if not is_parameter(key):
+            raise SweepError(f"--hardware: {key} in {text!r} is not a hardware parameter: a "
+                             f"zip or interpolate axis of a spec is labelled by its point's "
+                             f"number, not its values; give the values it sets instead, as "
+                             f"name[key=value,...], or the point as a hardware YAML file")
+        dim = quantity_dimension(key)
+        if dim and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value!r} {si[dim]}"
+        out[key] = value
+    return out
 
 
 def _format_prediction(p) -> str:

@@ -19,6 +19,7 @@ from ._common import (
     rank_count,
     set_flag,
     shard,
+    strict_json,
 )
 
 # --------------------------------------------------------------------------- plan
@@ -253,6 +254,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          warn=lambda w: print(f"sweep run: warning: {' '.join(w.split())}",
                                               file=sys.stderr, flush=True))
     args._rank = comm.rank
+    if args.force and args.resume:  # (every rank the same; force won, silently)
+        raise SweepError("--force and --resume: choose one (--force discards the earlier run, "
+                         "--resume continues it)")
     try:
         summary = run_sweep(args.spec, comm, options)
     except (SweepError, OSError) as exc:
@@ -316,7 +320,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     st = run_status(args.dir, verify=args.verify)
     complete = st["units_done"] == st["units"] and not st["corrupt_parts"]
     if args.json:
-        print(json.dumps(st, indent=1))
+        print(strict_json(st, indent=1))
         return 0 if complete else 1
     d = st["dir"]
     print(f"{d}: sweep {st['name']} ({st['cost_model']}), {st['cases']:,} cases")

@@ -20,6 +20,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
+    from ..engine.reduce import SPEC_NAME
+    from ..engine.runner import resolved_yaml
     from ..engine.slurm import SbatchOptions, render_scripts, time_limit_s
     from ..engine.spec import load_spec
 
@@ -29,6 +31,12 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
                      overrides=tuple(args.overrides))
     limit_s = time_limit_s(args.time)
     out = Path(args.out or Path("results") / spec.name).resolve()
+    stored = out / SPEC_NAME
+    if stored.is_file() and stored.read_text() != resolved_yaml(spec):
+        # (the job would stop on it once it starts: say so before anything is submitted)
+        raise SweepError(f"{out} holds a run of another spec (or of this one before --set, a "
+                         f"job or a hardware file changed it); the job would stop on it: give "
+                         f"another --out, or remove that run")
     extra = []
     for item in args.sbatch:
         key, sep, value = item.partition("=")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..analysis import fmt
 from ..errors import SweepError, install_hint
-from ._common import positive_int
+from ._common import positive_int, strict_json
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -36,7 +35,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(markdown(rep, [p.name for p in paths]), end="")
         return 0
     if args.json:
-        print(json.dumps(rep, indent=1))
+        print(strict_json(rep, indent=1))
         return 0
     print(f"sweep validate: {data} with the calibrated profile's parameters "
           f"(hardware/calibration.yaml){'; LOSO re-fits per source' if loso else ''}")
@@ -72,7 +71,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     params, borrowed = fill_generations(result.parameters)
     outside = outside_ranges(params, load_ranges())
     if args.json:
-        print(json.dumps({"parameters": params, "rows": result.rows, "borrowed": borrowed,
+        print(strict_json({"parameters": params, "rows": result.rows, "borrowed": borrowed,
                           "outside_range": outside}, indent=1))
     else:
         names = sorted({k for g, v in params.items() if g != "memory" for k in v})

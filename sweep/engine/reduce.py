@@ -41,6 +41,19 @@ RESULTS_NAME = "sweep.h5"
 SPEC_NAME = "spec.yaml"
 
 
+#: units of hardware columns by the end of their names (SI, but the calibration parameters
+#: named in microseconds and GiB); the first that matches
+_UNIT_SUFFIXES = (("bytes_per_s", "B/s"), ("flops_per_s", "FLOP/s"), ("_per_s", "1/s"),
+                  ("_bytes", "B"), ("_flops_per_exp", "FLOP"), ("_us", "us"), ("_GiB", "GiB"),
+                  ("_s", "s"))
+
+
+def hardware_unit(key: str) -> str:
+    """The unit of the /cases column of hardware parameter ``key`` ('' for a count or a
+    fraction)."""
+    return next((unit for end, unit in _UNIT_SUFFIXES if key.endswith(end)), "")
+
+
 @dataclass
 class ReduceSummary:
     path: Path
@@ -161,9 +174,7 @@ class _CasesTable:
                                          f"swept)")
             types[f"swept_{a}"] = "f8"
         for k in self.hw_keys:
-            unit = ("B/s" if k.endswith("bytes_per_s") else "B" if k.endswith("_bytes") else
-                    "FLOP/s" if k.endswith("flops_per_s") else "s" if k.endswith("_s") else "")
-            columns[k], types[k] = (unit, f"hardware parameter {k}"), "f8"
+            columns[k], types[k] = (hardware_unit(k), f"hardware parameter {k}"), "f8"
         columns["candidates"], types["candidates"] = ("", "candidates in the case's space"), "i8"
         for k in counts:
             columns[k] = ("", f"candidates {k.replace('_', ' ')} (over finished units)")

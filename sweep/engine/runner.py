@@ -240,12 +240,15 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
             kept = not parts  # (removed after the reduction): nothing to merge them from
             warnings.append(f"{out} already holds a complete run of this spec: showing its "
                             f"results (--force computes them again)")
+        if stored.exists() and stored.read_text() != text:
+            # (the folder's spec.yaml is the spec as the run resolved it: it continues it)
+            raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
+                             f"this run started; continue it as it started with sweep run "
+                             f"{stored} --out {out} --resume, use another --out, or --force "
+                             f"to start over")
         if not resume:
             raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
                              f"start over with --force")
-        if stored.exists() and stored.read_text() != text:
-            raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
-                             f"this run started; use another --out, or --force to start over")
     if not stored.exists():
         write_text_atomic(stored, text)
     sha = hashlib.sha256(text.encode()).hexdigest()

@@ -48,8 +48,8 @@ import yaml
 
 from ..errors import SpecError
 from ..model.cost import PROFILES, unmodelled
-from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, override_field,
-                              parse_hardware, quantity_dimension)
+from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, is_parameter,
+                              override_field, parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
 from ..model.units import brief, finite_float, parse_quantity
 from .catalog import load_hardware, load_job, parse_value, read_yaml
@@ -265,6 +265,13 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
         out.append(job)
     if len({j.name for j in out}) != len(out):
         raise _fail(source, "jobs", "the same job (with the same overrides) is listed twice")
+    seen: dict[str, int] = {}
+    for i, j in enumerate(out):  # (an override of a value the job has: its cases twice)
+        same = seen.setdefault(repr(dataclasses.replace(j, name="")), i)
+        if same != i:
+            raise _fail(source, f"jobs[{i}]" if isinstance(raw, list) else "jobs",
+                        f"{j.name} is the same job as {out[same].name} (its overrides change "
+                        f"nothing)")
     return tuple(out), {j.name: j for j in bases.values()}
 
 
@@ -382,10 +389,19 @@ def _distinct_points(axis: GridAxis, source: str, key: str) -> GridAxis:
 
 
 def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolved) -> GridAxis:
-    if isinstance(raw, Mapping) and "interpolate" in raw:
+    kind = next((k for k in ("interpolate", "zip") if isinstance(raw, Mapping) and k in raw),
+                None)
+    if kind and is_parameter(name):
+        # (its values are the points' numbers 0, 1, ...: a label nvlink_domain=1 would read
+        # as a hardware value in sweep show, the plots and sweep predict)
+        article = "an" if kind == "interpolate" else "a"
+        raise _fail(source, key, f"{article} {kind} axis takes a name of its own, not a hardware "
+                                 f"parameter's (its values are the numbers of its points); "
+                                 f"e.g. mem or gen")
+    if kind == "interpolate":
         return _distinct_points(
             _interpolate_axis(name, raw, source, key, near, bases, resolved), source, key)
-    if isinstance(raw, Mapping) and "zip" in raw:
+    if kind == "zip":
         if set(raw) != {"zip"} or not isinstance(raw["zip"], Mapping) or not raw["zip"]:
             raise _fail(source, key, "expected {zip: {key: [values], ...}}")
         cols = {k: _values(v, source, f"{key}.zip.{k}") for k, v in raw["zip"].items()}

@@ -297,6 +297,16 @@ def quantity_dimension(key: str) -> str | None:
     return _QUANTITIES[key][0] if key in _QUANTITIES else None
 
 
+#: hardware parameters an override or a grid axis sets by name, besides the quantities
+_NAMED_PARAMETERS = ("nvlink_domain", "nics_per_gpu", "nvlink_efficiency",
+                     "scaleout_efficiency", "matrix_sustained_fraction")
+
+
+def is_parameter(key: str) -> bool:
+    """Whether ``key`` names a hardware parameter (as apply_overrides reads it)."""
+    return key in _NAMED_PARAMETERS or _canonical(key) is not None
+
+
 def _canonical(key: str) -> tuple[str, float | None] | None:
     """Map a user key to (canonical quantity, SI factor or None for a unit string)."""
     if key in _QUANTITIES:
@@ -508,7 +518,7 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         path = (paths or {}).get(key, key)
-        if key in ("nvlink_domain",):
+        if key == "nvlink_domain":
             changes["nvlink_domain"] = int(_positive(value, source, path, integer=True,
                                                      maximum=MAX_NVLINK_DOMAIN))
         elif key in ("nics_per_gpu",):

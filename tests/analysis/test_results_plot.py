@@ -113,6 +113,27 @@ def test_grid_keeps_a_swept_value_without_any_result(tmp_path):
     assert "no feasible configuration" in fig.axes[0].get_xlabel()
 
 
+def test_hardware_groups_that_sweep_other_axes_get_a_label_each(tmp_path):
+    """A spec's hardware list may sweep an axis in one group and not in another: every
+    figure labels each variant apart, in either order of the groups (a KeyError before)."""
+    groups = ("  - {base: nersc-B200, grid: {nvlink_domain: [8, 64]}}\n",
+              "  - {base: nersc-H200}\n")
+    for order in (groups, groups[::-1]):
+        spec = tmp_path / "groups.yaml"
+        spec.write_text("name: groups\ncost_model: nersc2024\njobs: [gpt3_1T]\n"
+                        "gpus: [1024, 4096]\nstrategies: [1d]\nhardware:\n" + "".join(order)
+                        + "top_n: 1\n")
+        out = tmp_path / f"g{order is groups}"
+        run_sweep(str(spec), SerialComm(), RunOptions(out_dir=out))
+        res = open_results(out / "sweep.h5")
+        fig, _ = draw(res, "scaling", PlotOptions())
+        labels = sorted(t.get_text() for t in fig.axes[0].texts)  # (at the lines' ends)
+        assert labels == ["nersc-B200 nvlink_domain=64", "nersc-B200 nvlink_domain=8",
+                          "nersc-H200"], labels
+        for kind in ("pareto", "breakdown", "memory"):
+            draw(res, kind, PlotOptions(n_gpus=1024))
+
+
 def test_heatmap_says_it_takes_the_best_over_a_third_axis(tmp_path, grid):
     spec = tmp_path / "three.yaml"
     spec.write_text("name: three\ncost_model: nersc2024\njobs: [gpt3_1T]\ngpus: [512]\n"
@@ -557,6 +578,14 @@ def test_show_tells_pending_from_infeasible(nersc, tmp_path):
     lines = format_rows(attrs, rows, "csv").splitlines()
     assert lines[0].endswith(",status") and lines[2].endswith(",infeasible")
     assert lines[4].endswith(",pending")
+    # a configuration's feasible beside its case's count of feasible candidates; the header
+    # the same whatever the run found (a case without a configuration first: 73 columns
+    # against 123 before)
+    ok = next(r for r in doc["rows"] if r["status"] == "ok")
+    assert ok["feasible"] is True and ok["feasible_case"] == cases["feasible"][0] > 1
+    caseless = [r for r in rows if r["place"] is None]
+    assert format_rows(attrs, caseless, "csv").splitlines()[0] == lines[0]
+    assert len(doc["rows"][1]) == len(ok)
 
 
 def test_show_json_is_strict_on_a_complete_file(nersc):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -383,10 +384,16 @@ def test_validate_a_users_csv(tmp_path, rows, capsys):
     assert "Megatron-DeepSpeed, DeepSpeed ZeRO-3, NeMo" in out and "torchtitan)" in out
     assert "median |error|" in out and "Korthikanti2022" in out
     code = main(["validate", "--data", str(tmp_path / "mine.csv"), "--no-loso", "--json"])
-    rep = yaml.safe_load(capsys.readouterr().out)  # JSON is YAML
+    text = capsys.readouterr().out
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    rep = json.loads(text, parse_constant=refuse)  # strict: these rows publish no memory
     # not expressed: the 2 K22 abstract rows (no global batch, and their sibling run, N21
     # Table 2, is not in this file)
     assert code == 0 and len(rep["rows"]) == n - 2
+    assert rep["memory"]["median_abs"] is None  # (NaN before: no strict parser read it)
 
 
 def test_validate_bad_input_is_one_line_exit_2(tmp_path, capsys):

@@ -167,11 +167,24 @@ def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
     assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
     assert by_label["result"]["a2a_overlap"] == 1 and by_label["nvlink_domain"] == 8
     assert by_label["job"] == "qwen3_30b_a3b[dtype=mxfp8]"
+    # a quantity axis given with units in a spec (hbm_bandwidth: ['8 TB/s']) is labelled in
+    # SI, as a bare number (refused before: "a bare number has no unit")
+    hw = tmp_path / "g6.yaml"  # (a new file: the catalog keeps what it read)
+    hw.write_text((tmp_path / "g.yaml").read_text().replace("\nhbm_GBps: 8000",
+                                                            "\nhbm_GBps: 6000"))
+    assert "\nhbm_GBps: 6000" in hw.read_text()
+    by_label = json.loads(run(capsys, "predict", "--job", "qwen3_30b_a3b[dtype=mxfp8]",
+                              "--hardware", "GB200-NVL72[nvlink_domain=8,hbm_bandwidth=6e+12]",
+                              *config)[1])
+    by_file = json.loads(run(capsys, "predict", "--job", str(job), "--hardware", str(hw),
+                             *config)[1])
+    assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
     for argv, message in (
             (["--job", "qwen3_30b_a3b[dtype=mxfp9]"], "--job: dtype: expected one of"),
             (["--job", "qwen3_30b_a3b[dtype]"], ("--job: 'dtype' in 'qwen3_30b_a3b[dtype]' is "
                                                  "not key=value")),
-            (["--hardware", "B200[memory=2]"], "--hardware: memory: unknown hardware parameter")):
+            (["--hardware", "B200[memory=2]"], ("--hardware: memory in 'B200[memory=2]' is not a "
+                                                "hardware parameter: a zip or interpolate axis"))):
         argv = {"--job": "qwen3_30b_a3b", "--hardware": "B200", **dict(zip(argv[::2], argv[1::2]))}
         code, out, err = run(capsys, "predict", "--gpus", "8",
                              *[x for kv in argv.items() for x in kv])

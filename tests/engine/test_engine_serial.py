@@ -162,8 +162,13 @@ def test_changed_spec_refuses_resume(finished, tmp_path):
     shutil.copytree(out, run)
     changed = tmp_path / "small.yaml"
     changed.write_text(open(SMALL).read().replace("top_n: 5", "top_n: 3"))
-    with pytest.raises(SweepError, match="changed since this run started"):
-        run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, resume=True))
+    for resume in (True, False):  # (without --resume it said "continue it with --resume")
+        with pytest.raises(SweepError, match="changed since this run started") as raised:
+            run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, resume=resume))
+        assert f"sweep run {run / 'spec.yaml'} --out {run} --resume" in str(raised.value)
+    # what the message says continues the run as it started
+    again = run_sweep(str(run / "spec.yaml"), SerialComm(), RunOptions(out_dir=run, resume=True))
+    assert again.evaluated == 0
     forced = run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, force=True))
     assert forced.reduced.complete
 
@@ -311,9 +316,11 @@ def test_show_rows_equal_a_case_by_case_reading(finished, tmp_path):
         for c in cases:
             if only is not None and c["case_id"] != only:
                 continue
-            base = {n: plain(c[n]) for n in cases.dtype.names}
+            base = {n if n != "feasible" else "feasible_case": plain(c[n])
+                    for n in cases.dtype.names}
             mine = top[(top["case_id"] == c["case_id"]) & (top["place"] < k)]
-            rows += [{**base, "place": None}] if len(mine) == 0 else [
+            none = {n: None for n in top.dtype.names if n != "case_id"}
+            rows += [{**base, **none, "place": None}] if len(mine) == 0 else [
                 {**base, **{n: plain(r[n]) for n in top.dtype.names}} for r in mine]
         return rows
 
@@ -499,6 +506,10 @@ def test_a_results_file_sweep_did_not_write_is_not_overwritten(tmp_path, capsys)
     assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet"]) == 2
     assert "holds a sweep.h5 that is not a sweep run's" in capsys.readouterr().err
     assert (out / "sweep.h5").read_text() == "someone else's"
+    assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet", "--force",
+                 "--resume"]) == 2
+    assert "--force and --resume: choose one" in capsys.readouterr().err
+    assert (out / "sweep.h5").read_text() == "someone else's"
     assert main(["run", SMALL, "--serial", "--out", str(out), "--quiet", "--force"]) == 0
 
 
@@ -532,3 +543,21 @@ def test_a_piece_of_the_shared_tail_reopens_a_final_case():
     assert set(sealed.tops) == {9} and 7 in state.tops  # case 7 is not sealed half-done
     state.add(units[1], 10, result(20), 0.1, 0)
     assert state.final == {7: 3}
+
+
+def test_every_hardware_column_has_its_unit():
+    """/cases' hardware columns carry their unit (exp_per_s read "s", and the calibration
+    parameters named in microseconds and GiB had none)."""
+    from sweep.engine.catalog import load_hardware
+    from sweep.engine.reduce import hardware_unit
+
+    record = load_hardware("GB200-NVL72").record()
+    units = {k: hardware_unit(k) for k, v in record.items() if not isinstance(v, str)}
+    assert units["exp_per_s"] == "1/s" and units["hbm_bytes_per_s"] == "B/s"
+    assert units["calibration_kernel_us"] == units["calibration_expert_us"] == "us"
+    assert units["calibration_reserve_GiB"] == "GiB" and units["nvlink_latency_s"] == "s"
+    assert units["matrix_bf16_flops_per_s"] == "FLOP/s" and units["hbm_capacity_bytes"] == "B"
+    unitless = {k for k, u in units.items() if u == ""}
+    assert all(k.startswith(("calibration_", "gemm_tile", "nics", "sm_", "nvlink_domain"))
+               or k.endswith(("_efficiency", "_fraction")) for k in unitless), unitless
+

@@ -104,6 +104,12 @@ def test_set_overrides_reach_the_run_line_quoted(tmp_path, capsys):
     assert "--set 'gpus=[128]'" in out
     assert main(["slurm", str(spec), "--set", "gpus=abc"]) == 2
     assert "gpus[0]: expected a positive integer" in capsys.readouterr().err
+    # a folder that holds a run of the spec before --set: the job would stop on it, so
+    # slurm says so at once (it rendered the script without a word)
+    (tmp_path / "o" / "spec.yaml").write_text("name: quickstart\n")
+    assert main(["slurm", str(spec), "--set", "gpus=[128]", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a run of another spec" in err
 
 
 def test_more_ranks_than_work_units_gets_a_note(tmp_path, capsys):
