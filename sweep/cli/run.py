@@ -51,14 +51,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"{len(spec.strategies)} strateg{'y' if len(spec.strategies) == 1 else 'ies'} x "
           f"{len(spec.gpus)} GPU count(s) = {len(cases)} cases, {len(plan.units)} work units")
     first = plan_s + estimate["startup_seconds"]  # (every rank, before it searches)
+    on = ", ".join(f"{first + core_s / r:.3g} s on {r} rank{'s' if r > 1 else ''}"
+                   for r in sorted({2, args.ranks, 64}))
     print(f"  {plan.total_candidates:,} candidates; {estimate['units_timed']} sampled work "
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
-          f"core-seconds of search ({first + core_s / 2:.3g} s on 2 ranks, "
-          f"{first + core_s / 64:.3g} s on 64), after {plan_s:.2g} s of planning and "
+          f"core-seconds of search ({on}), after {plan_s:.2g} s of planning and "
           f"{estimate['startup_seconds']:.2g} s of start-up on every rank (the compiled "
           f"loops: compiled on a machine's first run, loaded from its cache after)")
     gb = [fmt.gigabytes(x, ".3g") for x in (serial, memory["rank"], memory["rank0"])]
-    print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} ranks "
+    print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} "
+          f"rank{'s' if args.ranks > 1 else ''} "
           f"{gb[1]} per rank, rank 0 {gb[2]} with the reduction (every case with candidates "
           f"counted with its full top {spec.top_n})")
     empty = int((cases.candidates == 0).sum())
@@ -427,7 +429,8 @@ def add_parsers(sub) -> None:
     pl.add_argument("--all", action="store_true", help="list every case")
     pl.add_argument("--json", action="store_true", help="print JSON")
     pl.add_argument("--ranks", type=rank_count, default=2,
-                    help="ranks the memory estimate is for (default 2)")
+                    help="ranks the time and memory estimates are for (default 2; the time "
+                         "is printed for 2 and 64 too)")
     max_memory_flag(pl, "on --ranks ranks")
     max_variants_flag(pl)
     set_flag(pl)
