@@ -237,9 +237,43 @@ def _fail(source: str, key: str, msg: str) -> SpecError:
     return SpecError(source, key, msg)
 
 
+#: the least rate a hardware file, grid point or override may give, in SI: far below any
+#: accelerator, memory or link (1 MB/s, 1 GFLOP/s, a million exponentials a second), so a
+#: smaller one is a unit mistake; 1e-300 B/s would make every time 1e300 s or infinite
+MIN_RATES = {"bytes_per_s": (1e6, "1 MB/s"), "flops_per_s": (1e9, "1 GFLOP/s"),
+             "exp_per_s": (1e6, "1e6 a second")}
+#: the least efficiency, sustained fraction or NICs per GPU (one NIC per 1,000 GPUs)
+MIN_FRACTION = 1e-3
+
+
+def _at_least(number: float, dim: str | None, source: str, key: str, value: Any) -> float:
+    """``number`` (SI), unless a rate below MIN_RATES for ``dim``."""
+    if dim in MIN_RATES and number < MIN_RATES[dim][0]:
+        raise _fail(source, key, f"{brief(value)} is below {MIN_RATES[dim][1]}, slower than "
+                                 f"any accelerator, memory or link (a unit mistake?)")
+    return number
+
+
+def _fraction(value: Any, source: str, key: str) -> float:
+    """A number in [MIN_FRACTION, 1]: an efficiency or a sustained fraction."""
+    number = finite_float(value)
+    if isinstance(value, bool) or number is None or not 0 < number <= 1:
+        raise _fail(source, key, f"expected a number in (0, 1], got {brief(value)}")
+    if number < MIN_FRACTION:
+        raise _fail(source, key, f"{brief(value)} is below {MIN_FRACTION}: no link or GPU "
+                                 f"sustains so little of its peak (a unit mistake?)")
+    return number
+
+
+def _dimension(name: str) -> str | None:
+    """The dimension of a canonical quantity or peak table (``matrix_peaks``)."""
+    return "flops_per_s" if name.endswith("_peaks") else _QUANTITIES.get(name, (None,))[0]
+
+
 def _positive(value: Any, source: str, key: str, *, integer: bool = False,
-              scale: float = 1.0, maximum: int | None = None) -> float:
-    """A positive finite number times ``scale`` (the key's unit to SI), finite too."""
+              scale: float = 1.0, maximum: int | None = None, dim: str | None = None) -> float:
+    """A positive finite number times ``scale`` (the key's unit to SI), finite too, and at
+    least MIN_RATES' floor if ``dim`` is a rate's."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(source, key, f"expected a positive {'integer' if integer else 'number'}, "
                                  f"got {brief(value)}")
@@ -254,7 +288,7 @@ def _positive(value: Any, source: str, key: str, *, integer: bool = False,
         raise _fail(source, key, f"expected at most {maximum}, got {brief(value)}")
     if finite_float(number * scale) is None:
         raise _fail(source, key, f"{brief(value)} is out of range")
-    return number * scale
+    return _at_least(number * scale, dim, source, key, value)
 
 
 def _quantity(value: Any, name: str, source: str, key: str) -> float:
@@ -269,7 +303,7 @@ def _quantity(value: Any, name: str, source: str, key: str) -> float:
         raise _fail(source, key, str(exc)) from None
     if not out > 0:
         raise _fail(source, key, f"expected a positive value, got {brief(value)}")
-    return out
+    return _at_least(out, _QUANTITIES[name][0], source, key, value)
 
 
 def _parse_peaks(value: Any, scale: float | None, source: str, key: str) -> dict[str, float]:
@@ -288,6 +322,7 @@ def _parse_peaks(value: Any, scale: float | None, source: str, key: str) -> dict
             out[dt] = _positive(v, source, f"{key}.{dt}", scale=scale)
         if not out[dt] > 0:
             raise _fail(source, f"{key}.{dt}", f"expected a positive value, got {brief(v)}")
+        _at_least(out[dt], "flops_per_s", source, f"{key}.{dt}", v)
     return out
 
 
@@ -358,7 +393,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         elif factor is None:
             values[name] = _quantity(value, name, source, key)
         else:
-            values[name] = _positive(value, source, key, scale=factor)
+            values[name] = _positive(value, source, key, scale=factor, dim=_dimension(name))
     for flops_key in ("matrix_peaks", "vector_peaks"):
         if flops_key not in values:
             raise _fail(source, flops_key.replace("_peaks", "_tflops"), "missing")
@@ -383,14 +418,11 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         if k not in values and default is None:
             eff[k] = 0.0
             continue
-        v = values.get(k, default)
-        number = finite_float(v)
-        if number is None or not 0 < number <= 1:
-            raise _fail(source, k, f"expected a number in (0, 1], got {brief(v)}")
-        eff[k] = number
+        eff[k] = _fraction(values.get(k, default), source, k)
     domain = _positive(values["nvlink_domain"], source, "nvlink_domain", integer=True,
                        maximum=MAX_NVLINK_DOMAIN)
     nics = _positive(values.get("nics_per_gpu", 1.0), source, "nics_per_gpu")
+    _fraction(min(nics, 1.0), source, "nics_per_gpu")  # (at least one NIC per 1,000 GPUs)
     calibration = values.get("calibration", {}) or {}
     if not isinstance(calibration, Mapping):
         raise _fail(source, "calibration", "expected a mapping of parameter -> number")
@@ -408,7 +440,7 @@ def parse_hardware(raw: Mapping[str, Any], source: str, default_name: str = "") 
         raise _fail(source, "generation", f"unknown generation {brief(values['generation'])}; "
                                           f"known: {', '.join(GENERATIONS)}")
     if "exp_per_s" in values:
-        exp_per_s = _positive(values["exp_per_s"], source, "exp_per_s")
+        exp_per_s = _positive(values["exp_per_s"], source, "exp_per_s", dim="exp_per_s")
         if "matrix_flops_per_exp" in values:  # (one or the other: exp_per_s wins; both checked)
             _positive(values["matrix_flops_per_exp"], source, "matrix_flops_per_exp")
     else:
@@ -523,11 +555,10 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                                                      maximum=MAX_NVLINK_DOMAIN))
         elif key in ("nics_per_gpu",):
             changes["nics_per_gpu"] = _positive(value, source, path)
+            _fraction(min(changes["nics_per_gpu"], 1.0), source, path)
         elif key in ("nvlink_efficiency", "scaleout_efficiency", "matrix_sustained_fraction"):
-            v = _positive(value, source, path)
-            if v > 1:
-                raise _fail(source, path, f"expected a number in (0, 1], got {brief(value)}")
-            changes[key] = v
+            _positive(value, source, path)  # (its messages for what is not a number)
+            changes[key] = _fraction(value, source, path)
         else:
             canon = _canonical(key)
             if canon is None:
@@ -542,12 +573,14 @@ def apply_overrides(hw: Hardware, overrides: Mapping[str, Any], source: str,
                     changes[attr] = {**getattr(hw, attr),
                                      **_parse_peaks(value, factor, source, path)}
                 else:
-                    new16 = _positive(value, source, path, scale=factor or 1.0)
+                    new16 = _positive(value, source, path, scale=factor or 1.0,
+                                      dim="flops_per_s")
                     changes[attr] = _scaled_peaks(getattr(hw, attr), new16)
                 if any(finite_float(v) is None for v in changes[attr].values()):
                     raise _fail(source, path, f"{brief(value)} is out of range")
             elif factor is None:
                 changes[override_field(key)] = _quantity(value, name, source, path)
             else:
-                changes[override_field(key)] = _positive(value, source, path, scale=factor)
+                changes[override_field(key)] = _positive(value, source, path, scale=factor,
+                                                         dim=_dimension(name))
     return dataclasses.replace(hw, **changes)
