@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,11 @@ from sweep.engine.catalog import load_hardware, load_job
 # the results-identity runs do): the compiled loops are checked against numpy there, and
 # the rest of the suite does not pay their compilation on a fresh machine.
 os.environ.setdefault("SWEEP_FUSE", "0")
+# Traces of the model kept on disk go to a folder of the session's own (removed at its end):
+# some tests patch model constants, which a trace kept in the user's cache must not see.
+_TRACES = tempfile.mkdtemp(prefix="sweep-test-traces-")
+os.environ["SWEEP_TRACE_DIR"] = _TRACES
+atexit.register(shutil.rmtree, _TRACES, True)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

@@ -347,6 +347,16 @@ def test_pipeline_stages_hold_the_embedding_first_and_the_logits_last():
         assert two["mem_activations_bytes"] == max(first, last) + ACT_LAYER  # (+ backward's)
 
 
+def test_a_dense_job_with_an_mtp_depth_is_priced_on_its_last_stage():
+    """A dense job may have multi-token-prediction depths too (a KeyError for the MoE terms
+    before, in pipelines): the depth's block sits on the last stage, so a two-stage pipeline
+    is judged by that stage, which holds one more block and the depth's logits."""
+    job = dataclasses.replace(TINY, n_layers=4, vocab=32768)
+    plain, mtp = run(job, pp=2), run(dataclasses.replace(job, mtp_layers=1), pp=2)
+    assert mtp["mem_bytes"] > plain["mem_bytes"]
+    assert mtp["step_time_s"] > plain["step_time_s"]
+
+
 def test_vocabulary_is_padded_for_tensor_parallel_shards():
     assert calibrated.padded_vocab(50257, 1) == 50304  # 393 x 128
     assert calibrated.padded_vocab(50257, 8) == 51200  # multiple of 128 x 8

@@ -252,6 +252,7 @@ def test_a_kept_trace_spares_a_new_process_the_tracing(monkeypatch, tmp_path):
     from sweep.model.cost import nersc2024
 
     monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SWEEP_TRACE_DIR", str(tmp_path / "traces"))
     job = load_job("gpt3_1T")
     hw = dataclasses.replace(load_hardware("nersc-B200"), nvlink_domain=8)
     space = enumerate_space("nersc2024", job, 1024, "1d", 8)
@@ -283,8 +284,8 @@ def test_a_kept_trace_spares_a_new_process_the_tracing(monkeypatch, tmp_path):
         _same(ref_other[k], got_other[k])
 
     for record, damage in zip(sorted((tmp_path / "traces").glob("*/*.json")),
-                              (b"\x80\x05not json", b'[{"tuple": [1, {"np": "x"}]}]')):
-        record.write_bytes(damage)
+                              (b"\x80\x05not json", b'[{"tuple": [1, 2, 3, 4, 5, 6, 7]}]')):
+        record.write_bytes(damage)  # (unreadable; of the right layout, wrong contents)
     damaged = _fresh_nersc2024_loops(monkeypatch)
     got_damaged = run()
     assert [f.traces for f in damaged] == [1, 1]
@@ -313,10 +314,21 @@ def test_traces_of_functions_outside_the_model_are_not_kept(monkeypatch, tmp_pat
     """Only sweep.model's source is in the fingerprint, so only its functions' traces are
     kept."""
     monkeypatch.setenv("SWEEP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SWEEP_TRACE_DIR", str(tmp_path / "traces"))
     f = fuse.fused(_toy, min_rows=1)
     with np.errstate(all="ignore"):
         f({"floor": 0.5, "d": 1.0, "s": 2.0, "mode": 1}, _toy_inputs())
     assert f.traces == 1 and not (tmp_path / "traces").exists()
+    # nor a closure's of the model's package: its state is not in its name
+    scale = 3.0
+
+    def closure(c):
+        return {"x": c["a"] * scale}
+
+    closure.__module__ = "sweep.model.cost.example"
+    g = fuse.fused(closure, min_rows=1)
+    g({"a": np.arange(4.0)})
+    assert g.traces == 1 and not (tmp_path / "traces").exists()
 
 
 def test_the_fingerprint_of_kept_traces_covers_every_model_source(tmp_path):
@@ -338,6 +350,19 @@ def test_the_fingerprint_of_kept_traces_covers_every_model_source(tmp_path):
     (root / "cost" / "new.py").rename(root / "cost" / "other.py")
     seen.add(fuse._fingerprint(root))
     assert len(seen) == 4
+    # an editor's lock file (a dangling symlink) is no module: left out, not an error
+    (root / "cost" / ".#calibrated.py").symlink_to(root / "nowhere")
+    assert fuse._fingerprint(root) in seen
+    # taken as the model is imported, not at the first trace: a source edited in between
+    # would file the old code's traces under the new code's name
+    import subprocess
+    import sys
+
+    code = ("import sweep.model.cost\nfrom sweep.model.cost import fuse\n"
+            "print(fuse._model_fingerprint.cache_info().currsize)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "1"
 
 
 def test_off_without_numba_or_when_disabled(monkeypatch):

@@ -24,7 +24,7 @@ from ..hardware import Hardware
 from ..job import Job
 from ..rows import HardwareRows
 from ..schema import CANDIDATE_DTYPE, METRIC_FIELDS, RESULT_DTYPE, Reason
-from . import calibrated, nersc2024
+from . import calibrated, fuse, nersc2024
 from .flops import model_flops_per_iteration
 
 __all__ = ["evaluate", "evaluate_columns", "pack_results", "op_table", "PROFILES",
@@ -33,6 +33,10 @@ __all__ = ["evaluate", "evaluate_columns", "pack_results", "op_table", "PROFILES
 #: profile -> strategies it can evaluate
 PROFILES: dict[str, tuple[str, ...]] = {"nersc2024": nersc2024.STRATEGIES,
                                         "calibrated": calibrated.STRATEGIES}
+
+# the kept traces' fingerprint, taken with the model's modules just read (fuse.py: a source
+# edited while this process runs must not file the old code's traces under its name)
+fuse.freeze_fingerprint()
 
 
 def unmodelled(job: Job, profile: str = "calibrated") -> str | None:

@@ -1480,7 +1480,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # it holds two layers gathered (prefetch) - or the whole stage under PP
     # (DeepSpeed caps what is gathered at stage3_max_live_parameters and the unsharded
     # gradients at reduce_bucket_size elements: DeepSpeed configuration docs, ZeRO section)
-    moe_on = np.ndim(nm) > 0 or nm > 0  # (MoE blocks: their counts per candidate)
+    moe_on = _has_moe(x)  # (not nm's shape: a dense job's MTP depth makes it an array)
     # the largest block of the stage (its kinds: dense, MoE or both), what the per-block
     # buffers below hold
     p_block = np.where(nm >= layers, p_layer_moe, np.where(

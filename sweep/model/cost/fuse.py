@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -721,8 +722,9 @@ def _load(source: str):
     path = folder / f"k_{digest}.py"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            _write_atomic(path, source.encode())  # (ranks compiling the same kernel agree)
+        # (ranks compiling the same kernel agree; a file left damaged is written again)
+        if not path.exists() or path.read_bytes() != source.encode():
+            _write_atomic(path, source.encode())
     except OSError as e:  # (a read-only home on a cluster: numpy it is)
         raise TraceError(f"cache directory {folder}: {e.strerror}") from e
     return _import_kernel(digest, path)
@@ -772,17 +774,31 @@ _KEPT_FIELDS = 7
 
 @functools.lru_cache(maxsize=1)
 def _model_fingerprint() -> str:
-    """_fingerprint of this package, sweep.model (once a process)."""
+    """_fingerprint of this package, sweep.model, once a process: sweep.model.cost takes it
+    as soon as its modules are imported (freeze_fingerprint), so that a source edited while
+    the process runs files no trace of the old code under the new code's name."""
     return _fingerprint(Path(__file__).resolve().parents[1])
+
+
+def freeze_fingerprint() -> None:
+    """Take the model's fingerprint now (sweep.model.cost calls it once imported)."""
+    _model_fingerprint()
 
 
 def _fingerprint(root: Path) -> str:
     """What a trace depends on besides its inputs: the source of every module under
     ``root`` (the traced functions, all they call, this tracer and code generator), numpy's
-    version (its array functions dispatch to the tracer) and Python's."""
+    version (its array functions dispatch to the tracer) and Python's. Files no import can
+    name (an editor's .#lock or backup) are left out; an unreadable one counts as such."""
     h = hashlib.sha256(f"{np.__version__} {sys.version_info[:2]}".encode())
     for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        if not path.stem.isidentifier():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            data = f"unreadable: {exc.strerror}".encode()
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:20]
 
 
@@ -791,14 +807,24 @@ def _kept_path(fused_fn: fused, key: tuple) -> Path | None:
     they are not: a function outside sweep.model (its source is not in the fingerprint) or
     an input told apart by its identity, which a new process does not share."""
     fn = fused_fn.fn
-    if not getattr(fn, "__module__", "").startswith(_MODEL_PACKAGE) or \
+    # (a module-level function of the model alone: a closure, a bound method or a callable
+    # object carries state its name does not tell apart)
+    if not (inspect.isfunction(fn) and fn.__closure__ is None
+            and "<locals>" not in fn.__qualname__
+            and fn.__module__.startswith(_MODEL_PACKAGE)) or \
             any(kind[0] == "static" and not isinstance(kind[1], (str, type(None)))
                 for kind in key[1]):
         return None
     name = repr((fn.__module__, fn.__qualname__, fused_fn.chunked,
                  fused_fn.chunk_min_statements, fused_fn.max_nodes, key))
     digest = hashlib.sha256(name.encode()).hexdigest()[:24]
-    return cache_dir() / "traces" / _model_fingerprint() / f"{digest}.json"
+    return trace_dir() / _model_fingerprint() / f"{digest}.json"
+
+
+def trace_dir() -> Path:
+    """Where traces are kept: ``SWEEP_TRACE_DIR``, else ``traces`` in the cache directory
+    (the test suite keeps its own: it patches model constants)."""
+    return Path(os.environ.get("SWEEP_TRACE_DIR") or cache_dir() / "traces")
 
 
 #: the package whose functions' traces are kept
@@ -951,16 +977,21 @@ class fused:
             path = _kept_path(self, key)
             self._kept[key] = [] if path is None else _read_kept(path)
         for trace in self._kept[key]:
-            guard_leaves, guard_values, digest, param_leaves, input_leaves, outputs, \
-                skeleton = trace
-            if tuple([leaves[j] for j in guard_leaves]) != guard_values:
-                continue
-            path = cache_dir() / "fused" / f"k_{digest}.py"
-            if not path.exists():
-                return None  # (its kernel's file was removed: traced again)
-            _import_numba()
-            return _Compiled(guard_leaves, guard_values, _import_kernel(digest, path),
-                             param_leaves, input_leaves, outputs, skeleton)
+            try:
+                guard_leaves, guard_values, digest, param_leaves, input_leaves, outputs, \
+                    skeleton = trace
+                if tuple([leaves[j] for j in guard_leaves]) != guard_values:
+                    continue
+                path = cache_dir() / "fused" / f"k_{digest}.py"
+                if not path.exists():
+                    return None  # (its kernel's file was removed: traced again)
+                _import_numba()
+                return _Compiled(guard_leaves, guard_values, _import_kernel(digest, path),
+                                 param_leaves, input_leaves, outputs, skeleton)
+            except Exception:  # (a record of the right layout with wrong contents, a
+                # damaged kernel file: traced again, as a missing record is)
+                self._kept[key] = []
+                return None
         return None
 
     def _trace(self, args, leaves, kinds, n, key) -> _Compiled:
