@@ -988,8 +988,9 @@ class fused:
                 _import_numba()
                 return _Compiled(guard_leaves, guard_values, _import_kernel(digest, path),
                                  param_leaves, input_leaves, outputs, skeleton)
-            except Exception:  # (a record of the right layout with wrong contents, a
-                # damaged kernel file: traced again, as a missing record is)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError, OSError,
+                    ImportError, SyntaxError):  # (a record of the right layout with wrong
+                # contents, a damaged kernel file: traced again, as a missing record is)
                 self._kept[key] = []
                 return None
         return None
