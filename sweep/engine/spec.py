@@ -128,7 +128,7 @@ class SweepSpec:
     source: str  # file the spec came from
     cost_model: str
     jobs: tuple[Job, ...]  # as swept (overrides applied; such jobs are named base[k=v])
-    job_bases: Mapping[str, Job]  # the catalog definitions the jobs come from, by name
+    job_bases: Mapping[str, Job]  # the definitions the jobs come from, as the spec names them
     gpus: tuple[int, ...]
     strategies: tuple[str, ...]
     hardware: tuple[HardwareGroup, ...]
@@ -272,7 +272,10 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
             raise _fail(source, f"jobs[{i}]" if isinstance(raw, list) else "jobs",
                         f"{j.name} is the same job as {out[same].name} (its overrides change "
                         f"nothing)")
-    return tuple(out), {j.name: j for j in bases.values()}
+    # (keyed as the spec names them, a path or a catalog name, so that the run folder's
+    # spec.yaml finds them under resolved: by the job's own name a job given as a path was
+    # looked for again on disk, relative to the run folder)
+    return tuple(out), dict(bases)
 
 
 def _interpolate_axis(name: str, raw: Mapping, source: str, key: str, near: Path | None,

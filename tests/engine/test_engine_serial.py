@@ -19,7 +19,7 @@ from sweep.engine.reduce import reduce_run
 from sweep.engine.runner import Interrupted, RunOptions, run_sweep
 from sweep.errors import StoreError, SweepError
 from sweep.model.search import search_case
-from tests.conftest import DATA
+from tests.conftest import DATA, REPO
 
 SMALL = str(DATA / "specs" / "small.yaml")
 
@@ -560,4 +560,26 @@ def test_every_hardware_column_has_its_unit():
     unitless = {k for k, u in units.items() if u == ""}
     assert all(k.startswith(("calibration_", "gemm_tile", "nics", "sm_", "nvlink_domain"))
                or k.endswith(("_efficiency", "_fraction")) for k in unitless), unitless
+
+
+def test_a_job_file_beside_the_spec_runs_and_resumes_from_anywhere(tmp_path, monkeypatch):
+    """A job given as a path relative to the spec: the run folder's spec.yaml holds its
+    definition under the name the spec gives it (by the job's own name it was looked for
+    again on disk, relative to the run folder: the run failed unless started in the spec's
+    folder), and that spec.yaml continues the run."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "myjob.yaml").write_text(
+        (REPO / "jobs" / "llama3_8b.yaml").read_text().replace("name: llama3_8b", "name: own"))
+    (folder / "spec.yaml").write_text("name: rel\njobs: [myjob.yaml]\ngpus: [8]\n"
+                                      "hardware:\n  base: H100-SXM\ntop_n: 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "out"
+    first = run_sweep(str(folder / "spec.yaml"), SerialComm(), RunOptions(out_dir=out))
+    assert first.reduced.complete and first.plan.spec.jobs[0].name == "own"
+    again = run_sweep(str(out / "spec.yaml"), SerialComm(), RunOptions(out_dir=out,
+                                                                         resume=True))
+    assert again.evaluated == 0
 
