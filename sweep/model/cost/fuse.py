@@ -667,8 +667,6 @@ def compile_loop(*functions):
     """The last of ``functions`` (plain Python loops over numpy arrays) compiled by numba as
     ``kernel``, the others compiled beside it for it to call, loaded as load_kernel loads a
     kernel; None if its module cannot be written (numpy it is)."""
-    import inspect
-
     *helpers, main = functions
     decorator = "@njit(cache=True, nogil=True)\n"
     parts = ["import numpy as np\nfrom numba import njit\n"]
@@ -718,8 +716,8 @@ def _load(source: str):
     on-disk cache finds it again in the next process)."""
     _import_numba()
     digest = _digest(source)
-    folder = cache_dir() / "fused"
-    path = folder / f"k_{digest}.py"
+    path = _kernel_path(digest)
+    folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # (ranks compiling the same kernel agree; a file left damaged is written again)
@@ -733,6 +731,11 @@ def _load(source: str):
 def _digest(source: str) -> str:
     """The name of a kernel's module file: a digest of its source."""
     return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def _kernel_path(digest: str) -> Path:
+    """The module file of the kernel of that digest, in the cache directory."""
+    return cache_dir() / "fused" / f"k_{digest}.py"
 
 
 def _import_kernel(digest: str, path: Path):
@@ -982,7 +985,7 @@ class fused:
                     skeleton = trace
                 if tuple([leaves[j] for j in guard_leaves]) != guard_values:
                     continue
-                path = cache_dir() / "fused" / f"k_{digest}.py"
+                path = _kernel_path(digest)
                 if not path.exists():
                     return None  # (its kernel's file was removed: traced again)
                 _import_numba()
