@@ -407,3 +407,17 @@ def test_an_mtp_depth_holds_a_block_its_projection_and_its_logits():
     logits = base.seq_len * calibrated.padded_vocab(base.vocab, 1) * 4.0
     assert depth["mem_activations_bytes"] - block["mem_activations_bytes"] == \
         pytest.approx(logits, rel=1e-9)
+
+
+def test_zero3_under_pp_keeps_the_experts_gradients_unsharded():
+    """FSDP under pipeline parallelism accumulates every gradient unsharded over the
+    micro-batches and reduce-scatters once (torch.distributed.pipelining
+    backward_maybe_with_nosync; docs/model.md, memory conventions): a routed expert's as the
+    other weights'. Its gradient memory is then ZeRO-1's, and without PP it is ZeRO-2's.
+    (The experts' gradients were sharded over the expert data-parallel group under PP.)"""
+    x = ctx(dataclasses.replace(TINY, n_layers=4))
+    grads = {(z, pp): calibrated.evaluate(x, cand(dp=8, ep=2, pp=pp, zero=z))
+             ["mem_grads_bytes"][0] for z in (1, 2, 3) for pp in (1, 2)}
+    assert grads[3, 2] == pytest.approx(grads[1, 2], rel=1e-12)
+    assert grads[3, 1] < grads[1, 1]
+    assert grads[2, 2] < grads[3, 2]

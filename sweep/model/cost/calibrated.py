@@ -1501,11 +1501,12 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     if moe_on:
         # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
         # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
-        # pipeline parallelism, else two blocks' as for the other weights)
+        # pipeline parallelism, else two blocks' as for the other weights; their gradients
+        # under PP accumulate unsharded over the micro-batches, as the other weights')
         exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm, 1.0)) * ab
         weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
                                      p_exp * w_b)
-        grads = grads + np.where(zero >= 2, p_exp * g_b / exp_shard, p_exp * g_b)
+        grads = grads + np.where((zero >= 2) & ~fsdp_pp, p_exp * g_b / exp_shard, p_exp * g_b)
         optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
             / exp_shard
     grads = np.where(training, grads, 0.0)
