@@ -416,8 +416,18 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         paths = tuple({k: f"{key}.zip.{k}[{i}]" for k in cols} for i in range(n))
         return _distinct_points(GridAxis(name, points, tuple(float(i) for i in range(n)),
                                          paths), source, f"{key}.zip")
-    values = _values(raw, source, key, integer=(name == "nvlink_domain"),
-                     maximum=MAX_NVLINK_DOMAIN)
+    one_table = (isinstance(raw, Mapping) and not {"from", "to"} & set(raw)
+                 and (override_field(name) or "").endswith("_flops_per_s"))
+    values = [raw] if one_table else _values(raw, source, key, integer=(name == "nvlink_domain"),
+                                             maximum=MAX_NVLINK_DOMAIN)
+    table = next((i for i, v in enumerate(values) if isinstance(v, Mapping)), None)
+    if table is not None:
+        # (a plain axis is labelled by its values; a table would be labelled by its position,
+        # matrix_tflops=1, which sweep show, the plots and sweep predict read as 1 TFLOP/s)
+        where = f"{key}[{table}]" if isinstance(raw, list) else key
+        raise _fail(source, where, f"a per-precision table cannot label a plain axis; give the "
+                                   f"tables as a zip axis of a name of its own: e.g. compute: "
+                                   f"{{zip: {{{name}: [...]}}}}")
     # the value itself where it is a number, in SI where it is a string with a unit under
     # a canonical quantity key ("3.35 TB/s" -> 3.35e12), else its position (values are
     # validated with the overrides)
