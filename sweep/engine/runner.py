@@ -210,6 +210,25 @@ def _complete_run_of(out: Path, text: str) -> bool:
         return False
 
 
+def _parts_complete(parts: list[Path], plan: Plan, text: str) -> bool:
+    """Whether ``parts``, every one written for the resolved spec ``text`` and readable,
+    hold every unit of ``plan`` searched to its end (nothing is moved or changed)."""
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    done = []
+    for p in parts:
+        try:
+            attrs, units, _ = read_part(p)
+            if attrs.get("spec_sha256") != sha:
+                return False
+            check_segments(plan.units, units, p)
+        except SweepError:  # damaged or foreign: --resume deals with it, and says so
+            return False
+        done.append(units)
+    progress, _ = unit_progress(plan.units, np.concatenate(done) if done else
+                                np.zeros(0, DONE_DTYPE))
+    return bool(np.all(progress >= plan.units["stop"] - plan.units["start"]))
+
+
 def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: Path,
                     resume: bool) -> tuple[str, str, np.ndarray, list[str], bool, bool, bool]:
     """The part of :func:`_prepare` done holding the folder lock."""
@@ -246,6 +265,14 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                              f"this run started; continue it as it started with sweep run "
                              f"{stored} --out {out} --resume, use another --out, or --force "
                              f"to start over")
+        if not resume and not (out / RESULTS_NAME).exists() and _parts_complete(parts, plan,
+                                                                                text):
+            # the same spec run to the end without its reduction (--no-reduce): nothing to
+            # search, so nothing to continue by mistake; reduced (unless --no-reduce again)
+            resume = True
+            warnings.append(f"{out} already holds a complete run of this spec, not reduced: "
+                            + ("reducing it" if options.reduce else "nothing to do")
+                            + " (--force computes it again)")
         if not resume:
             raise StoreError(f"{out} holds an earlier run; continue it with --resume or "
                              f"start over with --force")

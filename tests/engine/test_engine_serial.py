@@ -17,6 +17,7 @@ from sweep.cli import main
 from sweep.engine.parallel import SerialComm
 from sweep.engine.reduce import reduce_run
 from sweep.engine.runner import Interrupted, RunOptions, run_sweep
+from sweep.engine.store import write_part
 from sweep.errors import StoreError, SweepError
 from sweep.model.search import search_case
 from tests.conftest import DATA, REPO
@@ -456,6 +457,40 @@ def test_running_a_finished_spec_again_shows_its_results(finished, tmp_path):
     (again / "spec.yaml").write_text((again / "spec.yaml").read_text() + "# edited\n")
     with pytest.raises(StoreError, match="changed since this run started|holds an earlier"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again))
+
+
+def test_a_complete_unreduced_run_run_again_is_reduced(finished, tmp_path):
+    """A run finished with --no-reduce, run again without --resume: every unit is done, so
+    there is nothing to continue by mistake; it is reduced (was refused: 'holds an earlier
+    run'), and with --no-reduce again nothing is done. A part file short of a unit is still
+    refused."""
+    out, _ = finished
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    (again / "sweep.h5").unlink()
+    said = []
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, reduce=False,
+                                                        warn=said.append))
+    assert summary.evaluated == 0 and summary.reduced is None
+    assert not (again / "sweep.h5").exists()
+    assert said == [f"{again} already holds a complete run of this spec, not reduced: "
+                    f"nothing to do (--force computes it again)"]
+    said.clear()
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, warn=said.append))
+    assert summary.evaluated == 0 and summary.reduced.complete
+    assert said == [f"{again} already holds a complete run of this spec, not reduced: "
+                    f"reducing it (--force computes it again)"]
+    assert _same_tables(again / "sweep.h5", out / "sweep.h5")
+    # one unit short: an unfinished run, refused without --resume as before
+    short = tmp_path / "short"
+    shutil.copytree(out, short)
+    (short / "sweep.h5").unlink()
+    with h5py.File(short / "part-00000.h5", "r") as f:
+        attrs, units, top = dict(f.attrs), f["units"][:], f["top"][:]
+    (short / "part-00000.h5").unlink()
+    write_part(short / "part-00000.h5", attrs, units[1:], top)
+    with pytest.raises(StoreError, match="holds an earlier run; continue it with --resume"):
+        run_sweep(SMALL, SerialComm(), RunOptions(out_dir=short))
 
 
 def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypatch):
