@@ -254,7 +254,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          max_memory=args.max_memory,
                          progress=_Progress() if not args.quiet else None,
                          warn=lambda w: print(f"sweep run: warning: {' '.join(w.split())}",
-                                              file=sys.stderr, flush=True))
+                                              file=sys.stderr, flush=True),
+                         notice=(lambda n: print(f"sweep run: {n}", file=sys.stderr,
+                                                 flush=True)) if not args.quiet else None)
     args._rank = comm.rank
     if args.force and args.resume:  # (every rank the same; force won, silently)
         raise SweepError("--force and --resume: choose one (--force discards the earlier run, "

@@ -42,6 +42,7 @@ import numpy as np
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
 from ..model.schema import RESULT_DTYPE, Reason, concat_records
+from ..model.cost import fuse
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .catalog import load_checked
@@ -112,6 +113,7 @@ class RunOptions:
     max_variants: int = DEFAULT_MAX_VARIANTS  # refuse specs with more hardware variants
     overrides: tuple[str, ...] = ()  # KEY=VALUE items applied to the spec (sweep run --set)
     warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
+    notice: Callable[[str], None] | None = None  # rank 0: what the run is doing (compiling)
     max_memory: float | None = None  # bytes: refuse a run estimated to need more on a rank
 
 
@@ -759,6 +761,12 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
     # a slow rank for the test of the shared tail ("RANK:SECONDS": it sleeps before each group)
     slow_rank, _, slow_s = os.environ.get("SWEEP_TEST_SLOW_RANK", "").partition(":")
+    if comm.rank == 0 and options.notice is not None and len(pending) and \
+            not fuse.compiled_here():
+        # (numba compiles the loops before the first block is done: no progress line for a
+        # minute otherwise)
+        options.notice(f"compiling the model's loops for this machine ({fuse.cache_dir()}): "
+                       f"the first run of this version of sweep starts a minute or two later")
     with _StopFlag() as stop:
         sent = False
 

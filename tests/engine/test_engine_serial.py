@@ -618,3 +618,38 @@ def test_a_job_file_beside_the_spec_runs_and_resumes_from_anywhere(tmp_path, mon
                                                                          resume=True))
     assert again.evaluated == 0
 
+
+
+def test_a_first_run_says_it_compiles(monkeypatch, tmp_path, capsys):
+    """Numba compiles the loops before the first block is done (a minute or two, once per
+    machine and version), which printed nothing: rank 0 now says so before it searches; not
+    once they are compiled, nor with nothing to search, nor under --quiet."""
+    from sweep.model.cost import fuse
+
+    monkeypatch.setattr(fuse, "compiled_here", lambda: False)
+    said = []
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", notice=said.append))
+    assert len(said) == 1 and said[0].startswith("compiling the model's loops for this machine")
+    said.clear()  # a complete run shown again: nothing to search
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", notice=said.append))
+    assert said == []
+    assert main(["run", "--serial", SMALL, "--out", str(tmp_path / "b"), "--limit", "1"]) == 0
+    assert "sweep run: compiling the model's loops" in capsys.readouterr().err
+    assert main(["run", "--serial", SMALL, "--out", str(tmp_path / "c"), "--quiet"]) == 0
+    assert "compiling" not in capsys.readouterr().err
+    monkeypatch.setattr(fuse, "compiled_here", lambda: True)
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "d", notice=said.append))
+    assert said == []
+
+
+def test_compiled_here_reads_the_kept_traces(monkeypatch, tmp_path):
+    from sweep.model.cost import fuse
+
+    monkeypatch.setenv("SWEEP_TRACE_DIR", str(tmp_path))
+    monkeypatch.setattr(fuse, "enabled", lambda: True)
+    assert not fuse.compiled_here()
+    (tmp_path / fuse._model_fingerprint()).mkdir()
+    assert fuse.compiled_here()
+    monkeypatch.setattr(fuse, "enabled", lambda: False)
+    (tmp_path / fuse._model_fingerprint()).rmdir()
+    assert fuse.compiled_here()  # (nothing to compile)
