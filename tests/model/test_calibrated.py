@@ -100,6 +100,31 @@ def test_gemm_memory_bound_shape_is_the_operand_traffic():
     assert t == pytest.approx(2 * (8192 + 8192**2 + 8192) / 0.5e12, rel=1e-12)
 
 
+def test_a_low_precision_gemm_reads_its_quantized_operands():
+    """The roofline of an fp8 / MXFP8 / NVFP4 GEMM reads its two quantized inputs (values
+    and block scales) and writes its 16-bit output: the memory-bound (1 x 8192)(8192 x 8192)
+    reads 64 MiB of fp8 weights, not 128 MiB. (Every operand was priced at 2 bytes.)"""
+    for dtype, per_element in (("bf16", 2.0), ("fp8", 1.0), ("mxfp8", 1.0 + 1 / 32),
+                               ("nvfp4", 0.5 + 1 / 16)):
+        hw = dataclasses.replace(TOY, matrix_flops_per_s={**TOY.matrix_flops_per_s,
+                                                          "fp4": 400e12})
+        x = ctx(dataclasses.replace(TINY, dtype=dtype), hw)
+        assert x["gemm_operand_bytes"] == per_element
+        # (a peak high enough that the math, 1 row of a 128-row tile, takes no time)
+        t = gemm_s(1, 8192, 8192, x, 1e17, 0.5, operand_bytes=x["gemm_operand_bytes"])
+        assert t == pytest.approx((per_element * (8192 + 8192**2) + 2 * 8192) / 0.5e12,
+                                  rel=1e-9), dtype
+    # in a layer: memory-bound fp8 GEMMs (one token a micro-batch, slow memory) are faster
+    one_token = dataclasses.replace(TINY, seq_len=1, global_batch=1, dtype="fp8")
+    x = ctx(one_token, hbm_eff=0.001)
+    fp8_lay = calibrated._layer(x, cand(), calibrated._layout(x, cand()))
+    x16 = dict(x, gemm_operand_bytes=2.0)
+    as16 = calibrated._layer(x16, cand(), calibrated._layout(x16, cand()))
+    for part in ("gemm_f_each", "gemm_b_each"):
+        assert all(float(np.ravel(a)[0]) < float(np.ravel(b)[0])
+                   for a, b in zip(fp8_lay[part], as16[part])), part
+
+
 def test_flash_attention_forward_and_backward():
     x = ctx()
     # 8 heads x 10 query blocks = 80 thread blocks on 100 SMs; causal halves the FLOPs

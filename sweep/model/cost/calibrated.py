@@ -270,6 +270,10 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # hardware
         "peak16_flops_per_s": peak16,
         "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
+        # what a low-precision GEMM reads of each input: one quantized copy with its scales
+        # (the operands of the job's GEMM format; 16/32-bit jobs: the activations' width)
+        "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + SCALE_BYTES[job.dtype] if fp8
+                               else (4.0 if job.dtype == "fp32" else 2.0)),
         # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
         # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
         # cublasGemmStridedBatchedEx with compute type CUDA_R_32F)
@@ -346,9 +350,10 @@ def _summa_gemm(M, N, K, x, c, peak, eff, nb, t, t2):
     (broadcast and reduce of each operand). Returns (fwd compute, bwd compute, fwd exposed
     comm, bwd exposed comm) with M the local tokens."""
     ab = x["act_bytes"]
-    comp_f = nb * gemm_s(M, N / t, K / nb, x, peak, eff)
-    comp_b = nb * (gemm_s(M, K / t, N / nb, x, peak, eff)
-                   + gemm_s(K / t2, N / t, M * t2 / nb, x, peak, eff))
+    ob = x["gemm_operand_bytes"]
+    comp_f = nb * gemm_s(M, N / t, K / nb, x, peak, eff, operand_bytes=ob)
+    comp_b = nb * (gemm_s(M, K / t, N / nb, x, peak, eff, operand_bytes=ob)
+                   + gemm_s(K / t2, N / t, M * t2 / nb, x, peak, eff, operand_bytes=ob))
     tau = (collective_s("broadcast", M * K / nb * ab, t, c["nv_tp"], x)
            + collective_s("broadcast", K / nb * N / t * ab, t2, c["nv_tp2"], x))
     exp_f = tau + np.maximum(nb * tau - comp_f, 0.0)
@@ -377,17 +382,18 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     # (an array, so that ~ negates it: on a Python bool ~True is -2, which np.where takes
     # as true, and costed both query projections in a scalar context)
     q_compressed = as_array(qr) > 0
+    ob = x["gemm_operand_bytes"]
     shapes = [(Ta, np.maximum(qr, 1.0), e), (T, H * d_qk / t, np.maximum(qr, 1.0)),
               (T, H * d_qk / t, e), (Ta, kvr + dr, e), (T, H * (d_qk - dr + d_v) / t, kvr)]
     use = [q_compressed, q_compressed, ~q_compressed, True, True]
-    fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff), 0.0)
+    fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff, operand_bytes=ob), 0.0)
               for u, (M, N, K) in zip(use, shapes))
-    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff) + gemm_s(K, N, M, x, peak, eff), 0.0)
+    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff, operand_bytes=ob) + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob), 0.0)
               for u, (M, N, K) in zip(use, shapes))
     flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
-    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff), gemm_s(*shapes[2], x, peak,
-                                                                           eff)) \
-        + gemm_s(*shapes[4], x, peak, eff)
+    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob), gemm_s(*shapes[2], x, peak,
+                                                                           eff, operand_bytes=ob)) \
+        + gemm_s(*shapes[4], x, peak, eff, operand_bytes=ob)
     return fwd, bwd, flops, up
 
 
@@ -421,9 +427,12 @@ def _layer(x, c, lay):
         # Megatron TP sharding (N21 section 2.3): column-parallel QKV and up, row-parallel
         # output and down projections
         shapes = [(T, w_qkv / t, e), (T, e, w_o / t), (T, f_up / t, e), (T, e, f / t)]
-        gemm_each = [gemm_s(M, N, K, x, peak_lin, eff) for M, N, K in shapes]
+        ob = x["gemm_operand_bytes"]
+        gemm_each = [gemm_s(M, N, K, x, peak_lin, eff, operand_bytes=ob)
+                     for M, N, K in shapes]
         # backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N)
-        gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff) + gemm_s(K, N, M, x, peak_lin, eff)
+        gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff, operand_bytes=ob)
+                       + gemm_s(K, N, M, x, peak_lin, eff, operand_bytes=ob)
                        for M, N, K in shapes]
         flops_each = [2.0 * M * N * K for M, N, K in shapes]
         mla_up_f = 0.0

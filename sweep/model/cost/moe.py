@@ -172,9 +172,11 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     # the dispatch has synchronised the token counts to the host (m_splits as a list), so
     # that host time per expert (expert_us) adds to the GEMMs rather than hiding behind them
     host = local * x["expert_s"]
-    gemm_f = sum(gemm_s(m, n, kk, x, peak, eff, local) + host for m, n, kk in shapes)
-    gemm_b = sum(gemm_s(m, kk, n, x, peak, eff, local) + gemm_s(kk, n, m, x, peak, eff, local)
-                 + 2.0 * host for m, n, kk in shapes)
+    ob = x["gemm_operand_bytes"]
+    gemm_f = sum(gemm_s(m, n, kk, x, peak, eff, local, ob) + host for m, n, kk in shapes)
+    gemm_b = sum(gemm_s(m, kk, n, x, peak, eff, local, ob)
+                 + gemm_s(kk, n, m, x, peak, eff, local, ob) + 2.0 * host
+                 for m, n, kk in shapes)
     gemm_flops = 2.0 * rows * e * (w1 + w2)
     # SwiGLU / GELU and the probability multiply (fused), plus low-precision casts of the two
     # GEMM inputs
