@@ -61,11 +61,11 @@ def _label(text: str, flag: str) -> tuple[str, dict]:
     """(name, overrides) of a job or hardware label as ``sweep show`` prints a spec's cases,
     ``name[key=value,...]`` (a job's field overrides, or a hardware grid point in the spec's
     units); (text, {}) for a plain name or YAML path."""
-    m = re.fullmatch(r"([^\[\]]+)\[([^\[\]]*)\]", text.strip())
+    m = re.fullmatch(r"([^\[\]]+)\[(.*)\]", text.strip(), flags=re.DOTALL)
     if not m:
         return text, {}
     overrides = {}
-    for item in filter(None, (x.strip() for x in m.group(2).split(","))):
+    for item in filter(None, (x.strip() for x in _top_level_items(m.group(2)))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise SweepError(f"{flag}: {item!r} in {text!r} is not key=value")
@@ -74,6 +74,21 @@ def _label(text: str, flag: str) -> tuple[str, dict]:
         except yaml.YAMLError:
             raise SweepError(f"{flag}: {key.strip()}: {value!r} is not a YAML value") from None
     return m.group(1).strip(), overrides
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``text`` split at its commas outside YAML flow collections: a value may be a
+    per-precision table, ``matrix_tflops={bf16: 2500, fp8: 5000}``."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return items + [text[start:]]
 
 
 def _hardware_label_values(overrides: dict, text: str) -> dict:
@@ -89,7 +104,9 @@ def _hardware_label_values(overrides: dict, text: str) -> dict:
             raise SweepError(f"--hardware: {key} in {text!r} is not a hardware parameter: a "
                              f"zip or interpolate axis of a spec is labelled by its point's "
                              f"number, not its values; give the values it sets instead, as "
-                             f"name[key=value,...], or the point as a hardware YAML file")
+                             f"name[key=value,...] (a per-precision peak as "
+                             f"matrix_tflops={{bf16: 2500, fp8: 5000}}), or the point as a "
+                             f"hardware YAML file")
         dim = quantity_dimension(key)
         if dim and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = f"{value!r} {si[dim]}"

@@ -31,6 +31,7 @@ import hashlib
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,8 +42,8 @@ import numpy as np
 
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
-from ..model.schema import RESULT_DTYPE, Reason, concat_records
 from ..model.cost import fuse
+from ..model.schema import RESULT_DTYPE, Reason, concat_records
 from ..model.search import DEFAULT_BLOCK, search_cases, search_range
 from ..model.topn import merge_top_n
 from .catalog import load_checked
@@ -79,6 +80,7 @@ from .store import (
     part_path,
     part_worker,
     read_part,
+    read_part_done,
     read_results_attrs,
     remove_temporaries,
     write_part,
@@ -115,6 +117,46 @@ class RunOptions:
     warn: Callable[[str], None] | None = None  # rank 0: called with warnings (corrupt parts)
     notice: Callable[[str], None] | None = None  # rank 0: what the run is doing (compiling)
     max_memory: float | None = None  # bytes: refuse a run estimated to need more on a rank
+
+
+#: seconds rank 0 waits for its first block (or the memory estimate's warm-up) before
+#: saying why it has not got there: numba compiling the model's loops
+STARTUP_NOTICE_S = 10.0
+
+
+class _StartupNotice:
+    """Rank 0's one notice that the search has not started yet because numba is compiling
+    the model's loops (a minute or two, on a machine's first run of a kind of job and
+    hardware): a timer thread that only prints, armed while such compiling can happen (the
+    first block, the memory estimate's warm-up) and stopped once that is done."""
+
+    def __init__(self, notice: Callable[[str], None] | None) -> None:
+        self.notice = notice if self.compiles() else None
+        self.timer: threading.Timer | None = None
+        self.fired = False
+
+    @staticmethod
+    def compiles() -> bool:
+        """Whether the model runs as compiled loops (else numpy: nothing compiles)."""
+        return fuse.enabled()
+
+    def arm(self) -> None:
+        if self.notice is None or self.fired or self.timer is not None:
+            return
+        self.timer = threading.Timer(STARTUP_NOTICE_S, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        self.notice(f"nothing searched yet after {STARTUP_NOTICE_S:.0f} s: numba is compiling "
+                    f"the model's loops (once per machine for each kind of job and hardware, "
+                    f"a minute or two; kept in {fuse.cache_dir() / 'fused'})")
 
 
 @dataclass
@@ -172,7 +214,12 @@ def _prepare(spec_path: str, options: RunOptions, size: int
             largest = int(np.argmax(plan.cases.candidates))
             warm = [int(np.flatnonzero(plan.units["case_id"] == largest)[0])]
             warm += np.flatnonzero(batched_units(plan))[:1].tolist()
-            startup_bytes = sum(warm_up(plan, cache, plan.units[i])[1] for i in set(warm))
+            notice = _StartupNotice(options.notice)
+            notice.arm()
+            try:
+                startup_bytes = sum(warm_up(plan, cache, plan.units[i])[1] for i in set(warm))
+            finally:
+                notice.disarm()
         refuse_over(estimate_memory(plan, size, base, plan_bytes,
                                     measure_working_set(plan, cache), mpi_bytes=0.0,
                                     startup_bytes=startup_bytes), options.max_memory)
@@ -219,8 +266,11 @@ def _parts_complete(parts: list[Path], plan: Plan, text: str) -> bool:
     done = []
     for p in parts:
         try:
-            attrs, units, _ = read_part(p)
-            if attrs.get("spec_sha256") != sha:
+            attrs, units = read_part_done(p)  # (not the top-N tables: the reduction reads them)
+            # (a rank that stopped on a signal left its part unfinished, not sealed: a run to
+            # continue; its finished cases' sealed parts say complete=False too)
+            if attrs.get("spec_sha256") != sha or not (attrs.get("complete")
+                                                       or attrs.get("sealed")):
                 return False
             check_segments(plan.units, units, p)
         except SweepError:  # damaged or foreign: --resume deals with it, and says so
@@ -267,10 +317,10 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                              f"this run started; continue it as it started with sweep run "
                              f"{stored} --out {out} --resume, use another --out, or --force "
                              f"to start over")
-        if not resume and not (out / RESULTS_NAME).exists() and _parts_complete(parts, plan,
-                                                                                text):
-            # the same spec run to the end without its reduction (--no-reduce): nothing to
-            # search, so nothing to continue by mistake; reduced (unless --no-reduce again)
+        if not resume and _parts_complete(parts, plan, text):
+            # the same spec run to the end without its reduction (--no-reduce, or shards
+            # reduced with --partial before the last one ended): nothing to search, so nothing
+            # to continue by mistake; reduced (unless --no-reduce again)
             resume = True
             warnings.append(f"{out} already holds a complete run of this spec, not reduced: "
                             + ("reducing it" if options.reduce else "nothing to do")
@@ -761,12 +811,9 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     fail_rank = os.environ.get("SWEEP_TEST_FAIL_RANK")
     # a slow rank for the test of the shared tail ("RANK:SECONDS": it sleeps before each group)
     slow_rank, _, slow_s = os.environ.get("SWEEP_TEST_SLOW_RANK", "").partition(":")
-    if comm.rank == 0 and options.notice is not None and len(pending) and \
-            not fuse.compiled_here():
-        # (numba compiles the loops before the first block is done: no progress line for a
-        # minute otherwise)
-        options.notice(f"compiling the model's loops for this machine ({fuse.cache_dir()}): "
-                       f"the first run of this version of sweep starts a minute or two later")
+    # (numba compiles the loops before the first block is done: no progress line for a
+    # minute or two otherwise)
+    startup = _StartupNotice(options.notice if comm.rank == 0 else None)
     with _StopFlag() as stop:
         sent = False
 
@@ -780,6 +827,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             return stop.signal or comm.poll_stop()
 
         def yield_after(n: int) -> bool:  # between blocks: progress, stop, checkpoint
+            startup.disarm()
             share.serve()
             tracker.update(evaluated + n, final=False)
             return bool(halted()) or time.monotonic() - last_flush >= options.checkpoint_s
@@ -806,6 +854,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                                            first.strategy, first.n_gpus, cache.of(first),
                                            spec.top_n, options.block_size)
                     dt = time.perf_counter() - t0
+                    startup.disarm()
                     busy += dt
                     for u, result in zip(batch, results):
                         evaluated += result.evaluated
@@ -824,6 +873,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                                           position, int(unit["stop"]), spec.top_n,
                                           options.block_size, yield_after)
                     dt = time.perf_counter() - t0
+                    startup.disarm()
                     busy += dt
                     evaluated += result.evaluated
                     state.add(unit, position, result, dt, worker)
@@ -834,7 +884,12 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                     return True
             return False
 
-        if not search(mine):
+        startup.arm()
+        try:
+            stopped_early = search(mine)
+        finally:
+            startup.disarm()
+        if not stopped_early:
             # the shared tail: a piece at a time, while rank 0 has any left
             while (units_now := share.take(halted)) is not None:
                 state.take(units_now)

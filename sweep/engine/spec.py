@@ -416,11 +416,15 @@ def _parse_axis(name: str, raw: Any, source: str, key: str, near, bases, resolve
         paths = tuple({k: f"{key}.zip.{k}[{i}]" for k in cols} for i in range(n))
         return _distinct_points(GridAxis(name, points, tuple(float(i) for i in range(n)),
                                          paths), source, f"{key}.zip")
-    one_table = (isinstance(raw, Mapping) and not {"from", "to"} & set(raw)
-                 and (override_field(name) or "").endswith("_flops_per_s"))
+    # (a FLOP peak's value may be a per-precision table; a mapping of none of a range's keys
+    # under such a key is one, not a range)
+    peaks = (override_field(name) or "").endswith("_flops_per_s")
+    one_table = (peaks and isinstance(raw, Mapping) and raw
+                 and not {"from", "to", "factor", "step", "points"} & set(raw))
     values = [raw] if one_table else _values(raw, source, key, integer=(name == "nvlink_domain"),
                                              maximum=MAX_NVLINK_DOMAIN)
-    table = next((i for i, v in enumerate(values) if isinstance(v, Mapping)), None)
+    table = next((i for i, v in enumerate(values) if isinstance(v, Mapping)), None) \
+        if peaks else None
     if table is not None:
         # (a plain axis is labelled by its values; a table would be labelled by its position,
         # matrix_tflops=1, which sweep show, the plots and sweep predict read as 1 TFLOP/s)

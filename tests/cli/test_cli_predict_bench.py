@@ -179,6 +179,19 @@ def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
     by_file = json.loads(run(capsys, "predict", "--job", str(job), "--hardware", str(hw),
                              *config)[1])
     assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
+    # a per-precision peak table in a label (what a zip axis of tables sets): the commas
+    # inside it do not split the label (it was cut at the first: 'not a YAML value')
+    hw = tmp_path / "g7.yaml"
+    hw.write_text((tmp_path / "g.yaml").read_text().replace(
+        "\nmatrix_tflops: {bf16: 2500, fp16: 2500, fp8: 5000,",
+        "\nmatrix_tflops: {bf16: 2000, fp16: 2500, fp8: 7000,"))
+    assert "bf16: 2000, fp16: 2500, fp8: 7000," in hw.read_text()
+    by_label = json.loads(run(capsys, "predict", "--job", "qwen3_30b_a3b[dtype=mxfp8]",
+                              "--hardware", "GB200-NVL72[nvlink_domain=8,matrix_tflops={bf16: "
+                              "2000, fp8: 7000}]", *config)[1])
+    by_file = json.loads(run(capsys, "predict", "--job", str(job), "--hardware", str(hw),
+                             *config)[1])
+    assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
     for argv, message in (
             (["--job", "qwen3_30b_a3b[dtype=mxfp9]"], "--job: dtype: expected one of"),
             (["--job", "qwen3_30b_a3b[dtype]"], ("--job: 'dtype' in 'qwen3_30b_a3b[dtype]' is "

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import time
 
 import h5py
 import numpy as np
@@ -473,13 +474,13 @@ def test_a_complete_unreduced_run_run_again_is_reduced(finished, tmp_path):
                                                         warn=said.append))
     assert summary.evaluated == 0 and summary.reduced is None
     assert not (again / "sweep.h5").exists()
-    assert said == [f"{again} already holds a complete run of this spec, not reduced: "
-                    f"nothing to do (--force computes it again)"]
+    assert said == [(f"{again} already holds a complete run of this spec, not reduced: "
+                     f"nothing to do (--force computes it again)")]
     said.clear()
     summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=again, warn=said.append))
     assert summary.evaluated == 0 and summary.reduced.complete
-    assert said == [f"{again} already holds a complete run of this spec, not reduced: "
-                    f"reducing it (--force computes it again)"]
+    assert said == [(f"{again} already holds a complete run of this spec, not reduced: "
+                     f"reducing it (--force computes it again)")]
     assert _same_tables(again / "sweep.h5", out / "sweep.h5")
     # one unit short: an unfinished run, refused without --resume as before
     short = tmp_path / "short"
@@ -491,6 +492,14 @@ def test_a_complete_unreduced_run_run_again_is_reduced(finished, tmp_path):
     write_part(short / "part-00000.h5", attrs, units[1:], top)
     with pytest.raises(StoreError, match="holds an earlier run; continue it with --resume"):
         run_sweep(SMALL, SerialComm(), RunOptions(out_dir=short))
+    # reduced with --partial meanwhile, then finished (as shards are): reduced all the same
+    assert not reduce_run(short, partial=True).complete
+    (short / "part-00000.h5").unlink()
+    write_part(short / "part-00000.h5", attrs, units, top)
+    said.clear()
+    summary = run_sweep(SMALL, SerialComm(), RunOptions(out_dir=short, warn=said.append))
+    assert summary.evaluated == 0 and summary.reduced.complete and len(said) == 1
+    assert _same_tables(short / "sweep.h5", out / "sweep.h5")
 
 
 def test_bounded_memory_paths_give_the_same_tables(finished, tmp_path, monkeypatch):
@@ -620,36 +629,53 @@ def test_a_job_file_beside_the_spec_runs_and_resumes_from_anywhere(tmp_path, mon
 
 
 
-def test_a_first_run_says_it_compiles(monkeypatch, tmp_path, capsys):
-    """Numba compiles the loops before the first block is done (a minute or two, once per
-    machine and version), which printed nothing: rank 0 now says so before it searches; not
-    once they are compiled, nor with nothing to search, nor under --quiet."""
-    from sweep.model.cost import fuse
+def _slow_first_block(monkeypatch, runner, seconds=0.3):
+    """The first search call of each run (of the runner) takes ``seconds`` longer, as a
+    first block that compiles does."""
+    for name in ("search_range", "search_cases"):
+        real = getattr(runner, name)
 
-    monkeypatch.setattr(fuse, "compiled_here", lambda: False)
+        def slow(*args, _real=real, **kw):
+            if not calls:
+                time.sleep(seconds)
+            calls.append(1)
+            return _real(*args, **kw)
+        monkeypatch.setattr(runner, name, slow)
+    calls: list = []
+    return calls
+
+
+def test_a_slow_start_says_it_compiles(monkeypatch, tmp_path, capsys):
+    """Numba compiles the loops before the first block is done (a minute or two, once per
+    machine for each kind of job), which printed nothing: rank 0 says so once when its
+    first block is not done STARTUP_NOTICE_S after the search starts; not when it is, nor
+    with nothing to search, nor under --quiet, nor with numpy. (A slow first block stands
+    in for the compiling.)"""
+    from sweep.engine import runner
+
+    monkeypatch.setattr(runner, "STARTUP_NOTICE_S", 0.05)
+    calls = _slow_first_block(monkeypatch, runner)
+    # (the suite evaluates with numpy, SWEEP_FUSE=0: as if the loops were compiled)
+    monkeypatch.setattr(runner._StartupNotice, "compiles", staticmethod(lambda: True))
     said = []
     run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", notice=said.append))
-    assert len(said) == 1 and said[0].startswith("compiling the model's loops for this machine")
+    assert len(said) == 1 and said[0].startswith("nothing searched yet after 0 s: numba is "
+                                                 "compiling the model's loops")
     said.clear()  # a complete run shown again: nothing to search
     run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "a", notice=said.append))
     assert said == []
+    calls.clear()
     assert main(["run", "--serial", SMALL, "--out", str(tmp_path / "b"), "--limit", "1"]) == 0
-    assert "sweep run: compiling the model's loops" in capsys.readouterr().err
+    assert "sweep run: nothing searched yet" in capsys.readouterr().err
+    calls.clear()
     assert main(["run", "--serial", SMALL, "--out", str(tmp_path / "c"), "--quiet"]) == 0
-    assert "compiling" not in capsys.readouterr().err
-    monkeypatch.setattr(fuse, "compiled_here", lambda: True)
+    assert "nothing searched yet" not in capsys.readouterr().err
+    calls.append(1)  # (no slow first block)
+    monkeypatch.setattr(runner, "STARTUP_NOTICE_S", 5.0)  # (blocks here take milliseconds)
     run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "d", notice=said.append))
     assert said == []
-
-
-def test_compiled_here_reads_the_kept_traces(monkeypatch, tmp_path):
-    from sweep.model.cost import fuse
-
-    monkeypatch.setenv("SWEEP_TRACE_DIR", str(tmp_path))
-    monkeypatch.setattr(fuse, "enabled", lambda: True)
-    assert not fuse.compiled_here()
-    (tmp_path / fuse._model_fingerprint()).mkdir()
-    assert fuse.compiled_here()
-    monkeypatch.setattr(fuse, "enabled", lambda: False)
-    (tmp_path / fuse._model_fingerprint()).rmdir()
-    assert fuse.compiled_here()  # (nothing to compile)
+    monkeypatch.undo()  # numpy (the suite's SWEEP_FUSE=0): nothing compiles, nothing to say
+    monkeypatch.setattr(runner, "STARTUP_NOTICE_S", 0.05)
+    _slow_first_block(monkeypatch, runner)
+    run_sweep(SMALL, SerialComm(), RunOptions(out_dir=tmp_path / "e", notice=said.append))
+    assert said == []

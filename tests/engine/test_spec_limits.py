@@ -303,6 +303,8 @@ def test_unit_regex_is_linear_and_anchored():
      "hbm_GBps[0]: expected a finite number, got an integer of 401 digits"),
     ({"hardware": grid(hbm_GBps=[1e300])}, "hbm_GBps[0]: 1e+300 is out of range"),
     ({"hardware": grid(matrix_tflops=[float("nan")])}, "matrix_tflops[0]: expected a finite"),
+    ({"hardware": grid(hbm_GBps=[{"bf16": 900}])}, "hbm_GBps[0]: expected a positive number"),
+    ({"hardware": grid(matrix_tflops={"points": 3})}, "a range needs 'from' and 'to'"),
     ({"hardware": grid(c={"zip": {"matrix_tflops": [{"bf16": float("inf")}]}})},
      "c.zip.matrix_tflops[0].bf16: expected a finite number"),
     ({"hardware": grid(nics_per_gpu=[float("inf")])}, "nics_per_gpu[0]: expected a finite"),

@@ -96,13 +96,6 @@ def enabled() -> bool:
         and available()
 
 
-def compiled_here() -> bool:
-    """Whether this version of sweep.model has run its compiled loops on this machine
-    before (its traces are kept: its loops were compiled then, and load from numba's cache);
-    True when fused evaluation is off (nothing to compile)."""
-    return not enabled() or (trace_dir() / _model_fingerprint()).is_dir()
-
-
 def cache_dir() -> Path:
     """Where generated kernels and numba's compiled code are kept."""
     if os.environ.get("SWEEP_CACHE_DIR"):
