@@ -185,14 +185,18 @@ class _CasesTable:
         types |= {"complete": "?", "best_samples_per_s": "f8"}
         self.columns = columns
         self.dtype = np.dtype([(k, types[k]) for k in columns])
-        # hardware columns by the Hardware field they come from: each looked up per
-        # combination of the axes that set that field, not built per variant
-        by_field: dict[str, list[str]] = {}
+        # hardware columns by the axes that set the Hardware field they come from: looked
+        # up once per combination of those axes (one record of each), not built per variant
+        by_setters: dict[tuple, tuple[set[str], list[str]]] = {}
         for k in self.hw_keys:
-            by_field.setdefault(_field_of(k), []).append(k)
+            field = _field_of(k)
+            fields, keys = by_setters.setdefault(variants.setters(frozenset({field})),
+                                                 (set(), []))
+            fields.add(field)
+            keys.append(k)
         self.hw_tables = []
-        for field, keys in by_field.items():
-            found = variants.lookup(frozenset({field}), lambda hw, keys=keys: [
+        for fields, keys in by_setters.values():
+            found = variants.lookup(frozenset(fields), lambda hw, keys=keys: [
                 hw.record().get(k, np.nan) for k in keys])
             self.hw_tables.append((keys, found, np.array(found.values, dtype=np.float64)))
 

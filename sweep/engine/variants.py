@@ -138,6 +138,12 @@ class Variants(Sequence[Variant]):
             keys |= set(self[first].hardware.record())
         return sorted(keys)
 
+    def setters(self, fields: frozenset[str]) -> tuple:
+        """Per (group, base) block, the axes that set any of ``fields``: fields with the same
+        setters can share one :meth:`lookup`."""
+        return tuple(tuple(d for d, ax in enumerate(group.axes) if _sets_any(ax, fields))
+                     for _, group, _, _ in self._blocks)
+
     def lookup(self, fields: frozenset[str], value) -> Lookup:
         """``value(hardware)`` of any variant, computed once per distinct combination of the
         grid axes that set any of ``fields`` (Hardware field names) rather than once per
