@@ -186,6 +186,9 @@ def _short_labels(best, sub, res: Results | None = None) -> list[str]:
         names = interpolated[k]
         if names and float(v).is_integer() and 0 <= int(v) < len(names):
             return names[int(v)]
+        dimension = quantity_dimension(k)  # (a quantity swept in SI: its unit, 4.8 TB/s)
+        if dimension is not None and not names:
+            return fmt.si(float(v), _SI_UNIT_TEXT[dimension])
         return f"{float(v):.3g}" if names else _tick_text([v])[0]
 
     swept = [json.loads(v) for v in sub["swept"]]
@@ -321,8 +324,9 @@ def _scaling(res: Results, opts: PlotOptions):
     best = best.copy()
     if best["n_gpus"].nunique() < 2:
         raise SweepError(f"{res.path}: scaling needs results at several GPU counts; this "
-                         f"selection has {int(best['n_gpus'].iloc[0])} only (try --kind "
-                         f"breakdown, heatmap or pareto)")
+                         f"selection has {int(best['n_gpus'].iloc[0])} only (--kind "
+                         f"breakdown and memory take any results; heatmap needs two swept "
+                         f"hardware axes)")
     best["value"] = (opts.tokens / best["tokens_per_s"] / 86400.0 if metric == "days"
                      else best[metric])
     faster_is_higher = metric in ("samples_per_s", "tokens_per_s")

@@ -46,6 +46,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if overrides:  # a point of a spec's grid, by its label
         hw = dataclasses.replace(apply_overrides(hw, overrides, "--hardware"),
                                  name=args.hardware.strip())
+    if args.nvlink_domain and args.nvlink_domain != hw.nvlink_domain and \
+            "nvlink_domain" in overrides:  # (the label would name a domain not used)
+        raise SweepError(f"--nvlink-domain {args.nvlink_domain} contradicts "
+                         f"nvlink_domain={hw.nvlink_domain} in --hardware {args.hardware!r}; "
+                         f"give one of them")
     if args.nvlink_domain:
         hw = dataclasses.replace(hw, nvlink_domain=args.nvlink_domain)
     config = parse_config(",".join(args.config))

@@ -53,11 +53,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     first = plan_s + estimate["startup_seconds"]  # (every rank, before it searches)
     on = ", ".join(f"{first + core_s / r:.3g} s on {r} rank{'s' if r > 1 else ''}"
                    for r in sorted({2, args.ranks, 64}))
+    from ..model.cost import fuse
+
+    startup = ("the compiled loops: compiled on a machine's first run, loaded from its cache "
+               "after" if fuse.enabled() else "numpy: fused evaluation off" + (
+                   "" if fuse.available() else ", numba not installed"))
     print(f"  {plan.total_candidates:,} candidates; {estimate['units_timed']} sampled work "
           f"units searched here at {rate:,.0f} per core-second: about {core_s:.3g} "
           f"core-seconds of search ({on}), after {plan_s:.2g} s of planning and "
-          f"{estimate['startup_seconds']:.2g} s of start-up on every rank (the compiled "
-          f"loops: compiled on a machine's first run, loaded from its cache after)")
+          f"{estimate['startup_seconds']:.2g} s of start-up on every rank ({startup})")
     gb = [fmt.gigabytes(x, ".3g") for x in (serial, memory["rank"], memory["rank0"])]
     print(f"  memory: about {gb[0]} on one rank (with the reduction); on {args.ranks} "
           f"rank{'s' if args.ranks > 1 else ''} "

@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from .. import __version__
 from ..errors import StoreError, SweepError, WorldError
@@ -259,6 +260,15 @@ def _complete_run_of(out: Path, text: str) -> bool:
         return False
 
 
+def _stored_name(stored: Path) -> str | None:
+    """The name of the spec a run folder's spec.yaml holds (None: unreadable)."""
+    try:
+        raw = load_checked(stored.read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return raw.get("name") if isinstance(raw, dict) else None
+
+
 def _parts_complete(parts: list[Path], plan: Plan, text: str) -> bool:
     """Whether ``parts``, every one written for the resolved spec ``text`` and readable,
     hold every unit of ``plan`` searched to its end (nothing is moved or changed)."""
@@ -313,8 +323,11 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
                             f"results (--force computes them again)")
         if stored.exists() and stored.read_text() != text:
             # (the folder's spec.yaml is the spec as the run resolved it: it continues it)
-            raise StoreError(f"{out}: the spec (or a job / hardware file it uses) changed since "
-                             f"this run started; continue it as it started with sweep run "
+            other = _stored_name(stored)
+            what = (f"holds a run of another spec ({other!r})" if other != plan.spec.name
+                    else "the spec (or a job / hardware file it uses) changed since this run "
+                         "started")
+            raise StoreError(f"{out}: {what}; continue that run as it started with sweep run "
                              f"{stored} --out {out} --resume, use another --out, or --force "
                              f"to start over")
         if not resume and _parts_complete(parts, plan, text):

@@ -879,3 +879,17 @@ def test_long_panel_titles_wrap_inside_their_panel():
     assert " ".join(lines) == title
     plot._panel_title(axes[1], "llama3_8b")
     assert axes[1].get_title() == "llama3_8b"
+
+
+def test_line_labels_of_a_quantity_axis_keep_its_unit():
+    """A quantity swept in SI (hbm_bandwidth: ['3.35 TB/s', ...]) labels its lines with its
+    unit: '4.8 T' lost the B/s (an outside test's finding); a key with the unit in its name
+    keeps its bare number."""
+    pd = pytest.importorskip("pandas")
+    from sweep.analysis import plot
+
+    best = pd.DataFrame({"swept": ['{"hbm_bandwidth": 3.35e12, "hbm_GBps": 3350}',
+                                   '{"hbm_bandwidth": 4.8e12, "hbm_GBps": 4800}'],
+                         "base": ["H100", "H100"], "hardware": ["a", "b"]})
+    assert plot._short_labels(best, best) == ["hbm_bandwidth=3.35 TB/s hbm_GBps=3350",
+                                              "hbm_bandwidth=4.8 TB/s hbm_GBps=4800"]

@@ -197,7 +197,10 @@ def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
             (["--job", "qwen3_30b_a3b[dtype]"], ("--job: 'dtype' in 'qwen3_30b_a3b[dtype]' is "
                                                  "not key=value")),
             (["--hardware", "B200[memory=2]"], ("--hardware: memory in 'B200[memory=2]' is not a "
-                                                "hardware parameter: a zip or interpolate axis"))):
+                                                "hardware parameter: a zip or interpolate axis")),
+            # (the label named 72 and the prediction used 8: an outside test's finding)
+            (["--hardware", "B200[nvlink_domain=72]", "--nvlink-domain", "8"],
+             "--nvlink-domain 8 contradicts nvlink_domain=72 in --hardware")):
         argv = {"--job": "qwen3_30b_a3b", "--hardware": "B200", **dict(zip(argv[::2], argv[1::2]))}
         code, out, err = run(capsys, "predict", "--gpus", "8",
                              *[x for kv in argv.items() for x in kv])

@@ -173,6 +173,14 @@ def test_changed_spec_refuses_resume(finished, tmp_path):
     assert again.evaluated == 0
     forced = run_sweep(str(changed), SerialComm(), RunOptions(out_dir=run, force=True))
     assert forced.reduced.complete
+    # a spec of another name into that folder: not 'changed' (it read as if the user had
+    # edited it, and pointed at resuming someone else's run: an outside test's finding)
+    other = tmp_path / "other.yaml"
+    other.write_text(open(SMALL).read().replace("name: small", "name: other"))
+    assert "name: other" in other.read_text()
+    with pytest.raises(SweepError, match="holds a run of another spec \\('small'\\); "
+                                         "continue that run as it started"):
+        run_sweep(str(other), SerialComm(), RunOptions(out_dir=run))
 
 
 def test_world_of_one_under_srun_is_refused(tmp_path, monkeypatch, capsys):

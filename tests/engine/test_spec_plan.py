@@ -529,3 +529,15 @@ def test_working_set_batches_no_more_variants_than_the_plan_has(variants, monkey
     monkeypatch.setattr(search, "search_cases", counted)
     assert measure_working_set(plan, cache) > 0
     assert seen == [variants]
+
+
+def test_the_reference_spec_in_the_docs_is_a_valid_spec(tmp_path):
+    """docs/specs.md's every-key example parses as it stands (it set HBM bandwidth on three
+    axes, which a spec refuses: a user copying it got exit 2; an outside test's finding)."""
+    import re
+
+    text = (REPO / "docs" / "specs.md").read_text()
+    example = tmp_path / "every-key.yaml"
+    example.write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    spec = load_spec(str(example))
+    assert spec.name == "gpt3-1T-generations" and len(spec.gpus) == 8
