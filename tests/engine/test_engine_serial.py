@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -176,7 +177,7 @@ def test_changed_spec_refuses_resume(finished, tmp_path):
     # a spec of another name into that folder: not 'changed' (it read as if the user had
     # edited it, and pointed at resuming someone else's run: an outside test's finding)
     other = tmp_path / "other.yaml"
-    other.write_text(open(SMALL).read().replace("name: small", "name: other"))
+    other.write_text(Path(SMALL).read_text().replace("name: small", "name: other"))
     assert "name: other" in other.read_text()
     with pytest.raises(SweepError, match="holds a run of another spec \\('small'\\); "
                                          "continue that run as it started"):

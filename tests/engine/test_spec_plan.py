@@ -538,6 +538,6 @@ def test_the_reference_spec_in_the_docs_is_a_valid_spec(tmp_path):
 
     text = (REPO / "docs" / "specs.md").read_text()
     example = tmp_path / "every-key.yaml"
-    example.write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    example.write_text(re.search(r"```yaml\n(.*?)```", text, re.DOTALL).group(1))
     spec = load_spec(str(example))
     assert spec.name == "gpt3-1T-generations" and len(spec.gpus) == 8
