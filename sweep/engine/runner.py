@@ -272,6 +272,8 @@ def _stored_name(stored: Path) -> str | None:
 def _parts_complete(parts: list[Path], plan: Plan, text: str) -> bool:
     """Whether ``parts``, every one written for the resolved spec ``text`` and readable,
     hold every unit of ``plan`` searched to its end (nothing is moved or changed)."""
+    if not parts:  # (nothing written: nothing to reduce either)
+        return False
     sha = hashlib.sha256(text.encode()).hexdigest()
     done = []
     for p in parts:
@@ -283,7 +285,7 @@ def _parts_complete(parts: list[Path], plan: Plan, text: str) -> bool:
                                                        or attrs.get("sealed")):
                 return False
             check_segments(plan.units, units, p)
-        except SweepError:  # damaged or foreign: --resume deals with it, and says so
+        except (SweepError, OSError):  # damaged or foreign: --resume deals with it, says so
             return False
         done.append(units)
     progress, _ = unit_progress(plan.units, np.concatenate(done) if done else
