@@ -388,11 +388,12 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     use = [q_compressed, q_compressed, ~q_compressed, True, True]
     fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff, operand_bytes=ob), 0.0)
               for u, (M, N, K) in zip(use, shapes))
-    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff, operand_bytes=ob) + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob), 0.0)
+    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
+                       + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob), 0.0)
               for u, (M, N, K) in zip(use, shapes))
     flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
-    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob), gemm_s(*shapes[2], x, peak,
-                                                                           eff, operand_bytes=ob)) \
+    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob),
+                  gemm_s(*shapes[2], x, peak, eff, operand_bytes=ob)) \
         + gemm_s(*shapes[4], x, peak, eff, operand_bytes=ob)
     return fwd, bwd, flops, up
 
