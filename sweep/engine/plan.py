@@ -20,6 +20,7 @@ from ..model.candidates import CandidateSpace, enumerate_space, summa_models
 from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
+from ..model.search import BLOCK_ROW_BYTES, DEFAULT_BLOCK, BlockCache
 from .partition import SHARED_FRACTION
 from .spec import SweepSpec
 from .variants import Variant, Variants
@@ -53,11 +54,14 @@ class Case:
 class SpaceCache:
     """Candidate spaces by space key (many variants share one space)."""
 
-    def __init__(self, profile: str, max_entries: int = 256, offload: bool = False) -> None:
+    def __init__(self, profile: str, max_entries: int = 256, offload: bool = False,
+                 block_size: int = DEFAULT_BLOCK) -> None:
         self.profile = profile
         self.offload = offload  # offload options where the hardware has a host tier
         self.max_entries = max_entries
         self._spaces: dict[tuple, CandidateSpace] = {}
+        #: column blocks of mid-sized spaces, kept for the next variant's case
+        self.blocks = BlockCache(block_size)
 
     def get(self, job: Job, n_gpus: int, strategy: str, nvlink_domain: int,
             host_memory: bool = False) -> CandidateSpace:
@@ -216,7 +220,9 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     ``mpi_bytes`` what MPI adds on more than one rank (0 if ``base_bytes`` was measured with
     it). A rank holds its results up to SEAL_ROWS rows (every case with candidates
     counted with its full top-N and one work unit: an upper bound), then seals them to disk,
-    so its memory does not grow with the number of cases; rank 0 also merges the part files,
+    so its memory does not grow with the number of cases; it keeps the column blocks of
+    mid-sized spaces for the next case (search.BlockCache: at most BLOCK_CACHE_BYTES, and
+    at most every such case's candidates); rank 0 also merges the part files,
     in slices, holding every finished work unit (REDUCE_BYTES_PER_UNIT) and a few numbers
     per case, and the results file itself if it is small enough to be built in memory
     (store.IMAGE_BYTES). Returns bytes: ``rank`` (any rank but 0), ``rank0`` and ``serial``
@@ -226,7 +232,11 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
 
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
-    fixed = base_bytes + plan_bytes + startup_bytes + working_bytes
+    counts = plan.cases.candidates
+    kept = BlockCache()
+    kept_rows = float(counts[(counts > kept.min_rows) & (counts <= kept.max_rows)].sum())
+    blocks = min(float(kept.max_bytes), BLOCK_ROW_BYTES * kept_rows)
+    fixed = base_bytes + plan_bytes + startup_bytes + working_bytes + blocks
 
     def held(share: float) -> float:
         return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS)
@@ -244,7 +254,8 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     # rank 0 does not get all of its run's memory back before it reduces (measured: the
     # peak is about the sum)
     return {"rank": fixed + mpi + run, "rank0": fixed + mpi + run + reduce,
-            "serial": fixed + held(rows + units) + reduce, "ranks": ranks, "rows": rows}
+            "serial": fixed + held(rows + units) + reduce, "ranks": ranks, "rows": rows,
+            "blocks": blocks}
 
 
 def measure_working_set(plan, cache, cases: int = 3) -> float:
@@ -334,7 +345,8 @@ def search_unit(plan, cache, unit, stop: int | None = None) -> int:
         return len(batch)
     search_range(plan.spec.cost_model, case.job, case.variant.hardware, case.strategy,
                  case.n_gpus, cache.of(case), int(unit["start"]),
-                 int(unit["stop"]) if stop is None else stop, plan.spec.top_n)
+                 int(unit["stop"]) if stop is None else stop, plan.spec.top_n,
+                 blocks=cache.blocks)
     return 1
 
 

@@ -744,7 +744,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     spec = parse_spec(load_checked(text), str(out / SPEC_NAME),
                       max_variants=options.max_variants)
     sha = hashlib.sha256(text.encode()).hexdigest()
-    cache = SpaceCache(spec.cost_model, offload=spec.offload)
+    cache = SpaceCache(spec.cost_model, offload=spec.offload, block_size=options.block_size)
     plan = make_plan(spec, cache)
     if shown:
         n_units, candidates = len(plan.units), int(plan.cases.candidates.sum())
@@ -886,7 +886,7 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
                     result = search_range(spec.cost_model, case.job, case.variant.hardware,
                                           case.strategy, case.n_gpus, cache.of(case),
                                           position, int(unit["stop"]), spec.top_n,
-                                          options.block_size, yield_after)
+                                          options.block_size, yield_after, cache.blocks)
                     dt = time.perf_counter() - t0
                     startup.disarm()
                     busy += dt

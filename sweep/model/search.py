@@ -3,10 +3,16 @@
 ``search_range`` evaluates candidates ``[start, stop)`` block by block (memory bounded by
 ``block_size``), keeps a running top-N and counts feasible candidates and infeasibility
 reasons. It is the unit of work of a rank. Pure numpy: no MPI, files or printing.
+
+Cases that differ only in hardware share their candidate space: a small one is searched
+with the others in one block (``search_cases``), a mid-sized one case by case, where a
+``BlockCache`` keeps its column blocks (and their deduplication, ``dedup.unique_rows``) for
+the next case instead of writing them again.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,11 +26,73 @@ from .rows import HardwareRows
 from .schema import CANDIDATE_DTYPE, RESULT_DTYPE, Reason
 from .topn import best_positions, merge_top_n
 
-__all__ = ["SearchResult", "search_range", "search_cases", "search_case", "DEFAULT_BLOCK"]
+__all__ = ["SearchResult", "search_range", "search_cases", "search_case", "DEFAULT_BLOCK",
+           "BlockCache", "ColumnBlock", "BLOCK_CACHE_BYTES", "BLOCK_ROW_BYTES"]
 
 #: candidates evaluated per vectorised call: large enough to amortise numpy overhead,
 #: small enough to keep a rank's memory in the tens of MB
 DEFAULT_BLOCK = 65536
+#: bytes a BlockCache keeps at most: a hardware grid's mid-sized spaces at one GPU count
+#: (nersc-flops-capacity at 8,192 GPUs: four of 22 - 58 thousand candidates, 31 MB)
+BLOCK_CACHE_BYTES = 64 * 2**20
+#: bytes a kept candidate costs: its CANDIDATE columns and the inverse and first positions
+#: unique_rows keeps for it
+BLOCK_ROW_BYTES = 8 * (len(CANDIDATE_DTYPE.names) + 2)
+
+
+class ColumnBlock(dict):
+    """A column block a BlockCache keeps (what ``CandidateSpace.columns`` gives) with
+    ``memo``, where pure functions of its columns (``dedup.unique_rows``) keep their results
+    for the next case that reads the block. Nothing may write into a kept block's arrays
+    (tests/model/test_search.py evaluates kept blocks made read-only)."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, columns) -> None:
+        super().__init__(columns)
+        self.memo: dict = {}
+
+
+class BlockCache:
+    """Column blocks of candidate spaces, kept for the next case of the same space: cases
+    that differ only in hardware (a hardware grid's variants) read the same blocks. Only
+    spaces searched case by case and small enough to be met again soon are kept: more than
+    ``block_size // 4`` candidates (smaller ones are searched with the other cases of their
+    space in one block, ``search_cases``) and at most ``2 * block_size``; least recently
+    used blocks go first, so that at most ``max_bytes`` (BLOCK_ROW_BYTES a candidate) are
+    held."""
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK, max_bytes: int = BLOCK_CACHE_BYTES):
+        self.min_rows, self.max_rows = block_size // 4, 2 * block_size
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._blocks: OrderedDict[tuple, ColumnBlock] = OrderedDict()
+
+    def keeps(self, space: CandidateSpace) -> bool:
+        """Whether blocks of ``space`` are kept."""
+        return self.min_rows < space.size <= self.max_rows
+
+    def columns(self, space: CandidateSpace, start: int, stop: int) -> dict:
+        """``space.columns(start, stop)``, kept or from before when the space is kept."""
+        if not self.keeps(space):
+            return space.columns(start, stop)
+        key = (space, int(start), int(stop))  # (the space itself: no id is reused)
+        block = self._blocks.get(key)
+        if block is not None:
+            self._blocks.move_to_end(key)
+            return block
+        block = ColumnBlock(space.columns(start, stop))
+        cost = BLOCK_ROW_BYTES * len(block["index"])
+        if cost <= self.max_bytes:
+            while self.bytes + cost > self.max_bytes:
+                _, old = self._blocks.popitem(last=False)
+                self.bytes -= BLOCK_ROW_BYTES * len(old["index"])
+            self._blocks[key] = block
+            self.bytes += cost
+        return block
+
+    def __len__(self) -> int:
+        return len(self._blocks)
 
 
 @dataclass
@@ -50,12 +118,15 @@ class SearchResult:
 def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                  space: CandidateSpace, start: int, stop: int, top_n: int,
                  block_size: int = DEFAULT_BLOCK,
-                 yield_after: Callable[[int], bool] | None = None) -> SearchResult:
+                 yield_after: Callable[[int], bool] | None = None,
+                 blocks: BlockCache | None = None) -> SearchResult:
     """Evaluate candidates ``[start, stop)`` of ``space`` and keep the best ``top_n``.
 
     ``yield_after(evaluated)`` is called after each block; if it returns True the search
     ends there and ``result.stop`` says how far it got (the caller records that part and may
     continue from it: a stop signal is honoured within one block, whatever the range).
+    ``blocks``: where the space's column blocks are kept for other cases of the same space
+    (the results are the same either way).
     """
     best = np.zeros(0, RESULT_DTYPE)
     evaluated = feasible = 0
@@ -64,7 +135,8 @@ def search_range(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: in
     partial = False
     screen = None  # (the first block's sample decides; then the block before it)
     for s in range(start, stop, block_size):
-        cand = space.columns(s, min(s + block_size, stop))
+        end = min(s + block_size, stop)
+        cand = blocks.columns(space, s, end) if blocks is not None else space.columns(s, end)
         cols = evaluate_columns(profile, job, hw, strategy, n_gpus, cand, scores_only=True,
                                 screen=screen)
         ok = cols["feasible"]

@@ -340,13 +340,20 @@ def test_memory_estimate_by_hand(monkeypatch):
         estimate_memory,
     )
     from sweep.engine.store import COMPRESSED_FRACTION
+    from sweep.model.search import BLOCK_CACHE_BYTES, BLOCK_ROW_BYTES
 
     plan = make_plan(load_spec(str(SMALL)))
     with_rows = sum(1 for c in plan.cases if c.candidates > 0)
     rows = with_rows * plan.spec.top_n
     units, cases = len(plan.units), len(plan.cases)
     m = estimate_memory(plan, 4, base_bytes=50e6, plan_bytes=10e6, working_bytes=5e6)
-    fixed = 65e6 + MPI_BYTES
+    # the column blocks kept of its mid-sized spaces (16,385 - 131,072 candidates), at most
+    # BLOCK_CACHE_BYTES (search.BlockCache)
+    counts = np.array([c.candidates for c in plan.cases])
+    kept = counts[(counts > 65536 // 4) & (counts <= 2 * 65536)].sum()
+    assert kept > 0  # (else this proves little)
+    assert m["blocks"] == min(BLOCK_CACHE_BYTES, BLOCK_ROW_BYTES * kept)
+    fixed = 65e6 + MPI_BYTES + m["blocks"]
     assert m["rows"] == rows
     # a rank's dealt quarter of 70 %, and at most all of the shared 30 %
     held = RUN_BYTES_PER_ROW * (rows + units) * (0.7 / 4 + 0.3)
@@ -355,7 +362,8 @@ def test_memory_estimate_by_hand(monkeypatch):
     reduce = (REDUCE_BYTES_PER_UNIT * units + REDUCE_BYTES_PER_CASE * cases
               + REDUCE_SLICE_BYTES + COMPRESSED_FRACTION * image)
     assert m["rank0"] == pytest.approx(fixed + held + reduce)
-    assert m["serial"] == pytest.approx(65e6 + RUN_BYTES_PER_ROW * (rows + units) + reduce)
+    assert m["serial"] == pytest.approx(65e6 + m["blocks"] + RUN_BYTES_PER_ROW * (rows + units)
+                                        + reduce)
     # the compiled loops' memory (numba, LLVM: measured by the warm-up) on every rank
     loaded = estimate_memory(plan, 4, base_bytes=50e6, plan_bytes=10e6, working_bytes=5e6,
                              startup_bytes=120e6)
@@ -366,7 +374,7 @@ def test_memory_estimate_by_hand(monkeypatch):
     # a rank seals what it holds past SEAL_ROWS: its share stops growing there
     monkeypatch.setattr(plan_module, "SEAL_ROWS", 10)
     sealed = estimate_memory(plan, 1, 50e6, 10e6, 5e6)
-    assert sealed["rank"] == pytest.approx(65e6 + RUN_BYTES_PER_ROW * 10)
+    assert sealed["rank"] == pytest.approx(65e6 + m["blocks"] + RUN_BYTES_PER_ROW * 10)
 
 
 def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
@@ -464,7 +472,7 @@ def test_estimate_warms_up_each_job_and_strategy_untimed(monkeypatch):
     calls = []
     clock = [0.0]
 
-    def search_range(profile, job, hw, strategy, n, space, start, stop, top_n):
+    def search_range(profile, job, hw, strategy, n, space, start, stop, top_n, blocks=None):
         calls.append(((job.name, strategy, "alone"), start, stop))
         clock[0] += 1.0  # (every search "costs" a second of CPU time)
 

@@ -11,7 +11,13 @@ import pytest
 from sweep.engine.catalog import load_hardware, load_job
 from sweep.model.candidates import enumerate_space
 from sweep.model.rows import HardwareRows
-from sweep.model.search import _best_positions_by_variant, search_cases, search_range
+from sweep.model.search import (
+    BLOCK_ROW_BYTES,
+    BlockCache,
+    _best_positions_by_variant,
+    search_cases,
+    search_range,
+)
 from sweep.model.topn import best_positions
 
 
@@ -97,3 +103,73 @@ def test_hardware_rows_one_value_where_variants_agree():
     assert rows.matrix_peak("bf16") == a.matrix_peak("bf16")
     with pytest.raises(AttributeError):
         rows.calibration  # noqa: B018  (not a per-row number)
+
+
+# ------------------------------------------------------------------ kept blocks (BlockCache)
+
+def _read_only(blocks: BlockCache) -> None:
+    """Every array a cache keeps, and every result kept in the blocks' memos, made
+    read-only: a search that wrote into a kept block would raise."""
+    for block in blocks._blocks.values():
+        for a in block.values():
+            a.flags.writeable = False
+        for found in block.memo.values():
+            for part in found:
+                for a in (part.values() if isinstance(part, dict) else (part,)):
+                    a.flags.writeable = False
+
+
+@pytest.mark.parametrize("profile, job, base, n_gpus, strategy, block", [
+    ("nersc2024", "gpt3_1T", "nersc-B200", 8192, "2d", 65536),  # 58,380: one block and a bit
+    ("nersc2024", "vit_era5", "nersc-A100", 1024, "2d-seqp", 8192),  # several blocks
+    ("calibrated", "llama3_8b", "H100-SXM", 8, "1d", 16384),  # 30,492
+])
+def test_kept_blocks_give_what_fresh_ones_give(profile, job, base, n_gpus, strategy, block):
+    """Cases of one space searched with their blocks kept (a hardware grid's variants, one
+    after another, each over two ranges as a rank's units split a case) give bit for bit
+    what each gives with fresh blocks; nothing writes into a kept block or its memo."""
+    job = load_job(job)
+    hws = _variants([base], SCALES)
+    space = enumerate_space(profile, job, n_gpus, strategy, hws[0].nvlink_domain)
+    blocks = BlockCache(block, max_bytes=2**40)
+    assert blocks.keeps(space), space.size
+    cut = space.size // 3
+    for i, hw in enumerate(hws):
+        fresh = search_range(profile, job, hw, strategy, n_gpus, space, 0, space.size, 5,
+                             block_size=block)
+        kept = search_range(profile, job, hw, strategy, n_gpus, space, 0, cut, 5,
+                            block_size=block, blocks=blocks).merge(
+            search_range(profile, job, hw, strategy, n_gpus, space, cut, space.size, 5,
+                         block_size=block, blocks=blocks), 5)
+        assert fresh.top.tobytes() == kept.top.tobytes()
+        assert (fresh.evaluated, fresh.feasible, fresh.reasons) == (kept.evaluated,
+                                                                   kept.feasible, kept.reasons)
+        if i == 0:
+            held = len(blocks)
+            assert held >= 2
+            _read_only(blocks)
+        else:  # the first variant's blocks served every other one
+            assert len(blocks) == held
+    if profile == "nersc2024":  # (its per-layer dedup reads the block itself)
+        assert any(b.memo for b in blocks._blocks.values())
+
+
+def test_block_cache_keeps_mid_sized_spaces_within_its_bytes():
+    job = load_job("gpt3_1T")
+    small = enumerate_space("nersc2024", job, 8192, "1d", 8)  # 2,324: searched in batches
+    mid = enumerate_space("nersc2024", job, 8192, "2d", 8)  # 58,380
+    seqp = enumerate_space("nersc2024", job, 8192, "2d-seqp", 8)  # 23,302
+    blocks = BlockCache(65536, max_bytes=BLOCK_ROW_BYTES * (mid.size + 10_000))
+    assert not blocks.keeps(small) and blocks.keeps(mid) and blocks.keeps(seqp)
+    assert not BlockCache(8192).keeps(mid)  # more than two blocks of 8,192
+    first = blocks.columns(mid, 0, 65536)
+    assert blocks.columns(mid, 0, 65536) is first
+    assert blocks.bytes == BLOCK_ROW_BYTES * mid.size == 28 * 8 * 58_380
+    # the 2d-seqp block does not fit beside it: the least recently used block goes
+    other = blocks.columns(seqp, 0, 65536)
+    assert len(blocks) == 1 and blocks.bytes == BLOCK_ROW_BYTES * seqp.size
+    assert blocks.columns(seqp, 0, 65536) is other
+    assert blocks.columns(mid, 0, 65536) is not first
+    # a small space is written fresh each time, and kept nowhere
+    assert blocks.columns(small, 0, 100) is not blocks.columns(small, 0, 100)
+    np.testing.assert_array_equal(first["tp"], mid.columns(0, 65536)["tp"])

@@ -23,8 +23,23 @@ def unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
     Returns:
         ``(unique, inverse)``: ``unique`` maps each key to a (U,) int64 array and
         ``cols[k] == unique[k][inverse]`` for every key; with ``return_first`` also
-        ``first``, the (U,) position of each distinct row's first occurrence.
+        ``first``, the (U,) position of each distinct row's first occurrence. A kept column
+        block (``search.ColumnBlock``: its ``memo``) is deduplicated once per keys: the
+        next case that reads the block gets the same arrays (not to be written into).
     """
+    memo = getattr(cols, "memo", None)
+    if memo is None:
+        return _unique_rows(cols, keys, return_first)
+    key = (tuple(keys), return_first)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _unique_rows(cols, keys, return_first)
+    return (dict(found[0]),) + found[1:]  # (a caller may add to its dict of distinct rows)
+
+
+def _unique_rows(cols: Mapping[str, np.ndarray], keys: Sequence[str],
+                 return_first: bool = False) -> tuple:
+    """unique_rows without a memo."""
     arrays = [np.asarray(cols[k], dtype=np.int64) for k in keys]
     n = len(arrays[0]) if arrays else 0
     if n == 0:
