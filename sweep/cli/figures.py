@@ -42,6 +42,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         raise SweepError(f"--data: {args.data} is a directory; give a CSV file name")
     opts = _plot_options(args)
     res = open_results(args.results)
+    for flag, axis in (("--x", opts.x), ("--y", opts.y)):  # (not one a kind would pass over)
+        if axis is not None and axis not in res.swept_axes:
+            raise SweepError(f"{flag}: {axis!r} is not a swept axis of {res.path}; swept: "
+                             f"{', '.join(res.swept_axes) or 'none'}")
     data = save(res, args.kind, args.output, opts)
     if args.data:
         data.to_csv(args.data, index=False)

@@ -9,7 +9,7 @@ import re
 import yaml
 
 from ..analysis import fmt
-from ..engine.catalog import load_hardware, load_job, parse_value
+from ..engine.catalog import check_generation, load_hardware, load_job, parse_value
 from ..errors import SweepError
 from ..model.cost import PROFILES
 from ..model.hardware import apply_overrides
@@ -42,6 +42,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         job = dataclasses.replace(override_job(job, overrides, "--job"), name=args.job.strip())
     name, overrides = _label(args.hardware, "--hardware")
     hw = load_hardware(name, key="--hardware")
+    check_generation(hw, name, args.profile, key="--hardware")
     overrides = _hardware_label_values(overrides, args.hardware)
     if overrides:  # a point of a spec's grid, by its label
         hw = dataclasses.replace(apply_overrides(hw, overrides, "--hardware"),

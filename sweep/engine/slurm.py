@@ -108,6 +108,8 @@ def _check(o: SbatchOptions) -> None:
     for key, _ in o.extra:
         if not _FLAG.fullmatch(key):
             raise SweepError(f"--sbatch: {key!r} is not an sbatch option name (e.g. qos=debug)")
+        if key in SCRIPT_SETS:  # (a second #SBATCH line would contradict the script's own)
+            raise SweepError(f"--sbatch {key}: the script sets it; use {SCRIPT_SETS[key]}")
     if not _JOB_NAME.fullmatch(o.job_name):
         raise SweepError(f"--job-name: {o.job_name!r}: expected letters, digits, '.', '_', "
                          f"'+', '-'")
@@ -125,6 +127,16 @@ def _check(o: SbatchOptions) -> None:
         if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise SweepError(f"{name}: {value!r} contains a control character (line break, "
                              f"tab, ...)")
+
+
+#: the sbatch options the scripts (slurm/*.sbatch) set themselves, and the flag that sets each
+#: (long names and sbatch's lower-case short ones; _FLAG refuses the upper-case ones)
+SCRIPT_SETS = {"nodes": "--nodes", "ntasks-per-node": "--ntasks-per-node",
+               "ntasks": "--nodes and --ntasks-per-node", "n": "--nodes and --ntasks-per-node",
+               "time": "--time", "t": "--time", "job-name": "--job-name",
+               "output": "--out (the logs go in the run folder)", "o": "--out",
+               "array": "--array K", "a": "--array K", "partition": "--partition",
+               "p": "--partition", "account": "--account"}
 
 
 def render_sbatch(template: str, o: SbatchOptions) -> str:

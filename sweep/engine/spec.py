@@ -51,8 +51,8 @@ from ..model.cost import PROFILES, unmodelled
 from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, is_parameter,
                               override_field, parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
-from ..model.units import brief, finite_float, parse_quantity
-from .catalog import load_hardware, load_job, parse_value, read_yaml
+from ..model.units import brief, finite_float, integral, parse_quantity
+from .catalog import check_generation, load_hardware, load_job, parse_value, read_yaml
 
 __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", "resolved_yaml",
            "spec_hash", "TOP_KEYS", "INTERPOLATABLE", "DEFAULT_MAX_VARIANTS",
@@ -147,6 +147,7 @@ def _fail(source: str, key: str, msg: str) -> SpecError:
 
 
 def _pos_int(value: Any, source: str, key: str, maximum: int | None = None) -> int:
+    value = integral(value)  # (1.6e1, exponent form, is 16)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _fail(source, key, f"expected a positive integer, got {brief(value)}")
     if maximum is not None and value > maximum:
@@ -574,6 +575,8 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
         raise _fail(source, "strategies", "a strategy is listed twice")
     groups, bases = _parse_hardware(raw.get("hardware"), source, near,
                                     resolved.get("hardware") or {}, max_variants)
+    for base, hw in bases.items():
+        check_generation(hw, base, profile, source, "hardware", near)
     n_variants = _count_variants(groups)
     n_cases = n_variants * len(jobs) * len(strategies) * len(gpus)
     max_cases = MAX_CASES_PER_VARIANT * max_variants if max_cases is None else max_cases
@@ -593,17 +596,8 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     for i, j in enumerate(jobs):  # (a job the profile cannot cost: named by its place)
         why = unmodelled(j, profile)  # (MoE, MLA, MTP: refused by name, before their shape)
         if why:
-            raise _fail(source, f"jobs[{i}]", f"job {j.name}: {why}")
-        if profile == "nersc2024" and j.dtype not in ("bf16", "fp16"):
-            raise _fail(source, f"jobs[{i}]", f"nersc2024 models 16-bit training only; job "
-                                              f"{j.name} uses {j.dtype}")
-        # nersc2024 takes the head width as hidden // n_heads and Q, K, V as 3 x hidden
-        if profile == "nersc2024" and (j.attention_width != j.hidden
-                                       or j.n_kv_heads != j.n_heads):
-            raise _fail(source, f"jobs[{i}]", f"nersc2024 models multi-head attention with "
-                        f"n_heads x head_dim = hidden and n_kv_heads = n_heads; job {j.name} "
-                        f"has n_heads x head_dim = {j.n_heads} x {j.head_dim}, hidden = "
-                        f"{j.hidden}, n_kv_heads = {j.n_kv_heads}")
+            raise _fail(source, f"jobs[{i}]", why if why.startswith(profile) else
+                        f"job {j.name}: {why}")
     return SweepSpec(name=name, source=source, cost_model=profile, jobs=jobs,
                      job_bases=job_bases, gpus=gpus,
                      strategies=tuple(strategies), hardware=groups, bases=bases, top_n=top_n,

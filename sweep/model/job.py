@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
-from .units import brief, finite_float, name_problem
+from .units import brief, finite_float, integral, name_problem
 
 __all__ = ["Job", "parse_job", "override_job", "INT_MAX", "MAX_TOKENS_PER_BATCH"]
 
@@ -381,6 +381,7 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
     for key, value in raw.items():
         key = str(key)
         if key in _INT_FIELDS:
+            value = integral(value)  # (4.096e3, exponent form, is 4096)
             ok = isinstance(value, int) and not isinstance(value, bool)
             if not ok or value < (0 if key in _ZERO_OK else 1):
                 want = "a non-negative integer" if key in _ZERO_OK else "a positive integer"

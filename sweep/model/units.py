@@ -16,7 +16,7 @@ import math
 import re
 
 __all__ = ["DIMENSIONS", "parse_quantity", "unit_scale", "split_unit_key", "finite_float",
-           "brief", "name_problem"]
+           "integral", "brief", "name_problem"]
 
 _DECIMAL = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
@@ -79,6 +79,14 @@ def finite_float(value: object) -> float | None:
     except OverflowError:  # an int above ~1.8e308
         return None
     return out if math.isfinite(out) else None
+
+
+def integral(value: object) -> object:
+    """An integer written as a float (YAML reads ``1.6e1``, exponent form, as 16.0) as that
+    int, up to 2**53 where floats hold every integer; anything else unchanged."""
+    if type(value) is float and value.is_integer() and abs(value) <= 2.0**53:
+        return int(value)
+    return value
 
 
 def unit_scale(unit: str) -> tuple[str, float] | None:

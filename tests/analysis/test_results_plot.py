@@ -416,6 +416,19 @@ def test_plot_refuses_a_flag_its_kind_does_not_read(nersc, tmp_path, capsys):
                  "--job", "gpt3_1T"]) == 0 and out.is_file()
 
 
+def test_plot_refuses_an_axis_the_sweep_does_not_have(nersc, tmp_path, capsys):
+    """--x / --y naming no swept axis is an error for every kind that reads them (breakdown
+    and memory drew their default axes and said nothing); nothing is written."""
+    out = tmp_path / "f.png"
+    for kind, flag in (("breakdown", "--x"), ("memory", "--y"), ("strategies", "--x"),
+                       ("heatmap", "--y")):
+        assert main(["plot", str(nersc), "--kind", kind, "-o", str(out), flag,
+                     "nosuch"]) == 2, kind
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag}: 'nosuch' is not a swept axis" in err, err
+    assert not list(tmp_path.iterdir())
+
+
 def test_report_folder(grid, grid_report, tmp_path, capsys):
     target = tmp_path / "report"
     target.mkdir()

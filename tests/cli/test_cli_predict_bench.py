@@ -88,6 +88,27 @@ def test_predict_names_the_knob_the_search_does_not_try(capsys, argv, message):
     assert message in err and "matches the nv_" not in err
 
 
+@pytest.mark.parametrize("job, in_spec, message", [
+    ("llama2_13b", "llama2_13b",
+     "nersc2024 models a two-matrix GELU MLP; job llama2_13b has mlp: swiglu"),
+    ("llama3_8b", "llama3_8b",
+     "nersc2024 models multi-head attention with n_heads x head_dim = hidden"),
+    ("gpt3_1T[dtype=fp8]", "{name: gpt3_1T, dtype: fp8}", "nersc2024 models 16-bit training"),
+])
+def test_predict_refuses_what_nersc2024_cannot_cost_as_a_spec_does(capsys, tmp_path, job,
+                                                                   in_spec, message):
+    """A job the published model would mis-cost (a SwiGLU MLP costed as GELU gave MFU
+    83 % above HFU 72 %) is refused by predict as by a spec, in the same words."""
+    code, out, err = run(capsys, "predict", "--profile", "nersc2024", "--job", job,
+                         "--hardware", "H100-SXM", "--gpus", "64")
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: s\ncost_model: nersc2024\njobs: [{in_spec}]\ngpus: [64]\n"
+                    "hardware: {base: nersc-B200}\n")
+    code, _, err = run(capsys, "plan", str(spec))
+    assert code == 2 and f"jobs[0]: {message}" in err
+
+
 def test_unknown_hardware_lists_known(capsys, tmp_path):
     code, _, err = run(capsys, "predict", "--job", "gpt3_1T", "--hardware", "X900",
                        "--gpus", "8")
@@ -242,3 +263,27 @@ def test_an_unknown_option_names_its_subcommand_and_other_ranks_keep_quiet(capsy
     with pytest.raises(SystemExit):
         main(["run", "--limit", "0", "x.yaml"])
     assert capsys.readouterr().err.startswith("sweep run: error: argument --limit")
+
+
+def test_hardware_without_a_generation_is_refused_by_the_calibrated_profile(capsys, tmp_path):
+    """The fitted parameters are per GPU generation: a user's file without one was costed
+    with none of them (an H100 file 1.5 x faster than with generation: hopper)."""
+    import pathlib
+
+    shipped = pathlib.Path(__file__).resolve().parents[2] / "hardware" / "H100-SXM.yaml"
+    (tmp_path / "hardware").mkdir()
+    own = tmp_path / "hardware" / "nogen.yaml"
+    own.write_text("".join(line for line in shipped.read_text().splitlines(keepends=True)
+                           if not line.startswith("generation")))
+    code, out, err = run(capsys, "predict", "--job", "llama3_8b", "--hardware", str(own),
+                         "--gpus", "64")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{own}: generation: missing; the calibrated profile's parameters" in err
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [llama3_8b]\ngpus: [64]\nhardware: {base: nogen}\n")
+    code, _, err = run(capsys, "plan", str(spec))
+    assert code == 2 and f"{own}: generation: missing" in err
+    # the published model reads no calibrated parameter: the file is fine there
+    code, out, _ = run(capsys, "predict", "--profile", "nersc2024", "--job", "gpt3_1T",
+                       "--hardware", str(own), "--gpus", "4096")
+    assert code == 0 and "step time" in out

@@ -57,6 +57,10 @@ def test_an_array_has_its_scripts_and_runs_shards():
     ({"time": "two hours"}, "--time: 'two hours' is not a Slurm time"),
     ({"launcher": "aprun"}, "--launcher: 'aprun'"),
     ({"extra": (("q o s", "x"),)}, "--sbatch: 'q o s' is not an sbatch option name"),
+    # an option the script sets itself: a second, contradicting #SBATCH line
+    ({"extra": (("nodes", "4"),)}, "--sbatch nodes: the script sets it; use --nodes"),
+    ({"extra": (("qos", "x"), ("t", "5"))}, "--sbatch t: the script sets it; use --time"),
+    ({"extra": (("array", "0-3"),)}, "--sbatch array: the script sets it; use --array K"),
     ({"nodes": 0}, "--nodes and --ntasks-per-node must be positive"),
     ({"max_running": 2}, "--max-running limits a job array: give --array K too"),
     ({"shards": -1}, "--array and --max-running must not be negative"),

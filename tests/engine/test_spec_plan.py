@@ -549,3 +549,24 @@ def test_the_reference_spec_in_the_docs_is_a_valid_spec(tmp_path):
     example.write_text(re.search(r"```yaml\n(.*?)```", text, re.DOTALL).group(1))
     spec = load_spec(str(example))
     assert spec.name == "gpt3-1T-generations" and len(spec.gpus) == 8
+
+
+def test_integers_in_exponent_form_are_integers(tmp_path):
+    """docs/specs.md: numbers may be written in exponent form, in files and --set values
+    alike; YAML reads 1.6e1 as 16.0, which integer keys took for a non-integer."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    text = (REPO / "jobs" / "llama3_8b.yaml").read_text()
+    (jobs / "own.yaml").write_text(text.replace("seq_len: 8192", "seq_len: 8.192e3")
+                                   .replace("name: llama3_8b", "name: own"))
+    assert "8.192e3" in (jobs / "own.yaml").read_text()
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\njobs: [own]\ngpus: [6.4e1]\ntop_n: 1.6e1\n"
+                    "hardware: {base: H100-SXM}\n")
+    parsed = load_spec(str(spec))
+    assert parsed.top_n == 16 and type(parsed.top_n) is int and parsed.gpus == (64,)
+    assert parsed.jobs[0].seq_len == 8192 and type(parsed.jobs[0].seq_len) is int
+    # a fraction is still refused
+    spec.write_text("name: s\njobs: [own]\ngpus: [64]\ntop_n: 1.5\nhardware: {base: H100-SXM}\n")
+    with pytest.raises(SpecError, match="top_n: expected a positive integer, got 1.5"):
+        load_spec(str(spec))

@@ -102,7 +102,10 @@ def test_settings_of_another_architecture_are_refused(raw, message):
 def test_the_nersc_profile_refuses_what_it_does_not_model(tmp_path, capsys):
     from sweep.cli import main
 
-    assert unmodelled(load_job("llama3_8b"), "nersc2024") is None
+    assert unmodelled(load_job("gpt3_175b"), "nersc2024") is None
+    # the study's block only: multi-head attention, a GELU MLP, 16 bits
+    assert "n_kv_heads = n_heads" in unmodelled(load_job("llama3_8b"), "nersc2024")
+    assert "GELU MLP" in unmodelled(load_job("llama2_13b"), "nersc2024")
     assert unmodelled(parse_job(MOE, "m.yaml", "m")) is None  # the calibrated profile's
     assert "mixture-of-experts" in unmodelled(parse_job(MOE, "m.yaml", "m"), "nersc2024")
     assert "MLA" in unmodelled(parse_job(MLA, "a.yaml", "a"), "nersc2024")

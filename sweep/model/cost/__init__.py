@@ -55,6 +55,18 @@ def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
     if job.mtp_layers:
         return ("multi-token-prediction layers are not modelled by the nersc2024 profile; "
                 "use the calibrated profile")
+    if job.dtype not in ("bf16", "fp16"):
+        return f"nersc2024 models 16-bit training only; job {job.name} uses {job.dtype}"
+    # the study's block (NERSC model sections 3 - 4): Q, K, V as 3 x hidden with
+    # hidden // n_heads a head, and a two-matrix GELU MLP with biases
+    if job.attention_width != job.hidden or job.n_kv_heads != job.n_heads:
+        return (f"nersc2024 models multi-head attention with n_heads x head_dim = hidden and "
+                f"n_kv_heads = n_heads; job {job.name} has n_heads x head_dim = "
+                f"{job.n_heads} x {job.head_dim}, hidden = {job.hidden}, n_kv_heads = "
+                f"{job.n_kv_heads}")
+    if job.mlp != "gelu":
+        return (f"nersc2024 models a two-matrix GELU MLP; job {job.name} has mlp: {job.mlp} "
+                f"(use the calibrated profile)")
     return None
 
 
