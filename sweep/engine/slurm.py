@@ -163,7 +163,8 @@ def render_sbatch(template: str, o: SbatchOptions) -> str:
         setup="".join("\n" + x for x in o.setup), workdir=q(o.workdir),
         launcher=LAUNCHERS[o.launcher].replace("{mpi}", f" --mpi={o.mpi}" if o.mpi else ""),
         python=q(o.python),
-        spec=q(o.spec) + "".join(f" --set {q(item)}" for item in o.overrides))
+        spec=q(o.spec) + "".join(f" --set {q(item)}" for item in o.overrides),
+        recorded=q(str(Path(o.out) / "spec.yaml")))
     return text
 
 

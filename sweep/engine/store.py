@@ -688,6 +688,10 @@ def _open_checked(p: Path):
     except PermissionError as exc:
         raise StoreError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except OSError as exc:
+        if p.suffix.lower() in (".yaml", ".yml"):  # (a spec given where its results go)
+            raise StoreError(f"{p}: a spec, not a results file: its results are in the "
+                             f"run folder sweep run writes (results/<name>/sweep.h5, or "
+                             f"--out)") from None
         raise CorruptFileError(f"{p}: unreadable or corrupt HDF5 file ({exc})") from None
     with f:
         try:

@@ -97,9 +97,11 @@ def test_set_overrides_reach_the_run_line_quoted(tmp_path, capsys):
     had --set, slurm did not: a slice could not be submitted without copying the spec)."""
     text = render_sbatch(TEMPLATE.read_text(), dataclasses.replace(
         OPTIONS, overrides=("gpus=256", "hardware.grid.nvlink_domain=[8, 72]")))
+    spec_line = next(x for x in text.splitlines() if x.startswith("spec=("))
+    assert "big sweep.yaml' --set gpus=256 --set 'hardware.grid.nvlink_domain=[8, 72]')" \
+        in spec_line
     run_line = next(x for x in text.splitlines() if " -m sweep run " in x)
-    assert "big sweep.yaml' --set gpus=256 --set 'hardware.grid.nvlink_domain=[8, 72]' " \
-        "--out" in run_line
+    assert 'sweep run "${spec[@]}" --out' in run_line
     with pytest.raises(SweepError, match="--set: .* contains a control character"):
         render_sbatch(TEMPLATE.read_text(), dataclasses.replace(OPTIONS, overrides=("a=1\nb",)))
     spec = REPO / "specs" / "quickstart.yaml"
@@ -179,3 +181,31 @@ def test_bad_options_are_refused_before_the_estimate_is_printed(tmp_path, capsys
                  "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1 and "--job-name" in err, err
+
+
+@pytest.mark.parametrize("options, name", [(OPTIONS, "sweep.sbatch"),
+                                           (ARRAY, "sweep-array.sbatch")])
+def test_a_resubmission_runs_the_spec_the_run_recorded(tmp_path, options, name):
+    """Once the run folder holds spec.yaml (the spec as the run recorded it, its jobs and
+    hardware resolved), the script runs that: a job or hardware file edited between
+    submissions no longer stops every task with "the spec changed since this run started".
+    The script's own lines run in bash, the launcher replaced by echo."""
+    import subprocess
+
+    out = tmp_path / "run folder"
+    text = render_scripts(dataclasses.replace(options, out=str(out), setup=(),
+                                              overrides=("top_n=2",)))[name]
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("spec=("))
+    run_line = next(line for line in lines[start:] if " sweep run " in line)
+    body = "\n".join(lines[start:start + 2] + ["echo " + run_line.split(" -m sweep ", 1)[1]])
+
+    def ran() -> str:
+        env = dict(os.environ, SLURM_ARRAY_TASK_ID="3")
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", body], env=env, check=True,
+                              capture_output=True, text=True).stdout
+
+    assert ran().startswith(f"run {options.spec} --set top_n=2 --out {out}")
+    out.mkdir()
+    (out / "spec.yaml").write_text("name: big\n")
+    assert ran().startswith(f"run {out / 'spec.yaml'} --out {out}")

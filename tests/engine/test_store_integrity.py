@@ -191,6 +191,16 @@ def test_a_corrupt_results_file_is_refused(run, tmp_path, capsys):
     assert "corrupt: checksum of /cases" in capsys.readouterr().err
 
 
+def test_a_spec_given_for_its_results_is_named_so(tmp_path, capsys):
+    """sweep show SPEC.yaml said "unreadable or corrupt HDF5 file (file signature not
+    found)" (an outside tester's finding)."""
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("name: mine\njobs: [gpt3_1T]\ngpus: [8]\nhardware: {base: nersc-B200}\n")
+    assert main(["show", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{spec}: a spec, not a results file" in err
+
+
 def test_changed_root_attributes_are_detected(run, tmp_path):
     """The spec text lives in HDF5's global heap, which has no checksum of its own."""
     from sweep.engine.store import read_results_attrs
