@@ -647,6 +647,9 @@ def set_keys(raw: Any, overrides: Sequence[str], source: str) -> Any:
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise SpecError(source, "--set", f"{item!r} is not KEY=VALUE")
+        if "[" in key:  # (errors name list items so: jobs[0].global_batch)
+            raise SpecError(source, f"--set {key}", "a list item cannot be set alone; give "
+                                                    "the whole list, e.g. --set 'jobs=[...]'")
         try:
             value = parse_value(text)
         except yaml.YAMLError as exc:

@@ -279,6 +279,9 @@ def test_set_replaces_spec_keys_before_validation(tmp_path, capsys):
     for bad, message in (("gpus", f"{spec}: --set: 'gpus' is not KEY=VALUE"),
                          ("gpus=-3", f"{spec}: gpus[0]: expected a positive integer"),
                          ("name.x=3", f"{spec}: --set name.x: name is not a mapping"),
+                         # (errors name list items jobs[0].x; --set takes whole lists)
+                         ("jobs[0]=llama3_70b",
+                          f"{spec}: --set jobs[0]: a list item cannot be set alone"),
                          ("gpus=[1", f"{spec}: --set gpus: '[1' is not a YAML value"),
                          # read as the files are: their limits, duplicate keys, bad dates
                          ("jobs=[{name: llama3_8b, hidden: 2, hidden: 4}]",
