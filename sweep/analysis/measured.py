@@ -322,8 +322,23 @@ def data_paths(data: str | Path | None) -> list[Path]:
 
 
 def read_data(paths: Sequence[Path]) -> list[dict[str, str]]:
-    """Rows of every file, in order."""
-    return [r for p in paths for r in read_runs(p)]
+    """Rows of every file, in order.
+
+    Raises:
+        SweepError: an id given twice (a row's errors, assumptions and the fit's weights
+            are keyed by it), naming both places.
+    """
+    rows: list[dict[str, str]] = []
+    seen: dict[str, str] = {}
+    for p in paths:
+        for k, r in enumerate(read_runs(p)):
+            rid = (r.get("id") or "").strip()
+            where = f"{p} line {k + 2}"  # (after the header)
+            if rid and rid in seen:
+                raise SweepError(f"{where}: id {rid!r} is already the id of {seen[rid]}")
+            seen[rid] = where
+            rows.append(r)
+    return rows
 
 
 def canonical(row: Mapping[str, str]) -> dict[str, str]:

@@ -268,3 +268,26 @@ def test_a_misspelt_column_is_refused_and_a_non_finite_metric_is_not_given(tmp_p
                  iter_time_s="", samples_per_s="", mfu="") for x in ("nan", "inf")]
     cases, refused = express_all(_write(tmp_path / "nan.csv", rows))
     assert not cases and {u["id"] for u in refused} == {r["id"] for r in rows}
+
+
+def test_an_id_given_twice_is_refused_naming_both_lines(tmp_path, dense):
+    """Rows are keyed by id (errors, assumptions, the fit's weights): a second row with the
+    same id was listed twice without a word (an outside tester's finding)."""
+    first, second = list(dense.values())[:2]
+    path = tmp_path / "mine.csv"
+    _write(path, [first, dict(second, id=first["id"])])
+    with pytest.raises(SweepError, match=rf"mine.csv line 3: id '{first['id']}' is already "
+                                         rf"the id of .*mine.csv line 2"):
+        read_data([path])
+    # the same id in another file the run reads with it
+    other = tmp_path / "other.csv"
+    _write(other, [dict(second, id="fresh"), first])
+    with pytest.raises(SweepError, match=r"other.csv line 3: id .* of .*mine.csv line 2"):
+        read_data([_single(tmp_path, first), other])
+    assert len(read_data(list(SHIPPED))) == 539
+
+
+def _single(tmp_path, row):
+    path = tmp_path / "mine.csv"
+    _write(path, [row])
+    return path
