@@ -490,7 +490,7 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
     if groups and values["top_k"] > group_topk * (experts // groups):
         raise _fail(source, "top_k", f"{values['top_k']} is more than the "
                                      f"{group_topk * (experts // groups)} experts of "
-                                     f"{group_topk} groups")
+                                     f"{group_topk} group{'s' if group_topk > 1 else ''}")
 
 
 def _check_mla(values: dict[str, Any], source: str) -> None:

@@ -72,7 +72,7 @@ def test_mla_attention_parameters_by_hand():
     ({"router_groups": 4, "router_group_topk": 5},
      "m.yaml: router_group_topk: 5 is more than router_groups = 4"),
     ({"router_groups": 4, "router_group_topk": 1, "top_k": 3},
-     "m.yaml: top_k: 3 is more than the 2 experts of 1 groups"),
+     "m.yaml: top_k: 3 is more than the 2 experts of 1 group"),
     ({"router": "relu"}, "m.yaml: router: expected one of softmax, sigmoid"),
     ({"n_experts": -1}, "m.yaml: n_experts: expected a non-negative integer"),
     ({"capacity_factor": -1}, "m.yaml: capacity_factor: expected a non-negative number"),
