@@ -1503,7 +1503,8 @@ def _chunked_s(v, pp, first, mid, last):
     _get_deepseek_v3_pipeline_layout); the embedding sits in the first rank's first chunk.
     Over positions 0 .. v - 2 every rank's chunk sizes fall in steps, so their maxima are a
     base level plus the maximum of boxes that start at position 0, summed in closed form
-    (_boxes_max_sum); positions 0 and v - 1 add the edges."""
+    (_boxes_max_sum), plus the last rank's one partial chunk where it rises above the
+    others; positions 0 and v - 1 add the edges."""
     n_f, t_f, edge_f = first
     n_m, t_m = mid
     n_l, t_l, edge_l = last
@@ -1519,13 +1520,18 @@ def _chunked_s(v, pp, first, mid, last):
     full = np.minimum(np.floor(n_l / np.maximum(size, 1.0)), v - 1.0)
     part = np.where(full < v - 1.0, n_l - full * size, 0.0)
     boxes = [(np.maximum(height - base, 0.0), width) for height, width in (
-        (per_f * (q_f + 1.0), r_f), (per_m * (q_m + 1.0), r_m),
-        (per_l * size, full), (per_l * part, full + (part > 0)))]
-    top0 = base + functools.reduce(np.maximum, [d * (w > 0) for d, w in boxes])  # position 0
+        (per_f * (q_f + 1.0), r_f), (per_m * (q_m + 1.0), r_m), (per_l * size, full))]
+    (d1, w1), (d2, w2), (d3, w3) = ((d * (w > 0), w) for d, w in boxes)
+    # the last rank's partial chunk, at position `full`: what it adds where it rises above
+    # the others' chunks there
+    rest = np.maximum(per_l * part - base
+                      - np.maximum(d1 * (full < w1), d2 * (full < w2)), 0.0)
+    top0 = base + np.maximum(np.maximum(d1, d2), d3) + rest * (full == 0)  # position 0
     emb = np.maximum(per_f * (q_f + (r_f > 0)) + edge_f - top0, 0.0)
     # position v - 1: the last rank's rest and its head, or the others' smaller chunks
     tail = np.maximum(base, per_l * np.maximum(n_l - (v - 1.0) * size, 0.0) + edge_l)
-    return (v - 1.0) * base + _boxes_max_sum(boxes) + emb + tail
+    return (v - 1.0) * base + _boxes_max_sum([(d1, w1), (d2, w2), (d3, w3)]) + rest + emb \
+        + tail
 
 
 def _boxes_max_sum(boxes):
