@@ -28,8 +28,9 @@ from ..model.job import Job, parse_job
 from ..model.units import brief
 
 __all__ = ["load_hardware", "check_generation", "load_job", "read_yaml", "load_checked",
-           "parse_value", "search_roots", "list_names", "load_calibration", "REPO_ROOT", "CALIBRATION_FILE",
-           "RANGES_FILE", "MAX_YAML_BYTES", "MAX_YAML_NODES", "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
+           "parse_value", "search_roots", "list_names", "load_calibration", "REPO_ROOT",
+           "CALIBRATION_FILE", "RANGES_FILE", "MAX_YAML_BYTES", "MAX_YAML_NODES",
+           "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
 REPO_ROOT = Path(__file__).resolve().parents[2]

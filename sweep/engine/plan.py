@@ -20,7 +20,7 @@ from ..model.candidates import CandidateSpace, enumerate_space, summa_models
 from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
-from ..model.search import BLOCK_ROW_BYTES, DEFAULT_BLOCK, BlockCache
+from ..model.search import DEFAULT_BLOCK, BlockCache
 from .partition import SHARED_FRACTION
 from .spec import SweepSpec
 from .variants import Variant, Variants
@@ -232,10 +232,7 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
 
     with_candidates = int(np.count_nonzero(plan.cases.candidates))
     rows = with_candidates * plan.spec.top_n
-    counts = plan.cases.candidates
-    kept = BlockCache()
-    kept_rows = float(counts[(counts > kept.min_rows) & (counts <= kept.max_rows)].sum())
-    blocks = min(float(kept.max_bytes), BLOCK_ROW_BYTES * kept_rows)
+    blocks = BlockCache().most_bytes(plan.cases.candidates)
     fixed = base_bytes + plan_bytes + startup_bytes + working_bytes + blocks
 
     def held(share: float) -> float:

@@ -44,7 +44,7 @@ class ColumnBlock(dict):
     """A column block a BlockCache keeps (what ``CandidateSpace.columns`` gives) with
     ``memo``, where pure functions of its columns (``dedup.unique_rows``) keep their results
     for the next case that reads the block. Nothing may write into a kept block's arrays
-    (tests/model/test_search.py evaluates kept blocks made read-only)."""
+    (tests/model/test_search_batch.py evaluates kept blocks made read-only)."""
 
     __slots__ = ("memo",)
 
@@ -93,6 +93,12 @@ class BlockCache:
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+    def most_bytes(self, candidates: np.ndarray) -> float:
+        """What the cache can come to hold over cases of these candidate counts: every kept
+        space's candidates at BLOCK_ROW_BYTES, at most ``max_bytes``."""
+        kept = candidates[(candidates > self.min_rows) & (candidates <= self.max_rows)]
+        return min(float(self.max_bytes), BLOCK_ROW_BYTES * float(kept.sum()))
 
 
 @dataclass
