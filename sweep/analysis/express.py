@@ -50,6 +50,18 @@ INTERCONNECT = [
     (r"1600 Gbps RoCE", {"scaleout_Gbps": 200, "nics_per_gpu": 1}),
 ]
 
+#: source (regex) -> hardware as that source measured the machine its rows ran on, where it
+#: publishes a microbenchmark of it. SimuMax's 8x B200 node: its best bf16 GEMM over the 514
+#: training shapes of its runs (Llama 3 70B / 405B, DeepSeek-V2 / V3; Transformer Engine
+#: 2.11 general_gemm, CUDA 13.1) reaches 0.655 of the 2,250 TFLOP/s peak (median 0.485, p10
+#: 0.416, p90 0.602; the LM head's shapes 0.45 - 0.51), against 0.776 for the catalog's B200
+#: (ml-engineering's MAMF table) (MooreThreads/SimuMax @4dcaae5
+#: configs/system/b200_bf16_ceperm.json, matmul accurate_efficient_factor)
+MEASURED_MACHINE = [
+    (r"^SimuMax B200", {"matrix_sustained_fraction": 0.655},
+     "GEMMs at the best rate the source measured on its node (0.655 of peak)"),
+]
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -333,6 +345,9 @@ def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
     for pattern, overrides in INTERCONNECT:
         if re.search(pattern, v["interconnect"]):
             hw = apply_overrides(hw, overrides, "interconnect")
+    for pattern, overrides, _ in MEASURED_MACHINE:
+        if re.search(pattern, v["source"]):
+            hw = apply_overrides(hw, overrides, "source")
     domain = _int(v, "nvlink_domain")
     if domain:
         # a run fills NVLink domains in equal parts: 64 of an NVL72's 72 GPUs at 64 - 256 GPUs
@@ -359,6 +374,8 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
         return _refuse("layout inconsistent", f"global batch {B} is not a multiple of dp = {dp}")
     job = _job(run, stack, assumptions)
     hw, node = _hardware(run, n)
+    assumptions += [note for pattern, _, note in MEASURED_MACHINE
+                    if re.search(pattern, v["source"])]
     zero = sharding_of(v["zero_fsdp"], v["fsdp"], node)
     if zero is None:
         text = v["zero_fsdp"] or v["fsdp"]

@@ -173,6 +173,18 @@ def test_moe_rows_are_expressed_with_their_experts(moe):
         "an MoE row needs its expert-parallel degree (column ep)"
 
 
+def test_a_source_that_measured_its_machine_is_expressed_on_it(moe):
+    """SimuMax's rows run on its B200 node at the best GEMM rate its own microbenchmark found
+    there (0.655 of peak); another source's B200 rows keep the catalog's figure (0.776), and
+    the row says so."""
+    simumax, bridge = express(moe["sm_001"]), express(moe["mb_252"])
+    assert simumax.hw.name == bridge.hw.name == "B200"
+    assert simumax.hw.matrix_sustained_fraction == 0.655
+    assert bridge.hw.matrix_sustained_fraction == 0.776
+    assert any("0.655 of peak" in a for a in simumax.assumptions)
+    assert not any("0.655" in a for a in bridge.assumptions)
+
+
 def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     assert express(moe["mb_167"]).job.dtype == "mxfp8"
     assert express(moe["mb_165"]).job.dtype == "nvfp4"
