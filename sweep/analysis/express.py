@@ -109,6 +109,9 @@ class Stack:
 DEEPSPEED_BUCKETS_GiB = 2 * 5e8 * 2 / 2**30
 
 
+#: the stacks that run Megatron-Core (its pipeline split rules)
+MEGATRON_CORE = ("nemo", "megatron-bridge", "megatron-core")
+
 #: framework (sweep.analysis.measured.FRAMEWORKS) -> stack
 STACKS = {
     "megatron-lm-2021": Stack("materialized", True, False, "fp32", False, False),
@@ -272,6 +275,19 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
     modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
         v["recompute"] else set()
+    # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
+    # and the LM head take a pipeline slot each (the row's notes say so); Megatron-Core
+    # splits the layers evenly over the p x v (virtual) stages, or with
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split the
+    # layers and those two slots (TransformerConfig's checks; Megatron-Bridge's Llama 3.1
+    # 405B recipes set both, recipes/llama/h100/llama3.py): a model that splits only so
+    slots = bool(re.search(r"type:transformer\|embed", v["notes"]))
+    stages = (_int(v, "pp") or 1) * (_int(v, "vp") or 1)
+    if run.framework in MEGATRON_CORE and stages > 1 and shape["n_layers"] % stages \
+            and (shape["n_layers"] + 2) % stages == 0:
+        slots = True
+        assumptions.append("embedding and loss counted in the pipeline split (the only "
+                           "even split of its layers)")
     return Job(**moe,
         name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
         ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
@@ -290,9 +306,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
                                                     "fp8-rowwise") else "delayed",
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
-        # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
-        # and the LM head take a pipeline slot each (the row's notes say so)
-        embedding_slots=bool(re.search(r"type:transformer\|embed", v["notes"])),
+        embedding_slots=slots,
         offload_act_layers=float(offload.group(1)) if offload else 0.0,
         recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
         recompute_mla_up="mla_up_proj" in modules and moe.get("attention") == "mla")

@@ -28,6 +28,8 @@ PyTorch FSDP (arXiv 2304.11277); Dao 2023, FlashAttention-2 (arXiv 2307.08691); 
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -40,8 +42,7 @@ from . import moe
 from .dedup import unique_rows
 from .fuse import Gathered, as_array, fused, map_leaves
 from .fuse import enabled as fuse_enabled
-from .kernels import (FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s,
-                      p2p_s)
+from .kernels import FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
 
 __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
            "STRATEGIES", "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL",
@@ -1143,8 +1144,10 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
                                             x, _tensors_per_layer(x) + 3.0), 0.0) \
         if moe_on else 0.0
     fsdp_fb = fsdp_f + fsdp_b  # (FSDP only without pipeline stages)
-    first = body_s(layers_first, nm_first) + mix(accum_layer, accum_moe, layers_first, nm_first) \
-        + emb_f + emb_b + fsdp_fb + accum_vocab
+    body_first = body_s(layers_first, nm_first) \
+        + mix(accum_layer, accum_moe, layers_first, nm_first) + fsdp_fb
+    edge_first = emb_f + emb_b + accum_vocab  # (in the first rank's first chunk)
+    first = body_first + edge_first
     # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
     # multi_token_prediction.py): on the last stage, per depth one more block of the last
     # block's kind, the projection of [h; emb] (2e -> e, column-parallel) and one more LM
@@ -1154,8 +1157,10 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             head_f + head_b + lay["eh_f"] + lay["eh_b"])
     else:
         mtp_s = 0.0
-    last = body_s(layers_last, nm_last) + mix(accum_layer, accum_moe, layers_last, nm_last) \
-        + head_f + head_b + fsdp_fb + accum_vocab + mtp_s
+    body_last = body_s(layers_last, nm_last) \
+        + mix(accum_layer, accum_moe, layers_last, nm_last) + fsdp_fb
+    edge_last = head_f + head_b + accum_vocab + mtp_s  # (in the last rank's last chunk)
+    last = body_last + edge_last
     mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
     single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
     # (an MoE job with two stages has no middle one: its blocks differ from stage to stage)
@@ -1172,6 +1177,15 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
     steady = m * t_max
     bubble = np.where(multi, (pp - 1) / v * t_avg, 0.0)
+    # interleaved stages: Megatron-Core runs each rank's chunks in a fixed order
+    # (schedules.py get_schedule_table: p micro-batches of chunk 0, then of chunk 1, ...),
+    # so the ranks move through the chunk positions together and a micro-batch takes, per
+    # position, the slowest rank's chunk - not the slowest rank's sum, when one chunk holds
+    # the LM head and the MTP depths (a dependency replay of that order agrees within 2 %
+    # from 8 p micro-batches; docs/model.md). The difference counts as bubble.
+    bubble = bubble + np.where(multi & (v > 1), m * np.maximum(_chunked_s(
+        v, pp, (layers_first, body_first, edge_first), (layers, mid),
+        (layers_last, body_last, edge_last)) - t_max, 0.0), 0.0)
     # pipeline p2p: the stage-boundary activation (scatter-gather over TP ranks, N21 4.1),
     # forward and backward, at every virtual stage boundary of every micro-batch
     p2p_bytes = T * e * ab / t
@@ -1311,7 +1325,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
         # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
         mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
-                          nm_mid, nm_mid * p_exp_layer, exp_shard, p_layer_moe=p_layer_moe)
+                          nm_mid, nm_mid * p_exp_layer, exp_shard, p_layer_moe=p_layer_moe,
+                          middle_stage=True)
         larger = mem_mid["mem_bytes"] > mem["mem_bytes"]
         if moe_on:  # (no middle stage with two stages)
             larger = larger & (pp != 2)
@@ -1467,12 +1482,77 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
 
+def _in_flight(pp, v, m, k):
+    """Micro-batches whose activations pipeline rank ``k`` of ``pp`` holds at its peak:
+    its warm-up forward passes and the steady state's first (Megatron-Core schedules.py
+    get_pp_rank_microbatches: p - k - 1, or with v interleaved chunks 2 (p - k - 1) +
+    (v - 1) p chunk passes of 1/v of the stage each), at most m; one without a pipeline."""
+    return np.where(pp > 1, np.minimum(np.where(
+        v > 1, (2.0 * (pp - k - 1.0) + (v - 1.0) * pp + 1.0) / v, pp - k), m), 1.0)
+
+
+def _chunked_s(v, pp, first, mid, last):
+    """A micro-batch's time in the steady state of interleaved 1F1B: per chunk position,
+    the slowest rank's chunk, summed over the v positions. ``first`` and ``last`` are
+    (layers, their time, the time of what sits at the edge: embedding / LM head, loss, MTP
+    depths), ``mid`` (layers, time) of a middle rank (none with two ranks). Chunks: a rank
+    spreads its layers over its v chunks, one more in the first ones; the last rank fills
+    its chunks as the others' largest and keeps what is left in its last chunk, with the
+    head (Megatron-Bridge's DeepSeek-V3 layouts, e.g. 61 layers on 4 x 4:
+    [E + 4 t] [4 t] x 14 [t + MTP + loss], recipes/deepseek/deepseek_v3.py
+    _get_deepseek_v3_pipeline_layout); the embedding sits in the first rank's first chunk.
+    Over positions 0 .. v - 2 every rank's chunk sizes fall in steps, so their maxima are a
+    base level plus the maximum of boxes that start at position 0, summed in closed form
+    (_boxes_max_sum), plus the last rank's one partial chunk where it rises above the
+    others; positions 0 and v - 1 add the edges."""
+    n_f, t_f, edge_f = first
+    n_m, t_m = mid
+    n_l, t_l, edge_l = last
+    has_mid = pp > 2
+    per_f = t_f / np.maximum(n_f, 1.0)  # per layer
+    per_m = np.where(has_mid, t_m / np.maximum(n_m, 1.0), 0.0)
+    per_l = t_l / np.maximum(n_l, 1.0)
+    q_f, q_m = np.floor(n_f / v), np.floor(n_m / v)
+    r_f, r_m = n_f - q_f * v, np.where(has_mid, n_m - q_m * v, 0.0)
+    size = np.ceil(np.maximum(n_f, np.where(has_mid, n_m, 0.0)) / v)  # the largest chunk
+    base = np.maximum(per_f * q_f, per_m * q_m)  # the others' smaller chunks
+    # the last rank: full chunks, then one with the rest (before its last position)
+    full = np.minimum(np.floor(n_l / np.maximum(size, 1.0)), v - 1.0)
+    part = np.where(full < v - 1.0, n_l - full * size, 0.0)
+    boxes = [(np.maximum(height - base, 0.0), width) for height, width in (
+        (per_f * (q_f + 1.0), r_f), (per_m * (q_m + 1.0), r_m), (per_l * size, full))]
+    (d1, w1), (d2, w2), (d3, w3) = ((d * (w > 0), w) for d, w in boxes)
+    # the last rank's partial chunk, at position `full`: what it adds where it rises above
+    # the others' chunks there
+    rest = np.maximum(per_l * part - base
+                      - np.maximum(d1 * (full < w1), d2 * (full < w2)), 0.0)
+    top0 = base + np.maximum(np.maximum(d1, d2), d3) + rest * (full == 0)  # position 0
+    emb = np.maximum(per_f * (q_f + (r_f > 0)) + edge_f - top0, 0.0)
+    # position v - 1: the last rank's rest and its head, or the others' smaller chunks
+    tail = np.maximum(base, per_l * np.maximum(n_l - (v - 1.0) * size, 0.0) + edge_l)
+    return (v - 1.0) * base + _boxes_max_sum([(d1, w1), (d2, w2), (d3, w3)]) + rest + emb \
+        + tail
+
+
+def _boxes_max_sum(boxes):
+    """Sum over integer positions x >= 0 of max_k d_k [x < w_k], for boxes (d_k >= 0, w_k):
+    inclusion-exclusion over the subsets S of boxes, (-1)^(|S|+1) min_S d min_S w (the
+    maximum of non-negative numbers: the alternating sum of the minima of the subsets)."""
+    total = 0.0
+    for size in range(1, len(boxes) + 1):
+        for subset in itertools.combinations(boxes, size):
+            d = functools.reduce(np.minimum, [b[0] for b in subset])
+            w = functools.reduce(np.minimum, [b[1] for b in subset])
+            total = total + (d * w if size % 2 else -(d * w))
+    return total
+
+
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
             p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
-            p_layer_moe=0.0):
+            p_layer_moe=0.0, middle_stage=False):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
-    (as many as the first stage holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
+    (as many as its pipeline rank holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
     main one and the MTP depths'), reserve. Of the layers, ``nm`` are MoE blocks, whose
     routed experts add ``p_exp`` weights with gradients and optimizer state sharded
     ``exp_shard`` ways (the expert data-parallel group); an MoE block's other weights are
@@ -1521,15 +1601,14 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
             / exp_shard
     grads = np.where(training, grads, 0.0)
     optimizer = np.where(training, optimizer, 0.0)
-    # first stage keeps min(p, m) micro-batches in 1F1B, x (1 + (p-1)/(p v)) interleaved
-    # (K22 section 4.2.3); recomputing layers also need one layer's full working set
-    # (Megatron-LM theoretical_memory_usage.py: interleaved_schedule_memory_penalty)
-    in_flight = np.where(pp > 1, np.minimum(pp, m), 1.0) * np.where(
-        v > 1, 1.0 + (pp - 1) / (pp * v), 1.0)
-    if last_stage:
-        # the last stage of a 1F1B pipeline runs each micro-batch's backward right after its
-        # forward: one in flight (interleaved: its chunks' share as the first stage's)
-        in_flight = np.where(v > 1, in_flight, 1.0)
+    # micro-batches in flight on pipeline rank k: its warm-up forward passes and the steady
+    # state's first (Megatron-Core schedules.py get_pp_rank_microbatches: p - k - 1, or
+    # interleaved 2 (p - k - 1) + (v - 1) p chunks of 1/v of the stage each), at most m:
+    # the first stage p, interleaved p + (p - 1) / v = p (1 + (p-1)/(p v)) (K22 section
+    # 4.2.3); a middle stage as rank 1, the most of them; the last stage 1 (its backward
+    # follows each forward), interleaved p - (p - 1) / v. Recomputing layers also need one
+    # layer's full working set (Megatron-LM theoretical_memory_usage.py)
+    in_flight = _in_flight(pp, v, m, pp - 1.0 if last_stage else (1.0 if middle_stage else 0.0))
     r = as_array(c["recompute"])
     k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
