@@ -212,7 +212,12 @@ def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
                               "2000, fp8: 7000}]", *config)[1])
     by_file = json.loads(run(capsys, "predict", "--job", str(job), "--hardware", str(hw),
                              *config)[1])
-    assert by_label["result"]["step_time_s"] == by_file["result"]["step_time_s"]
+    # (the label holds the catalog entry's exponential rate where the file derives it from
+    # its own 16-bit peak - a grid that sweeps the tensor peak keeps the SFUs - so their
+    # attention times differ; the step is the overlapped all-to-all's, compute + (a2a -
+    # compute), equal but for the last bits: 1e-12)
+    assert by_label["result"]["step_time_s"] == pytest.approx(
+        by_file["result"]["step_time_s"], rel=1e-12)
     for argv, message in (
             (["--job", "qwen3_30b_a3b[dtype=mxfp9]"], "--job: dtype: expected one of"),
             (["--job", "qwen3_30b_a3b[dtype]"], ("--job: 'dtype' in 'qwen3_30b_a3b[dtype]' is "
