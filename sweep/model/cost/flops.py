@@ -35,11 +35,12 @@ def _core_flops_per_token(job: Job) -> float:
     """Forward score and context products per token per layer: 2 x keys x heads x (q/k width
     + v width), the keys a query sees on average: half the sequence when causal (MHA: 4 s H d
     / 2), the whole otherwise; in a sliding-window layer the window, less the first queries'
-    shorter histories (W - W (W - 1) / 2s when causal, at most 2W + 1 otherwise), averaged
-    over the windowed and full layers."""
+    shorter histories (W - W (W - 1) / 2s when causal, at most 2W + 1 otherwise; W at most
+    s), averaged over the windowed and full layers."""
     s, w = job.seq_len, job.sliding_window
     keys = 0.5 * s if job.causal else float(s)
     if w:
+        w = min(w, s)  # (a window past the sequence is no window: the formula peaks at s)
         windowed = min(keys, w - w * (w - 1) / (2.0 * s) if job.causal else 2.0 * w + 1.0)
         share = job.windowed_layer_fraction
         keys = (1.0 - share) * keys + share * windowed
