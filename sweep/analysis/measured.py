@@ -639,6 +639,15 @@ def _shape(v: Mapping[str, str]) -> tuple[dict[str, int], Job | None, list[str]]
     return shape, None, []
 
 
+def _bad_measure(text: str) -> bool:
+    """Whether ``text`` is no number at all, or a finite one below 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        return True
+    return math.isfinite(x) and x < 0
+
+
 def parse_run(row: Mapping[str, str]) -> Run | Refusal:
     """A CSV row (either layout) read through the contract, or why it cannot be."""
     v = canonical(row)
@@ -656,6 +665,15 @@ def parse_run(row: Mapping[str, str]) -> Run | Refusal:
         if text and (_int(v, k) or 0) <= 0:
             return Refusal("layout value not a positive whole number",
                            f"{k} {text!r} is not a positive whole number")
+    for k in (*METRICS, "mfu", "hfu", "peak_tflops_used", "mem_per_gpu_GB"):
+        # (a measured value that is not a number, or below 0, is an error in the row, not a
+        # metric left out: '137,5' or -5 were refused as "no time-based metric", and a
+        # negative memory was compared; 0 - a published table's rounding - and nan count as
+        # not given, as an empty cell)
+        text = v.get(k, "").strip()
+        if text and _bad_measure(text):
+            return Refusal("measured value not a number",
+                           f"{k} {text!r} is not a number of 0 or more")
     shape, model, notes = got
     hardware = match_gpu(v["gpu"], v["system"])
     if isinstance(hardware, Refusal):

@@ -282,6 +282,25 @@ def test_a_misspelt_column_is_refused_and_a_non_finite_metric_is_not_given(tmp_p
     assert not cases and {u["id"] for u in refused} == {r["id"] for r in rows}
 
 
+def test_a_measured_value_that_is_no_number_is_refused_naming_it(tmp_path, dense):
+    """'137,5', 'fast' or -5 in a metric, or a negative memory, is an error in the row (an
+    outside review: refused as "no time-based metric", or a -3 GiB peak compared); 0, a
+    published table's rounding, stays a cell not given, and the next metric is used."""
+    base = dense["nar21_t1_1"]
+    rows = [dict(base, id=f"bad_{i}", tflops_per_gpu=x) for i, x in
+            enumerate(("137,5", "fast", "-5"))]
+    rows.append(dict(base, id="bad_mem", mem_per_gpu_GB="-3"))
+    cases, refused = express_all(_write(tmp_path / "bad.csv", rows))
+    assert not cases
+    reasons = {u["id"]: u["reason"] for u in refused}
+    assert reasons["bad_0"] == "tflops_per_gpu '137,5' is not a number of 0 or more"
+    assert reasons["bad_2"] == "tflops_per_gpu '-5' is not a number of 0 or more"
+    assert reasons["bad_mem"] == "mem_per_gpu_GB '-3' is not a number of 0 or more"
+    rounded = dict(base, id="rounded", samples_per_s="0")
+    (case,), _ = express_all(_write(tmp_path / "ok.csv", [rounded]))
+    assert case.metric == "tflops_per_gpu"
+
+
 def test_an_id_given_twice_is_refused_naming_both_lines(tmp_path, dense):
     """Rows are keyed by id (errors, assumptions, the fit's weights): a second row with the
     same id was listed twice without a word (an outside tester's finding)."""
