@@ -1,5 +1,5 @@
 """``python -m sweep`` (and ``python -m mpi4py -m sweep``) runs the command line."""
 
-from .cli import main
+from ._entry import main
 
 raise SystemExit(main())

@@ -7,12 +7,11 @@ folder) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from .._entry import interrupted
 from ..engine._alloc import keep_heap
 from ..engine.parallel import launcher_rank
 from ..errors import SweepError
@@ -62,14 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_error(args, exc)
     except BrokenPipeError:  # e.g. `sweep show ... | head`
         return 0
-    except KeyboardInterrupt:  # Ctrl-C before a run's own handlers (planning), or elsewhere
-        # one line, then death by the signal itself (exit 130 to a shell): an MPI launcher
-        # then tears the job down, where a plain exit could leave another rank waiting in
-        # MPI_Init for this one (mpiexec hung)
-        print(f"sweep {args.command}: interrupted", file=sys.stderr, flush=True)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        return 130  # (not reached where SIGINT kills)
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM, sweep._entry) before a run's
+        # own handlers (planning), or elsewhere: one line, then death by that signal
+        return interrupted(f"sweep {args.command}", exc)
     except OSError as exc:  # permissions, disk full, a vanished file: one line, exit 2
         print(f"sweep {args.command}: error: {os_error_text(exc)}", file=sys.stderr,
               flush=True)

@@ -4,6 +4,11 @@ units, the run-folder lock, OS errors, and the bookkeeping of unit segments."""
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -210,3 +215,35 @@ def test_a_signal_while_rank_0_merges_stops_cleanly_and_reduce_finishes(tmp_path
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     monkeypatch.setattr(reduce_module.ResultsWriter, "append", real)
     assert main(["reduce", str(run)]) == 0 and (run / "sweep.h5").exists()
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (Linux: SigCgt in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(ln for ln in status.splitlines() if ln.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_sigterm_while_the_command_loads_is_one_line_then_the_signal(tmp_path):
+    """SIGTERM in a command's first second (Python importing numpy and the subcommands, a
+    run planning) killed it silently, and Ctrl-C printed a traceback (an outside review);
+    now either prints one line and dies by that signal, as a launcher expects."""
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", "plan", SMALL],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not _catches_sigterm(proc.pid) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert proc.poll() is None, "the command loaded and ended without a SIGTERM handler"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the plan finished before the signal arrived")
+    assert proc.returncode == -signal.SIGTERM, err
+    assert err.strip().splitlines() == [
+        next(line for line in ("sweep: interrupted (signal 15)",
+                               "sweep plan: interrupted (signal 15)") if line in err)], err
