@@ -191,6 +191,8 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (group == 0 or (zero == 3 and dp % group == 0 and group < dp
                         and group & (group - 1) == 0),
          "shard_group needs zero = 3 and a power of two dividing dp, below it"),
+        (cfg.get("sp", 0) in (0, 1) and cfg.get("tp_overlap", 0) in (0, 1),
+         "sp and tp_overlap are 0 or 1"),
         (tp > 1 or not (cfg.get("sp") or cfg.get("tp_overlap")), "sp / tp_overlap need tp > 1"),
         (not cfg.get("tp_overlap") or cfg.get("sp"), "tp_overlap needs sp = 1"),
         (not cfg.get("offload") or hw.host_memory_bytes > 0,
@@ -263,6 +265,10 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     if best is None:
         reason = _diagnose_nersc(job, n_gpus, strategy, config) if profile == "nersc2024" \
             else _diagnose_calibrated(job, hw, n_gpus, config)
+        if not config:  # (no configuration at all: the default's first broken rule)
+            raise SweepError(f"{job.name} has no {profile}/{strategy} configuration on "
+                             f"{n_gpus} GPUs (the default layout, all {n_gpus} GPUs data-"
+                             f"parallel: {reason})")
         raise SweepError(f"{_describe(config)} is not a {profile}/{strategy} candidate for "
                          f"{job.name} on {n_gpus} GPUs: {reason}")
     single = {k: np.array([best[k]]) for k in CANDIDATE_DTYPE.names}

@@ -248,6 +248,9 @@ def reduce_run(run_dir: Path, partial: bool = False, lock: bool = True,
             run (unless ``partial``), or a run holding the folder.
     """
     run_dir = Path(run_dir)
+    if run_dir.is_file():  # (as sweep status says it)
+        raise StoreError(f"{run_dir}: a file, not a run folder (sweep reduce takes the "
+                         f"folder: {run_dir.parent})")
     if not run_dir.is_dir():
         raise StoreError(f"{run_dir}: no such run folder")
     if not lock:

@@ -79,6 +79,14 @@ def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
      "recompute = 2: nersc2024 searches tp, tp2 / cp, pp, dp, mbs"),
     (["--profile", "nersc2024", "--job", "gpt3_1T", "--hardware", "nersc-B200", "--gpus",
       "4096", "--config", "tp=4,pp=8,zero=1"], "zero = 1: nersc2024 searches"),
+    # (an outside review: "sp / tp_overlap need tp > 1", and "the default configuration is
+    # not a candidate" where no configuration exists at all)
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "8", "--config", "sp=2"],
+     "sp and tp_overlap are 0 or 1"),
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "17"],
+     "llama3_8b has no calibrated/1d configuration on 17 GPUs (the default layout"),
+    (["--profile", "nersc2024", "--job", "gpt3_1T[training=false]", "--hardware",
+      "nersc-B200", "--gpus", "4096"], "has training: false (forward only)"),
 ])
 def test_predict_names_the_knob_the_search_does_not_try(capsys, argv, message):
     """A value the search never tries is named as such (it read "no NVLink placement

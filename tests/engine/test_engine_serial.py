@@ -421,6 +421,9 @@ def test_status_of_an_array_run_from_start_to_finish(finished, tmp_path, capsys)
     assert main(["status", str(run / "sweep.h5")]) == 2
     assert f"a file, not a run folder (sweep status takes the folder: {run})" in \
         capsys.readouterr().err
+    assert main(["reduce", str(run / "sweep.h5")]) == 2  # (was "no such run folder")
+    assert f"a file, not a run folder (sweep reduce takes the folder: {run})" in \
+        capsys.readouterr().err
     assert _same_tables(run / "sweep.h5", out / "sweep.h5")
 
 
