@@ -7,8 +7,12 @@ they are rows with ``feasible = False`` and a reason code (``schema.Reason``).
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
 __all__ = ["SweepError", "SpecError", "StoreError", "WorldError", "install_hint",
-           "DISTRIBUTION"]
+           "DISTRIBUTION", "EarlySignal", "interrupted"]
 
 #: the distribution's name (the import name and the command stay ``sweep``; the PyPI
 #: project called ``sweep`` is an unrelated one, SWeeP)
@@ -49,3 +53,24 @@ class StoreError(SweepError):
 
 class WorldError(SweepError):
     """The MPI world does not match how the job was launched (e.g. srun without PMI)."""
+
+
+class EarlySignal(KeyboardInterrupt):
+    """SIGTERM before a run's own stop handling (sweep._entry): handled as Ctrl-C is."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupted(command: str, exc: KeyboardInterrupt) -> int:
+    """Ctrl-C or an EarlySignal outside a run's handlers: one line, then death by the signal
+    itself (exit 128 + signal to a shell): an MPI launcher then tears the job down, where a
+    plain exit could leave another rank waiting in MPI_Init for this one (mpiexec hung)."""
+    signum = exc.signum if isinstance(exc, EarlySignal) else signal.SIGINT
+    print(f"{command}: interrupted"
+          + (f" (signal {int(signum)})" if signum != signal.SIGINT else ""),
+          file=sys.stderr, flush=True)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + int(signum)  # (not reached where the signal kills)

@@ -11,10 +11,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .._entry import interrupted
 from ..engine._alloc import keep_heap
 from ..engine.parallel import launcher_rank
-from ..errors import SweepError
+from ..errors import SweepError, interrupted
 from . import bench, figures, predict, run, slurm, validate
 from ._common import os_error_text, print_error
 
