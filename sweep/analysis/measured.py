@@ -640,12 +640,12 @@ def _shape(v: Mapping[str, str]) -> tuple[dict[str, int], Job | None, list[str]]
 
 
 def _bad_measure(text: str) -> bool:
-    """Whether ``text`` is no number at all, or a finite one below 0."""
+    """Whether ``text`` is no number at all, or one below 0 (-inf too; nan and inf are a
+    cell not given)."""
     try:
-        x = float(text)
+        return float(text) < 0
     except ValueError:
         return True
-    return math.isfinite(x) and x < 0
 
 
 def parse_run(row: Mapping[str, str]) -> Run | Refusal:

@@ -7,6 +7,7 @@ folder) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -54,6 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.commands[args.command].error(
             f"unrecognized arguments: {' '.join(extra)}")
     keep_heap()  # no page-fault churn between blocks (sweep/engine/_alloc.py)
+    if args.command != "run":
+        # SIGTERM as Ctrl-C (sweep._entry) served while the command loaded; a run keeps it
+        # until its own stop handling takes over, the others die by SIGTERM at once again
+        # (a KeyboardInterrupt would wait for validate's re-fit workers to finish their task)
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main thread
+            pass
     try:
         return int(args.func(args) or 0)
     except SweepError as exc:

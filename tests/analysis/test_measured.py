@@ -288,7 +288,7 @@ def test_a_measured_value_that_is_no_number_is_refused_naming_it(tmp_path, dense
     published table's rounding, stays a cell not given, and the next metric is used."""
     base = dense["nar21_t1_1"]
     rows = [dict(base, id=f"bad_{i}", tflops_per_gpu=x) for i, x in
-            enumerate(("137,5", "fast", "-5"))]
+            enumerate(("137,5", "fast", "-5", "-inf"))]
     rows.append(dict(base, id="bad_mem", mem_per_gpu_GB="-3"))
     cases, refused = express_all(_write(tmp_path / "bad.csv", rows))
     assert not cases
