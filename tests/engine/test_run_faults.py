@@ -240,7 +240,7 @@ def test_sigterm_while_the_command_loads_is_one_line_then_the_signal(tmp_path):
         time.sleep(0.002)
     assert proc.poll() is None, "the command loaded and ended without a SIGTERM handler"
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     if proc.returncode == 0:
         pytest.skip("the plan finished before the signal arrived")
     assert proc.returncode == -signal.SIGTERM, err
