@@ -63,6 +63,12 @@ MEASURED_MACHINE = [
 ]
 
 
+def _measured_machine(source: str) -> list[tuple[dict, str]]:
+    """(hardware overrides, the row's note) of the MEASURED_MACHINE entries ``source`` matches."""
+    return [(overrides, note) for pattern, overrides, note in MEASURED_MACHINE
+            if re.search(pattern, source)]
+
+
 @dataclass(frozen=True)
 class Stack:
     """How a framework runs a model (the Job fields it sets), and its defaults."""
@@ -359,9 +365,8 @@ def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
     for pattern, overrides in INTERCONNECT:
         if re.search(pattern, v["interconnect"]):
             hw = apply_overrides(hw, overrides, "interconnect")
-    for pattern, overrides, _ in MEASURED_MACHINE:
-        if re.search(pattern, v["source"]):
-            hw = apply_overrides(hw, overrides, "source")
+    for overrides, _ in _measured_machine(v["source"]):
+        hw = apply_overrides(hw, overrides, "source")
     domain = _int(v, "nvlink_domain")
     if domain:
         # a run fills NVLink domains in equal parts: 64 of an NVL72's 72 GPUs at 64 - 256 GPUs
@@ -388,8 +393,7 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
         return _refuse("layout inconsistent", f"global batch {B} is not a multiple of dp = {dp}")
     job = _job(run, stack, assumptions)
     hw, node = _hardware(run, n)
-    assumptions += [note for pattern, _, note in MEASURED_MACHINE
-                    if re.search(pattern, v["source"])]
+    assumptions += [note for _, note in _measured_machine(v["source"])]
     zero = sharding_of(v["zero_fsdp"], v["fsdp"], node)
     if zero is None:
         text = v["zero_fsdp"] or v["fsdp"]

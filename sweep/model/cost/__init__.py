@@ -70,12 +70,11 @@ def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
     # the study times a training step with every query attending to the whole sequence
     # (causal or not: its attention is the full square, docs/model.md): a forward-only or
     # windowed job would be timed as that step and counted otherwise in MFU
-    for flag, modelled, text in ((job.training, True, "training: false (forward only)"),
-                                 (bool(job.sliding_window), False,
-                                  f"sliding_window: {job.sliding_window}")):
-        if flag != modelled:
-            return (f"nersc2024 times a training step of full-sequence attention; job "
-                    f"{job.name} has {text} (use the calibrated profile)")
+    other = ("training: false (forward only)" if not job.training else
+             f"sliding_window: {job.sliding_window}" if job.sliding_window else None)
+    if other:
+        return (f"nersc2024 times a training step of full-sequence attention; job "
+                f"{job.name} has {other} (use the calibrated profile)")
     return None
 
 
