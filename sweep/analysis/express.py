@@ -63,10 +63,33 @@ MEASURED_MACHINE = [
 ]
 
 
+#: source (regex) -> Stack fields its launcher sets against its framework's defaults.
+#: SimuMax's B200 runs: its Megatron-LM launchers (run_pretrain_llama3.sh,
+#: run_pretrain_deepseekv2.sh, with the EXTRA_ARGS of tools/b200/run_megatron_perf_real_*.py,
+#: MooreThreads/SimuMax @4dcaae5) pass neither --overlap-grad-reduce nor
+#: --overlap-param-gather, both off by default (Megatron-LM megatron/training/arguments.py),
+#: so the gradient reduce-scatter and the parameter all-gather run exposed after the backward
+MEASURED_LAUNCH = [
+    (r"^SimuMax B200", {"dp_overlap": False},
+     ("data-parallel reduce and gather not overlapped (the source's launcher leaves "
+      "--overlap-grad-reduce / --overlap-param-gather off)")),
+]
+
+
 def _measured_machine(source: str) -> list[tuple[dict, str]]:
     """(hardware overrides, the row's note) of the MEASURED_MACHINE entries ``source`` matches."""
     return [(overrides, note) for pattern, overrides, note in MEASURED_MACHINE
             if re.search(pattern, source)]
+
+
+def _launched_stack(stack: Stack, source: str, assumptions: list[str]) -> Stack:
+    """``stack`` with the MEASURED_LAUNCH fields of the entries ``source`` matches (and their
+    notes added to ``assumptions``)."""
+    for pattern, fields, note in MEASURED_LAUNCH:
+        if re.search(pattern, source):
+            stack = dataclasses.replace(stack, **fields)
+            assumptions.append(note)
+    return stack
 
 
 @dataclass(frozen=True)
@@ -381,8 +404,9 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     run = parse_run(row)
     if isinstance(run, Refusal):
         return run
-    v, stack = run.values, STACKS[run.framework]
+    v = run.values
     assumptions = list(run.notes)
+    stack = _launched_stack(STACKS[run.framework], v["source"], assumptions)
     n, B = run.shape["n_gpus"], run.shape["global_batch_seqs"]
     tp, pp, cp = (_int(v, k) or 1 for k in ("tp", "pp", "cp"))
     dp = _int(v, "dp") or n // max(tp * pp * cp, 1)

@@ -185,6 +185,17 @@ def test_a_source_that_measured_its_machine_is_expressed_on_it(moe):
     assert not any("0.655" in a for a in bridge.assumptions)
 
 
+def test_a_source_whose_launcher_leaves_dp_overlap_off_is_expressed_without_it(moe):
+    """SimuMax's Megatron-LM launchers pass neither --overlap-grad-reduce nor
+    --overlap-param-gather (both off by default): its rows reduce and gather exposed, and say
+    so; Megatron-Bridge's rows keep their stack's overlap."""
+    simumax, bridge = express(moe["sm_001"]), express(moe["mb_252"])
+    assert simumax.job.dp_overlap is False
+    assert bridge.job.dp_overlap is True
+    assert any("--overlap-grad-reduce" in a for a in simumax.assumptions)
+    assert not any("--overlap-grad-reduce" in a for a in bridge.assumptions)
+
+
 def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     assert express(moe["mb_167"]).job.dtype == "mxfp8"
     assert express(moe["mb_165"]).job.dtype == "nvfp4"
