@@ -86,10 +86,11 @@ def plan_and_estimate(spec, budget_s: float):
     import time
 
     from ..analysis.bench import estimate_search_seconds
+    from ..engine import runner  # noqa: F401  (what a run has loaded when it measures its base)
     from ..engine.plan import SpaceCache, make_plan, measure_working_set, rss_bytes
 
     cache = SpaceCache(spec.cost_model, offload=spec.offload)
-    base = rss_bytes()
+    base = rss_bytes()  # (as sweep run measures it: the run's modules and h5py loaded)
     start = time.process_time()
     plan = make_plan(spec, cache)  # SpecError for a spec that cannot run
     plan_s = time.process_time() - start  # every rank of a run builds the plan first

@@ -235,8 +235,11 @@ def estimate_memory(plan: Plan, ranks: int, base_bytes: float, plan_bytes: float
     blocks = BlockCache().most_bytes(plan.cases.candidates)
     fixed = base_bytes + plan_bytes + startup_bytes + working_bytes + blocks
 
+    # (a rank seals its finished cases once they hold SEAL_ROWS rows: with a top_n of that
+    # order, up to SEAL_ROWS rows plus the case that crossed it, the one being searched and
+    # a search's top-N merged into it, top_n rows each)
     def held(share: float) -> float:
-        return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS)
+        return RUN_BYTES_PER_ROW * min(share, SEAL_ROWS + 3 * plan.spec.top_n)
 
     units = len(plan.units)
     image = (rows * TOP_DTYPE.itemsize + len(plan.cases) * CASES_ROW_BYTES

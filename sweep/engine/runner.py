@@ -369,11 +369,15 @@ def _prepare_locked(options: RunOptions, size: int, text: str, plan: Plan, out: 
 class _State:
     """One rank's finished units and per-case top-N since its last seal. ``units_left``
     counts, per case, this rank's units not yet finished: a case with none left is
-    *final* here, and only final cases are sealed. A case's top-N is cut in two on one rank
-    only when a piece of the shared tail brings more of a case this rank has already sealed
-    (up to top_n more rows in a later part; the reduction merges them)."""
+    *final* here, and only final cases are sealed. A case that a piece of the shared tail
+    not yet handed out still holds (``last_piece``: per case, the last piece with any of its
+    units, -1 for none; pieces go out in order, and ``seen`` is the last this rank took) is
+    held until no such piece is left: a piece could bring more of it to this rank, whose
+    top-N would then be cut in two, up to top_n more rows in a later part each time. So a
+    case's top-N is never cut in two on one rank."""
 
-    def __init__(self, top_n: int, units_left: np.ndarray | None = None) -> None:
+    def __init__(self, top_n: int, units_left: np.ndarray | None = None,
+                 last_piece: np.ndarray | None = None) -> None:
         self.top_n = top_n
         self.done: list[tuple] = []
         self.tops: dict[int, np.ndarray] = {}
@@ -381,6 +385,18 @@ class _State:
         self.units_left = units_left
         self.final: dict[int, int] = {}  # cases final here since the last seal -> rows held
         self.final_held = 0  # their top rows and segments
+        self.last_piece = last_piece
+        self.seen = -1  # the last piece of the shared tail this rank took
+        self.held: set[int] = set()  # finished here, but a piece to come still holds them
+
+    def _finish(self, cid: int) -> None:
+        """Case ``cid`` has no units left on this rank: final, or held while a piece of the
+        shared tail still to be handed out has some of it."""
+        if self.last_piece is not None and self.last_piece[cid] > self.seen:
+            self.held.add(cid)
+            return
+        self.final[cid] = len(self.tops[cid]) + 1
+        self.final_held += self.final[cid]
 
     def pop_final(self) -> _State:
         """The final cases' rows and segments, taken out of this state."""
@@ -421,16 +437,22 @@ class _State:
         if self.units_left is not None and int(result.stop) == int(unit["stop"]):
             self.units_left[cid] -= 1
             if self.units_left[cid] == 0:
-                self.final[cid] = len(self.tops[cid]) + 1
-                self.final_held += self.final[cid]
+                self._finish(cid)
 
-    def take(self, units: np.ndarray) -> None:
-        """More units for this rank (a piece of the shared tail): their cases are open again
-        (a final case not sealed yet stops being final)."""
+    def take(self, units: np.ndarray, piece: int = -1) -> None:
+        """More units for this rank (piece ``piece`` of the shared tail): their cases are
+        open again (a final case not sealed yet stops being final), and the held cases no
+        piece after this one holds become final."""
         cids, counts = np.unique(units["case_id"], return_counts=True)
         for cid, k in zip(cids.tolist(), counts.tolist()):
             self.final_held -= self.final.pop(cid, 0)
+            self.held.discard(cid)
             self.units_left[cid] += k
+        self.seen = max(self.seen, piece)
+        for cid in sorted(self.held):
+            if self.last_piece[cid] <= self.seen:
+                self.held.discard(cid)
+                self._finish(cid)
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         done = np.array(self.done, dtype=DONE_DTYPE) if self.done else np.zeros(0, DONE_DTYPE)
@@ -486,8 +508,16 @@ class _Share:
             time.sleep(delay)
             delay = min(2 * delay, 0.01)
 
-    def take(self, halted: Callable[[], int]) -> np.ndarray | None:
-        """The units of this rank's next piece (None: no piece left, or a stop came)."""
+    def last_piece(self, n_cases: int) -> np.ndarray:
+        """(n_cases,) the last piece with any of each case's units (-1: none)."""
+        last = np.full(n_cases, -1, np.int64)
+        piece = np.repeat(np.arange(self.pieces), np.diff(self.bounds))
+        np.maximum.at(last, self.units["case_id"], piece)
+        return last
+
+    def take(self, halted: Callable[[], int]) -> tuple[np.ndarray, int] | None:
+        """The units of this rank's next piece and its number (None: no piece left, or a
+        stop came)."""
         if not self.pieces:
             return None
         if self.comm.rank == 0:
@@ -502,7 +532,7 @@ class _Share:
                 self.asked = True
         if piece < 0:
             return None
-        return self.units[self.bounds[piece]:self.bounds[piece + 1]]
+        return self.units[self.bounds[piece]:self.bounds[piece + 1]], piece
 
     def settle(self) -> None:
         """Before the run's end (the agreement every rank joins): take in the answer to a
@@ -774,7 +804,8 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
     owner, piece = share_units(pending["stop"] - pending["start"], comm.size)
     mine = pending[owner == comm.rank]
     share = _Share(comm, pending[owner < 0], piece[owner < 0])
-    state = _State(spec.top_n, np.bincount(mine["case_id"], minlength=len(plan.cases)))
+    state = _State(spec.top_n, np.bincount(mine["case_id"], minlength=len(plan.cases)),
+                   share.last_piece(len(plan.cases)))
     my_part = part_path(out, worker)
     if resume and my_part.exists():  # keep what this worker's part holds
         _, old_done, old_top = read_part(my_part)
@@ -906,8 +937,9 @@ def _run(spec_path: str, comm, options: RunOptions, setup: tuple, start_wall: fl
             startup.disarm()
         if not stopped_early:
             # the shared tail: a piece at a time, while rank 0 has any left
-            while (units_now := share.take(halted)) is not None:
-                state.take(units_now)
+            while (dealt := share.take(halted)) is not None:
+                units_now, piece_now = dealt
+                state.take(units_now, piece_now)
                 taken.append(units_now)
                 if search(units_now):
                     break

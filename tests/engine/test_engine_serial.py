@@ -601,6 +601,47 @@ def test_a_piece_of_the_shared_tail_reopens_a_final_case():
     assert state.final == {7: 3}
 
 
+def test_a_case_the_shared_tail_still_holds_is_not_sealed_in_pieces():
+    """A case with units in pieces of the shared tail not yet handed out is held, not
+    sealed: pieces go out in order, so only once this rank has taken a later piece (or
+    the last) can no more of it come here. Sealing it each time it finished here cut a
+    top_n = 200,000 case into ~11 parts a rank (an outside review: 2.4 GB on rank 0 where
+    sweep plan said 0.44)."""
+    from types import SimpleNamespace
+
+    from sweep.engine.plan import UNIT_DTYPE
+    from sweep.engine.runner import _State
+    from sweep.model.schema import RESULT_DTYPE
+
+    units = np.zeros(4, UNIT_DTYPE)  # case 7: dealt, piece 0 and piece 2; case 9: piece 1
+    units["unit_id"], units["case_id"] = [0, 1, 2, 3], [7, 7, 9, 7]
+    units["start"], units["stop"] = [0, 10, 0, 20], [10, 20, 10, 30]
+    top = np.zeros(2, RESULT_DTYPE)
+    top["feasible"], top["samples_per_s"], top["index"] = True, [2.0, 1.0], [0, 1]
+
+    def result(stop):
+        return SimpleNamespace(stop=stop, reasons={}, evaluated=10, feasible=2, top=top)
+
+    last = np.full(10, -1)
+    last[7], last[9] = 2, 1
+    state = _State(top_n=2, units_left=np.bincount([7], minlength=10), last_piece=last)
+    state.add(units[0], 0, result(10), 0.1, 0)
+    assert state.final == {} and state.held == {7}  # piece 0 and 2 may bring more
+    state.take(units[1:2], 0)
+    state.add(units[1], 10, result(20), 0.1, 0)
+    assert state.final == {} and state.held == {7}  # (piece 1 went to another rank)
+    state.take(units[3:4], 2)
+    state.add(units[3], 20, result(30), 0.1, 0)
+    assert state.final == {7: 3} and state.held == set()
+    # a held case turns final when this rank takes a piece past its last one
+    last[7], last[9] = 1, 2
+    state = _State(top_n=2, units_left=np.bincount([7], minlength=10), last_piece=last)
+    state.add(units[0], 0, result(10), 0.1, 0)
+    assert state.held == {7}
+    state.take(units[2:3], 2)  # piece 2: case 9 only
+    assert state.final == {7: 3} and state.held == set() and state.units_left[9] == 1
+
+
 def test_every_hardware_column_has_its_unit():
     """/cases' hardware columns carry their unit (exp_per_s read "s", and the calibration
     parameters named in microseconds and GiB had none)."""

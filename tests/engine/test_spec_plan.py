@@ -27,7 +27,29 @@ def spec_of(**kw):
 def test_gpu_forms():
     assert spec_of(gpus={"from": 128, "to": 1024, "factor": 2}).gpus == (128, 256, 512, 1024)
     assert spec_of(gpus={"from": 8, "to": 32, "step": 8}).gpus == (8, 16, 24, 32)
-    assert spec_of(gpus=[1024, 256, 1024]).gpus == (256, 1024)
+    assert spec_of(gpus=[1024, 256]).gpus == (256, 1024)
+    with pytest.raises(SpecError, match=r"gpus\[2\]: 1024 is listed twice"):
+        spec_of(gpus=[1024, 256, 1024])  # (every case of it twice, as a grid value)
+    with pytest.raises(SpecError, match="description: expected text"):
+        spec_of(description=[1, 2])
+
+
+def test_a_hardware_variant_two_groups_make_is_refused():
+    """Two groups of one base whose grids share a point, or a grid point equal to the
+    base's own value beside the base alone, would run each of its cases twice (an outside
+    review: two cases labelled H100-SXM[nvlink_domain=16]); grids that only overlap in
+    other bases, or not at all, are fine."""
+    with pytest.raises(SpecError, match=r"hardware\[1\]: H100-SXM\[nvlink_domain=16\] is "
+                                        r"also a variant of hardware\[0\]"):
+        spec_of(hardware=[{"base": "H100-SXM", "grid": {"nvlink_domain": [8, 16]}},
+                          {"base": "H100-SXM", "grid": {"nvlink_domain": [16, 32]}}])
+    with pytest.raises(SpecError, match=r"H100-SXM\[nvlink_domain=8\] is also a variant"):
+        spec_of(hardware=[{"base": "H100-SXM"},
+                          {"base": "H100-SXM", "grid": {"nvlink_domain": [8]}}])
+    ok = spec_of(hardware=[{"base": ["H100-SXM", "B200"], "grid": {"nvlink_domain": [8, 16]}},
+                           {"base": "H100-SXM", "grid": {"nvlink_domain": [32]}},
+                           {"base": "B200", "grid": {"hbm_GBps": [4000]}}])
+    assert len(expand_variants(ok)) == 6
     # default profile: calibrated, with its one strategy; otherwise all of the profile's
     assert spec_of().cost_model == "calibrated" and spec_of().strategies == ("1d", "2d")
     assert spec_of(cost_model="nersc2024").strategies == ("1d", "2d", "2d-seqp")
@@ -374,10 +396,12 @@ def test_memory_estimate_by_hand(monkeypatch):
     # more ranks never need more memory per rank
     per = [estimate_memory(plan, r, 50e6, 10e6, 5e6)["rank"] for r in (2, 4, 8, 64)]
     assert per == sorted(per, reverse=True)
-    # a rank seals what it holds past SEAL_ROWS: its share stops growing there
+    # a rank seals what it holds past SEAL_ROWS: its share stops growing there, plus the
+    # case that crossed it, the one searched and a search's top-N merged into it
     monkeypatch.setattr(plan_module, "SEAL_ROWS", 10)
     sealed = estimate_memory(plan, 1, 50e6, 10e6, 5e6)
-    assert sealed["rank"] == pytest.approx(65e6 + m["blocks"] + RUN_BYTES_PER_ROW * 10)
+    assert sealed["rank"] == pytest.approx(65e6 + m["blocks"] + RUN_BYTES_PER_ROW
+                                           * (10 + 3 * plan.spec.top_n))
 
 
 def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
