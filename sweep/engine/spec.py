@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -524,6 +525,50 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
     return tuple(groups), bases
 
 
+#: most variants of the groups sharing a base that duplicate_variant compares one by one
+DUPLICATE_CHECK_VARIANTS = 100_000
+
+
+def duplicate_variant(groups: Sequence[HardwareGroup], bases: Mapping[str, Hardware],
+                      source: str) -> tuple[str, str, str] | None:
+    """(key of the later group, the variant's label, the earlier group's key) of a hardware
+    variant that two groups both make (the same base with the same resolved parameters,
+    e.g. a grid point equal to the base's own value in one group and no grid in another),
+    else None. Only bases listed in more than one group are compared, variant by variant,
+    while their variants number at most DUPLICATE_CHECK_VARIANTS (beyond, not checked)."""
+    import math
+
+    from .variants import _apply_point
+
+    shared = {b for i, g in enumerate(groups) for b in g.bases
+              if any(b in h.bases for h in groups[:i])}
+    if not shared:
+        return None
+    sizes = [math.prod(len(ax.points) for ax in g.axes) for g in groups]
+    if sum(n * len(set(g.bases) & shared) for n, g in zip(sizes, groups)) \
+            > DUPLICATE_CHECK_VARIANTS:
+        return None
+    seen: dict[tuple, str] = {}
+    for gi, g in enumerate(groups):
+        gkey = f"hardware[{gi}]" if len(groups) > 1 else "hardware"
+        for base in g.bases:
+            if base not in shared:
+                continue
+            for combo in itertools.product(*(range(len(ax.points)) for ax in g.axes)):
+                hw = bases[base]
+                for ax, k in zip(g.axes, combo):
+                    hw = _apply_point(hw, ax, k, source)
+                key = (base,) + tuple(sorted((k, v) for k, v in hw.record().items()
+                                             if k != "hardware"))
+                label = base + ("[" + ",".join(f"{ax.name}={float(ax.labels[k]):g}"
+                                               for ax, k in zip(g.axes, combo)) + "]"
+                                if g.axes else "")
+                if key in seen and seen[key] != gkey:
+                    return gkey, label, seen[key]
+                seen.setdefault(key, gkey)
+    return None
+
+
 def parse_spec(raw: Any, source: str, near: Path | None = None, *,
                max_variants: int = DEFAULT_MAX_VARIANTS, max_cases: int | None = None
                ) -> SweepSpec:
@@ -562,8 +607,13 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     jobs, job_bases = _parse_jobs(raw.get("jobs"), source, near, resolved.get("jobs") or {})
     if "gpus" not in raw:
         raise _fail(source, "gpus", "missing")
-    gpus = tuple(sorted({int(g) for g in _values(raw["gpus"], source, "gpus", integer=True,
-                                                 maximum=MAX_GPUS)}))
+    gpus_raw = [int(g) for g in _values(raw["gpus"], source, "gpus", integer=True,
+                                        maximum=MAX_GPUS)]
+    for i, g in enumerate(gpus_raw):
+        if g in gpus_raw[:i]:  # (as a grid value given twice: every case of it twice)
+            raise _fail(source, f"gpus[{i}]" if isinstance(raw["gpus"], list) else "gpus",
+                        f"{g} is listed twice")
+    gpus = tuple(sorted(gpus_raw))
     strategies_raw = raw.get("strategies", list(PROFILES[profile]))
     strategies = _values(strategies_raw, source, "strategies")
     for i, s in enumerate(strategies):
@@ -593,6 +643,13 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     if offload and profile != "calibrated":
         raise _fail(source, "offload", f"only the calibrated profile models offload, not "
                                        f"{profile}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _fail(source, "description", f"expected text, got {brief(description)}")
+    twice = duplicate_variant(groups, bases, source)
+    if twice:
+        raise _fail(source, twice[0], f"{twice[1]} is also a variant of {twice[2]} (every "
+                                      f"one of its cases twice)")
     for i, j in enumerate(jobs):  # (a job the profile cannot cost: named by its place)
         why = unmodelled(j, profile)  # (MoE, MLA, MTP: refused by name, before their shape)
         if why:
@@ -601,7 +658,7 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
     return SweepSpec(name=name, source=source, cost_model=profile, jobs=jobs,
                      job_bases=job_bases, gpus=gpus,
                      strategies=tuple(strategies), hardware=groups, bases=bases, top_n=top_n,
-                     unit_size=unit, description=str(raw.get("description", "")),
+                     unit_size=unit, description=description,
                      offload=offload, raw=dict(raw))
 
 
