@@ -569,10 +569,15 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
         ax.set_xlabel(xlabel)
         _panel_title(ax, title)
         scale = (1.0 / total if fractions else 1.0) if what == "breakdown" else 1.0 / GB
+        # the --data columns are named for what they hold: GB (mem_*_GB), a share of the
+        # step (t_*_share), or seconds (the /top names, t_*_s)
+        names = {c: (c.removesuffix("_bytes") + "_GB" if what == "memory" else
+                     c.removesuffix("_s") + "_share" if fractions else c) for c in recorded}
         for i, (cid, g, v) in enumerate(zip(sub["case_id"], sub["n_gpus"], sub["variant_id"])):
             rows.append({"job": job, "variant_id": int(v), "n_gpus": int(g),
                          "case_id": int(cid), "strategy": str(sub["strategy"].iloc[i]),
-                         **{c: float(sub[c].iloc[i] * (scale[i] if np.ndim(scale) else scale))
+                         **{names[c]: float(sub[c].iloc[i]
+                                            * (scale[i] if np.ndim(scale) else scale))
                             for c in recorded}})
     # one legend for all panels, below them
     handles = {}

@@ -262,6 +262,9 @@ def write_report(res: Results, out_dir: str | Path, kinds: list[str] | None = No
     earlier = _target(out, res)
     real = out.resolve()
     reasons = why_not(res)
+    for kind in kinds or ():  # a kind asked for by name says nothing here: as sweep plot
+        if kind in reasons:
+            raise SweepError(f"--kind {kind}: {reasons[kind]}; nothing written")
     wanted = kinds or kinds_that_fit(res)
     skipped = {k: reasons.get(k, "not asked for") for k in KINDS if k not in wanted}
     _remove_stale(real)

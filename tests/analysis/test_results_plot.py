@@ -380,10 +380,25 @@ def test_plot_command(nersc, tmp_path, capsys):
     assert main(["plot", str(nersc), "--kind", "memory", "-o", str(out),
                  "--data", str(tmp_path / "m.csv")]) == 0
     assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
-    assert (tmp_path / "m.csv").read_text().startswith("job,variant_id,n_gpus,case_id")
+    header = (tmp_path / "m.csv").read_text().splitlines()[0].split(",")
+    assert header[:4] == ["job", "variant_id", "n_gpus", "case_id"]
+    # named for what they hold: GB here (the values were GB under the _bytes names)
+    assert "mem_weights_GB" in header and not any(h.endswith("_bytes") for h in header)
+    assert main(["plot", str(nersc), "--kind", "breakdown", "--fractions", "-o",
+                 str(tmp_path / "b.png"), "--data", str(tmp_path / "b.csv")]) == 0
+    header = (tmp_path / "b.csv").read_text().splitlines()[0].split(",")
+    assert "t_compute_share" in header and not any(h.endswith("_s") for h in header)
     assert main(["plot", str(nersc), "--kind", "heatmap", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs two swept hardware axes" in err
+    # the same kind asked of sweep report: refused alike, an earlier report left as it was
+    assert main(["report", str(nersc), "-o", str(tmp_path / "rep"), "--kind", "memory"]) == 0
+    before = sorted(p.name for p in (tmp_path / "rep").iterdir())
+    capsys.readouterr()
+    assert main(["report", str(nersc), "-o", str(tmp_path / "rep"), "--kind", "heatmap"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--kind heatmap" in err and "needs two swept" in err
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == before
     assert main(["plot", str(nersc), "--kind", "scaling", "-o", str(tmp_path / "x.jpg")]) == 2
     assert "must end in .png, .svg, .pdf" in capsys.readouterr().err
     # --data naming a folder: refused before the figure is written
@@ -686,7 +701,7 @@ def test_show_marks_the_best_so_far_of_partly_searched_cases(tmp_path, capsys):
 def test_report_lists_cases_without_a_configuration_apart(partial_files, tmp_path):
     # "grid two": cases 0 and 2 done, every other case pending (not yet evaluated)
     res = open_results(partial_files["grid two"])
-    out = write_report(res, tmp_path / "two", ["scaling"])
+    out = write_report(res, tmp_path / "two", ["memory"])
     page = (Path(out["dir"]) / "index.html").read_text()
     with_config = len(res.best())
     assert page.count("<tr><td>") == with_config
