@@ -525,6 +525,18 @@ def _parse_hardware(raw: Any, source: str, near: Path | None, resolved: Mapping,
     return tuple(groups), bases
 
 
+def apply_point(hw: Hardware, axis, i: int, source: str) -> Hardware:
+    """``hw`` with point ``i`` of a grid axis applied (errors name ``source``)."""
+    point = axis.points[i]
+    user = {k: v for k, v in point.items() if not k.startswith("=")}
+    if user:
+        hw = apply_overrides(hw, user, source, axis.paths[i])
+    direct = {k[1:]: v for k, v in point.items() if k.startswith("=")}
+    if direct:
+        hw = dataclasses.replace(hw, **direct)
+    return hw
+
+
 #: most variants of the groups sharing a base that duplicate_variant compares one by one
 DUPLICATE_CHECK_VARIANTS = 100_000
 
@@ -537,8 +549,6 @@ def duplicate_variant(groups: Sequence[HardwareGroup], bases: Mapping[str, Hardw
     else None. Only bases listed in more than one group are compared, variant by variant,
     while their variants number at most DUPLICATE_CHECK_VARIANTS (beyond, not checked)."""
     import math
-
-    from .variants import _apply_point
 
     shared = {b for i, g in enumerate(groups) for b in g.bases
               if any(b in h.bases for h in groups[:i])}
@@ -557,7 +567,7 @@ def duplicate_variant(groups: Sequence[HardwareGroup], bases: Mapping[str, Hardw
             for combo in itertools.product(*(range(len(ax.points)) for ax in g.axes)):
                 hw = bases[base]
                 for ax, k in zip(g.axes, combo):
-                    hw = _apply_point(hw, ax, k, source)
+                    hw = apply_point(hw, ax, k, source)
                 key = (base,) + tuple(sorted((k, v) for k, v in hw.record().items()
                                              if k != "hardware"))
                 label = base + ("[" + ",".join(f"{ax.name}={float(ax.labels[k]):g}"

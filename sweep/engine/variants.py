@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.hardware import Hardware, apply_overrides, override_field
-from .spec import HardwareGroup, SweepSpec
+from ..model.hardware import Hardware, override_field
+from .spec import HardwareGroup, SweepSpec, apply_point
 
 __all__ = ["Variant", "Variants", "Lookup", "expand_variants"]
 
@@ -43,16 +43,6 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
-def _apply_point(hw: Hardware, axis, i: int, source: str) -> Hardware:
-    """``hw`` with point ``i`` of a grid axis applied (errors name ``source``)."""
-    point = axis.points[i]
-    user = {k: v for k, v in point.items() if not k.startswith("=")}
-    if user:
-        hw = apply_overrides(hw, user, source, axis.paths[i])
-    direct = {k[1:]: v for k, v in point.items() if k.startswith("=")}
-    if direct:
-        hw = dataclasses.replace(hw, **direct)
-    return hw
 
 
 class Variants(Sequence[Variant]):
@@ -101,7 +91,7 @@ class Variants(Sequence[Variant]):
             prefix, changed = [self.spec.bases[base]] * (len(axes) + 1), 0
         prefix = list(prefix)
         for d in range(changed, len(axes)):
-            prefix[d + 1] = _apply_point(prefix[d], axes[d], combo[d], self.spec.source)
+            prefix[d + 1] = apply_point(prefix[d], axes[d], combo[d], self.spec.source)
         self._last = (b, combo, prefix)
         swept = tuple((ax.name, float(ax.labels[k])) for ax, k in zip(axes, combo))
         label = base + ("[" + ",".join(f"{a}={_fmt(v)}" for a, v in swept) + "]"
@@ -160,7 +150,7 @@ class Variants(Sequence[Variant]):
             for combo in itertools.product(*[range(n) for n in sub]):
                 hw = self.spec.bases[base]
                 for d, k in zip(touching, combo):
-                    hw = _apply_point(hw, axes[d], k, self.spec.source)
+                    hw = apply_point(hw, axes[d], k, self.spec.source)
                 values.append(value(hw))
         return Lookup(self, layout, values)
 
@@ -256,7 +246,7 @@ def expand_variants(spec: SweepSpec) -> list[Variant]:
                 changed = 0 if previous is None else next(
                     d for d, (a, b) in enumerate(zip(previous, combo)) if a != b)
                 for d in range(changed, len(axes)):
-                    prefix[d + 1] = _apply_point(prefix[d], axes[d], combo[d], spec.source)
+                    prefix[d + 1] = apply_point(prefix[d], axes[d], combo[d], spec.source)
                 previous = combo
                 swept = tuple((ax.name, float(ax.labels[i])) for ax, i in zip(axes, combo))
                 label = base_name + ("[" + ",".join(f"{a}={_fmt(v)}" for a, v in swept) + "]"

@@ -284,21 +284,24 @@ def test_breakdown_and_memory_are_the_best_configs_parts(nersc):
     assert len(ticks) == 1
     assert any(" s  " in t.get_text() and "tp" in t.get_text() for t in ax.texts)
     _, shares = draw(res, "breakdown", PlotOptions(fractions=True))
-    for _, r in shares.iterrows():
+    for _, r in shares.iterrows():  # (named t_*_share: shares, not seconds)
         b = best[r["case_id"]]
         total = sum(float(b[c]) for c in TIME_PARTS)
         for c in TIME_PARTS:
-            assert r[c] == pytest.approx(float(b[c]) / total, rel=1e-12)
+            share = c.removesuffix("_s") + "_share"
+            assert r[share] == pytest.approx(float(b[c]) / total, rel=1e-12)
     fig, mem = draw(res, "memory")
-    for _, r in mem.iterrows():
+    for _, r in mem.iterrows():  # (named mem_*_GB: GB, not bytes)
         for c in MEMORY_PARTS:
-            assert r[c] == pytest.approx(float(best[r["case_id"]][c]) / 1e9, rel=1e-12)
+            gb = c.removesuffix("_bytes") + "_GB"
+            assert r[gb] == pytest.approx(float(best[r["case_id"]][c]) / 1e9, rel=1e-12)
     # stacked bars: the top of the last bar of the first panel is the total memory
     ax = fig.axes[0]
     first = mem[(mem["job"] == mem["job"].iloc[0]) & (mem["variant_id"] == mem["variant_id"]
                                                       .iloc[0])]
     tops = [p.get_y() + p.get_height() for p in ax.patches]
-    assert max(tops) == pytest.approx(max(sum(row[c] for c in MEMORY_PARTS)
+    assert max(tops) == pytest.approx(max(sum(row[c.removesuffix("_bytes") + "_GB"]
+                                              for c in MEMORY_PARTS)
                                           for _, row in first.iterrows()), rel=1e-9)
     assert ax.get_ylabel() == "memory per GPU [GB]"
 
