@@ -76,6 +76,59 @@ MEASURED_LAUNCH = [
 ]
 
 
+#: Megatron-Bridge's NeMo 25.09 table (tag v0.1.0rc4, docs/performance-summary.md: the
+#: DeepSeek-V3 rows, mb_290's 1,297 tokens/s among them) ran scripts/performance/run_script.py
+#: at that tag, whose DeepSeek-V3 branch sets per GPU (L56 - 102): on H100 DeepEP, the
+#: all-to-all overlap (overlap_moe_expert_parallel_comm with delay_wgrad_compute),
+#: recompute_modules ['mla_up_proj', 'mlp'] and overlap_grad_reduce False; on B200 and GB200
+#: token drop without DeepEP or the overlap, recompute_modules ['mla_up_proj'] and
+#: overlap_grad_reduce True (its configs/deepseek/deepseek_v3_llm_pretrain.yaml sets the
+#: layouts only). (release, model, GPU) patterns -> the flags added to the row's
+#: other_flags (its table labels) and the recompute, for a row that leaves recompute empty
+RELEASE_RUNS = [
+    (r"NeMo 25\.09\b", r"^DeepSeek-V3$", r"^H100$",
+     "moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False",
+     "recompute_modules=['mla_up_proj', 'mlp']"),
+    (r"NeMo 25\.09\b", r"^DeepSeek-V3$", r"^G?B200$", "", "recompute_modules=['mla_up_proj']"),
+    # dgxc-benchmarking's DeepSeek-V3 (v25.05.04) pins NeMo 7a8f1cc (setup.sh NEMO_COMMIT),
+    # whose scripts/performance/llm/pretrain_deepseek_v3.py runs token drop
+    # (USE_TOKEN_DROP, MegatronTokenDropCallback), selective recompute, tp_comm_overlap
+    # False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (not modelled: the
+    # even split is costed); its recipe (nemo/collections/llm/recipes/deepseek_v3.py
+    # use_mtp=True) one MTP layer and (recipes/deepseek.py) gradients reduced in fp32, which
+    # scripts/performance/utils.py turns off for fp8 only
+    (r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r".",
+     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True",
+     "selective"),
+]
+
+#: Megatron-Bridge perf configs (cfg=NAME@TAG in other_flags) that name a flex dispatcher
+#: backend their perf script did not apply at that tag, so the token dispatcher stayed
+#: alltoall: Qwen3-235B on B300, B200 and H100 (scripts/performance/configs/qwen/
+#: qwen3_llm_pretrain.py sets moe_token_dispatcher_type = "alltoall" after the backend:
+#: v0.3.1 L132 - 133, L158 - 159, L184 - 185, and r0.3.0 alike) and GPT-OSS-120B at r0.3.0
+#: (gpt_oss_llm_pretrain.py never applies it; recipes/gpt_oss/gpt_oss.py L184 sets alltoall;
+#: the perf scripts apply it only from commit e1088f624, April 2026)
+UNAPPLIED_FLEX = (r"cfg=qwen3_235b_a22b_pretrain_config_(b300|b200|h100)_\S*@(v0\.3\.1|r0\.3\.0)",
+                  r"cfg=gpt_oss_120b_pretrain_config_\S*@r0\.3\.0")
+
+
+def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
+    """``row`` with the RELEASE_RUNS flags and recompute of its release, model and GPU (where
+    it states no recompute), and the note that says so; else ``row`` as it is."""
+    for release, model, gpu, flags, recompute in RELEASE_RUNS:
+        if (re.search(release, row.get("release") or "")
+                and re.search(model, row.get("model") or "")
+                and re.search(gpu, row.get("gpu") or "")
+                and not (row.get("recompute") or "").strip()):
+            note = (f"flags and recompute of the release's perf script ({flags or 'defaults'}; "
+                    f"{recompute})")
+            stated = (row.get("other_flags") or "").strip()
+            return {**row, "other_flags": "; ".join(x for x in (stated, flags) if x),
+                    "recompute": recompute}, note
+    return row, None
+
+
 def _measured_machine(source: str) -> list[tuple[dict, str]]:
     """(hardware overrides, the row's note) of the MEASURED_MACHINE entries ``source`` matches."""
     return [(overrides, note) for pattern, overrides, note in MEASURED_MACHINE
@@ -200,8 +253,8 @@ def _int(row, key) -> int | None:
 
 # ------------------------------------------------------------------------------ expressing rows
 
-def _recompute(text: str, row, layers_per_stage: int) -> tuple[list[tuple[int, float]],
-                                                                 str | None]:
+def _recompute(text: str, row, layers_per_stage: int, moe: bool = False
+               ) -> tuple[list[tuple[int, float]], str | None]:
     """Recompute options [(policy, layer fraction)] from the recompute column."""
     t = text.lower()
     # Megatron --recompute-method block: the first N layers of each stage, in full
@@ -216,12 +269,16 @@ def _recompute(text: str, row, layers_per_stage: int) -> tuple[list[tuple[int, f
         # recompute_modules): the attention core is Megatron's selective recompute; the MoE
         # block (with the attention core) nearly the whole layer; the rest (norms, the MoE
         # activation, MLA's up-projections) are cheap elementwise / small GEMM recomputes
+        # ("mlp" re-runs a dense layer's MLP, never an MoE layer's: Megatron-Core
+        # transformer_layer.py sets recompute_mlp only when not is_moe_layer)
         names = set(re.findall(r"[a-z_]+", modules.group(1)))
-        if "moe" in names or "mlp" in names:
+        if "moe" in names or ("mlp" in names and not moe):
             return [(Recompute.FULL, 0.0)], f"recompute of {sorted(names)} costed as full"
+        note = ("recompute of 'mlp' re-runs the dense layers' MLPs only: not costed"
+                if "mlp" in names else None)
         if "core_attn" in names:
-            return [(Recompute.SELECTIVE, 0.0)], None
-        return [(Recompute.NONE, 0.0)], None  # the cheap modules: Job recompute_* fields
+            return [(Recompute.SELECTIVE, 0.0)], note
+        return [(Recompute.NONE, 0.0)], note  # the cheap modules: Job recompute_* fields
     if t.startswith("full"):
         return [(Recompute.FULL, 0.0)], None
     if "per-op sac" in t:
@@ -255,6 +312,9 @@ def _placement(order: Sequence[tuple[str, int]], node: int) -> dict[str, int]:
 
 def _grad_dtype(row, stack: Stack) -> str:
     precision = row.get("precision", "")
+    if re.search(r"grad_reduce_in_fp32\s*=\s*true", row.get("other_flags", ""),
+                 re.IGNORECASE):
+        return "fp32"
     if "BF16Optimizer" in precision:
         return "mixed"  # bf16 gradients + fp32 accumulation buffer
     if "pre BF16-optimizer" in precision:
@@ -310,6 +370,15 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split the
     # layers and those two slots (TransformerConfig's checks; Megatron-Bridge's Llama 3.1
     # 405B recipes set both, recipes/llama/h100/llama3.py): a model that splits only so
+    # a perf script's overlap_grad_reduce=False (Megatron-Bridge 25.09's DeepSeek-V3 on H100)
+    dp_overlap = stack.dp_overlap and not re.search(r"overlap_grad_reduce\s*=\s*false", flags)
+    # Megatron-Bridge's FP8_CS configs run per-tensor current scaling (scripts/performance/
+    # utils/precision.py get_precision_config: fp8_cs -> bf16_with_fp8_current_scaling_mixed),
+    # whatever the table's precision label ("FP8" in its 26.02 tables)
+    current = run.precision in ("fp8-current", "fp8-tensorwise", "fp8-rowwise")
+    if run.precision == "fp8" and re.search(r"cfg=\S*_fp8_cs_", flags):
+        current = True
+        assumptions.append("fp8 current scaling (the row's config is an FP8_CS one)")
     slots = bool(re.search(r"type:transformer\|embed", v["notes"]))
     stages = (_int(v, "pp") or 1) * (_int(v, "vp") or 1)
     if run.framework in MEGATRON_CORE and stages > 1 and shape["n_layers"] % stages \
@@ -324,15 +393,14 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         seq_len=shape["seq_len"], global_batch=shape["global_batch_seqs"], **arch,
         dtype=run.dtype, attention_kernel=stack.attention_kernel,
         fused_kernels=stack.fused_kernels or compiled,
-        dp_overlap=stack.dp_overlap,
+        dp_overlap=dp_overlap,
         pp_overlap=stack.pp_overlap and "no overlap-p2p" not in flags,
         buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
         lp_norm_cast=stack.lp_norm_cast,
-        fp8_scaling="current" if run.precision in ("fp8-current", "fp8-tensorwise",
-                                                    "fp8-rowwise") else "delayed",
+        fp8_scaling="current" if current else "delayed",
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         embedding_slots=slots,
@@ -376,7 +444,11 @@ def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str
         assumptions.append("token-drop MoE costed at capacity factor 1, padded")
     if re.search(r"flex_dispatcher_backend|deepep|hybridep|token_dispatcher_type\s*=\s*flex",
                  text, re.I):
-        out["moe_dispatcher"] = "flex"
+        if any(re.search(p, flags, re.IGNORECASE) for p in UNAPPLIED_FLEX):
+            assumptions.append("alltoall dispatcher: the perf script at that tag did not apply "
+                               "the flex backend its config names")
+        else:
+            out["moe_dispatcher"] = "flex"
     return out
 
 
@@ -401,11 +473,12 @@ def _hardware(run: Run, n: int) -> tuple[Hardware, int]:
 
 def express(row: Mapping[str, str]) -> Case | Refusal:
     """A measured run as a Case, or why it cannot be expressed."""
+    row, release_note = _release_run(row)
     run = parse_run(row)
     if isinstance(run, Refusal):
         return run
     v = run.values
-    assumptions = list(run.notes)
+    assumptions = list(run.notes) + ([release_note] if release_note else [])
     stack = _launched_stack(STACKS[run.framework], v["source"], assumptions)
     n, B = run.shape["n_gpus"], run.shape["global_batch_seqs"]
     tp, pp, cp = (_int(v, k) or 1 for k in ("tp", "pp", "cp"))
@@ -428,7 +501,7 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
     layers_per_stage = int(np.ceil(job.n_layers / pp))
     recomputes, note = _recompute(v["recompute"] or stack.default_recompute, v,
-                                  layers_per_stage)
+                                  layers_per_stage, job.is_moe)
     if not v["recompute"] and stack.default_recompute:
         assumptions.append(f"recompute unstated: {stack.default_recompute} (the stack's "
                            "benchmark configs)")

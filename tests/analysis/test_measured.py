@@ -30,6 +30,7 @@ from sweep.analysis.measured import (
 from sweep.cli import main
 from sweep.engine.catalog import load_job
 from sweep.errors import SweepError
+from sweep.model.schema import Recompute
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +195,32 @@ def test_a_source_whose_launcher_leaves_dp_overlap_off_is_expressed_without_it(m
     assert bridge.job.dp_overlap is True
     assert any("--overlap-grad-reduce" in a for a in simumax.assumptions)
     assert not any("--overlap-grad-reduce" in a for a in bridge.assumptions)
+
+
+def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
+    """What the source's own script ran where the row's columns do not say it (an outside
+    audit of the MoE tail): a flex backend that Megatron-Bridge's perf script never applied
+    at that tag (Qwen3-235B on H100 at v0.3.1: alltoall; on GB300: flex), FP8_CS configs
+    under an "FP8" label (current scaling), NeMo 25.09's DeepSeek-V3 run_script (H100:
+    DeepEP, the all-to-all overlap, no data-parallel overlap, MLA up-projection recompute; its
+    'mlp' recomputes only the three dense layers' MLPs) and NeMo 25.04's dgxc-benchmarking
+    DeepSeek-V3 (token drop, MTP, selective recompute, no TP overlap, fp32 gradients)."""
+    h100, gb300 = express(moe["mb_195"]), express(moe["mb_192"])
+    assert h100.job.moe_dispatcher == "alltoall" and gb300.job.moe_dispatcher == "flex"
+    assert h100.job.fp8_scaling == "current"
+    assert any("did not apply the flex backend" in a for a in h100.assumptions)
+    v3 = express(moe["mb_290"])
+    assert v3.job.moe_dispatcher == "flex" and v3.job.dp_overlap is False
+    assert v3.job.recompute_mla_up and set(v3.options["a2a_overlap"]) == {1}
+    assert set(v3.options["recompute"]) == {Recompute.NONE}
+    assert any("dense layers' MLPs only" in a for a in v3.assumptions)
+    dg = express(moe["dg_003"])
+    assert dg.job.capacity_factor == 1.0 and dg.job.mtp_layers == 1
+    assert dg.job.grad_dtype == "fp32" and set(dg.options["tp_overlap"]) == {0}
+    assert set(dg.options["recompute"]) == {Recompute.SELECTIVE}
+    # a stated recompute is kept: the release's script fills only what a row leaves empty
+    stated = dict(moe["mb_290"], recompute="full")
+    assert set(express(stated).options["recompute"]) == {Recompute.FULL}
 
 
 def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
