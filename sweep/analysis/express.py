@@ -76,30 +76,38 @@ MEASURED_LAUNCH = [
 ]
 
 
-#: Megatron-Bridge's NeMo 25.09 table (tag v0.1.0rc4, docs/performance-summary.md: the
-#: DeepSeek-V3 rows, mb_290's 1,297 tokens/s among them) ran scripts/performance/run_script.py
-#: at that tag, whose DeepSeek-V3 branch sets per GPU (L56 - 102): on H100 DeepEP, the
-#: all-to-all overlap (overlap_moe_expert_parallel_comm with delay_wgrad_compute),
-#: recompute_modules ['mla_up_proj', 'mlp'] and overlap_grad_reduce False; on B200 and GB200
-#: token drop without DeepEP or the overlap, recompute_modules ['mla_up_proj'] and
-#: overlap_grad_reduce True (its configs/deepseek/deepseek_v3_llm_pretrain.yaml sets the
-#: layouts only). (release, model, GPU) patterns -> the flags added to the row's
-#: other_flags (its table labels) and the recompute, for a row that leaves recompute empty
+#: Megatron-Bridge's NeMo 25.09 table: its DeepSeek-V3 rows (mb_290's 1,297 tokens/s among
+#: them) match tag v0.1.0rc4 (docs/performance-summary.md L76; its Qwen3 rows match the later
+#: main-branch YAML, fa0315ae2, and are not read here), whose scripts/performance/
+#: run_script.py DeepSeek-V3 branch (L56 - 102) runs on H100 DeepEP, the all-to-all overlap
+#: (overlap_moe_expert_parallel_comm with delay_wgrad_compute), recompute_modules
+#: ['mla_up_proj', 'mlp'] and overlap_grad_reduce False (the parameter all-gather stays
+#: overlapped there; the model's one data-parallel switch exposes both: ~0.4 points), and
+#: on B200 / GB200 token drop without DeepEP or the overlap and ['mla_up_proj']; the recipe
+#: (recipes/deepseek/deepseek_v3.py L315 - 316) leaves TP overlap off; the perf_matrix YAML
+#: (configs/deepseek/deepseek_v3_llm_pretrain.yaml) sets the layouts, selective recompute
+#: granularity and 16-bit gradient reduction (H100's layout "Et|(tt|)*30mL" is costed as
+#: the even split). dgxc-benchmarking's DeepSeek-V3 (v25.05.04) pins NeMo 7a8f1cc
+#: (setup.sh NEMO_COMMIT), whose scripts/performance/llm/pretrain_deepseek_v3.py runs token
+#: drop (USE_TOKEN_DROP, MegatronTokenDropCallback), selective recompute of the modules
+#: dgxc's launch.sh names (L106 H100 'mla_up_proj', L119 GB200 'core_attn'), tp_comm_overlap
+#: False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (the even split is
+#: costed); its recipe one MTP layer (recipes/deepseek_v3.py use_mtp=True) and, in bf16,
+#: gradients reduced in fp32 (recipes/deepseek.py; scripts/performance/utils.py turns it off
+#: for fp8). (source, release, model, GPU, precision) patterns -> the flags added to the
+#: row's other_flags (its table labels) and the recompute, for a row that states no
+#: recompute
 RELEASE_RUNS = [
-    (r"NeMo 25\.09\b", r"^DeepSeek-V3$", r"^H100$",
-     "moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False",
-     "recompute_modules=['mla_up_proj', 'mlp']"),
-    (r"NeMo 25\.09\b", r"^DeepSeek-V3$", r"^G?B200$", "", "recompute_modules=['mla_up_proj']"),
-    # dgxc-benchmarking's DeepSeek-V3 (v25.05.04) pins NeMo 7a8f1cc (setup.sh NEMO_COMMIT),
-    # whose scripts/performance/llm/pretrain_deepseek_v3.py runs token drop
-    # (USE_TOKEN_DROP, MegatronTokenDropCallback), selective recompute, tp_comm_overlap
-    # False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (not modelled: the
-    # even split is costed); its recipe (nemo/collections/llm/recipes/deepseek_v3.py
-    # use_mtp=True) one MTP layer and (recipes/deepseek.py) gradients reduced in fp32, which
-    # scripts/performance/utils.py turns off for fp8 only
-    (r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r".",
+    (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^H100$", r".",
+     ("moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False; "
+      "TP comm overlap disabled"), "recompute_modules=['mla_up_proj', 'mlp']"),
+    (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^G?B200$", r".",
+     "TP comm overlap disabled", "recompute_modules=['mla_up_proj']"),
+    (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^H100$", r"^BF16$",
      "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True",
-     "selective"),
+     "recompute_modules=['mla_up_proj']"),
+    (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^GB200$", r"^BF16$",
+     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True", "selective"),
 ]
 
 #: Megatron-Bridge perf configs (cfg=NAME@TAG in other_flags) that name a flex dispatcher
@@ -113,13 +121,22 @@ UNAPPLIED_FLEX = (r"cfg=qwen3_235b_a22b_pretrain_config_(b300|b200|h100)_\S*@(v0
                   r"cfg=gpt_oss_120b_pretrain_config_\S*@r0\.3\.0")
 
 
+#: Megatron-Bridge perf configs that turn TP communication overlap off: Qwen3-235B on H100
+#: (CommOverlapConfig(tp_comm_overlap=False): v0.3.1 and v0.3.0 configs/qwen/
+#: qwen3_llm_pretrain.py qwen3_235b_a22b_pretrain_config_h100, L183 at v0.3.1; v0.2.0
+#: configs/qwen3/qwen3_llm_pretrain.py L153)
+TP_OVERLAP_OFF = (r"cfg=qwen3_235b_a22b_pretrain_config_h100_", r"cfg=qwen3_235b_a22b_h100_")
+
+
 def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
     """``row`` with the RELEASE_RUNS flags and recompute of its release, model and GPU (where
     it states no recompute), and the note that says so; else ``row`` as it is."""
-    for release, model, gpu, flags, recompute in RELEASE_RUNS:
-        if (re.search(release, row.get("release") or "")
+    for source, release, model, gpu, precision, flags, recompute in RELEASE_RUNS:
+        if (re.search(source, row.get("source") or "")
+                and re.search(release, row.get("release") or "")
                 and re.search(model, row.get("model") or "")
                 and re.search(gpu, row.get("gpu") or "")
+                and re.search(precision, row.get("precision") or "")
                 and not (row.get("recompute") or "").strip()):
             note = (f"flags and recompute of the release's perf script ({flags or 'defaults'}; "
                     f"{recompute})")
@@ -255,7 +272,8 @@ def _int(row, key) -> int | None:
 
 def _recompute(text: str, row, layers_per_stage: int, moe: bool = False
                ) -> tuple[list[tuple[int, float]], str | None]:
-    """Recompute options [(policy, layer fraction)] from the recompute column."""
+    """Recompute options [(policy, layer fraction)] from the recompute column; ``moe``: every
+    block past the first dense ones is an MoE block (its 'mlp' recomputes only those)."""
     t = text.lower()
     # Megatron --recompute-method block: the first N layers of each stage, in full
     block = re.fullmatch(r"recompute[_-]num[_-]layers\s*=\s*(\d+)", t.strip())
@@ -364,21 +382,26 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
     modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
         v["recompute"] else set()
+    # a perf script's overlap_grad_reduce=False (Megatron-Bridge 25.09's DeepSeek-V3 on H100)
+    dp_overlap = stack.dp_overlap and not re.search(r"overlap_grad_reduce\s*=\s*false", flags)
+    # Megatron-Bridge's FP8_CS configs run per-tensor current scaling (scripts/performance/
+    # utils/precision.py get_precision_config: fp8_cs -> bf16_with_fp8_current_scaling_mixed),
+    # whatever the table's precision label; from v0.3 (NeMo 26.02) its perf scripts offer
+    # only fp8_cs, fp8_mx and fp8_sc (precision.py L28 - 36), so a plain "FP8" row of the
+    # 26.02 tables is a current-scaling one
+    current = run.precision in ("fp8-current", "fp8-tensorwise", "fp8-rowwise")
+    if run.precision == "fp8" and (re.search(r"cfg=\S*_fp8_cs_", flags) or (
+            run.framework == "megatron-bridge"
+            and re.search(r"NeMo 26\.02", v.get("release") or ""))):
+        current = True
+        assumptions.append("fp8 current scaling (an FP8_CS config, or the release offers no "
+                           "other plain fp8)")
     # Megatron-DeepSpeed's partition method type:transformer|embed(ding): the embedding
     # and the LM head take a pipeline slot each (the row's notes say so); Megatron-Core
     # splits the layers evenly over the p x v (virtual) stages, or with
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split the
     # layers and those two slots (TransformerConfig's checks; Megatron-Bridge's Llama 3.1
     # 405B recipes set both, recipes/llama/h100/llama3.py): a model that splits only so
-    # a perf script's overlap_grad_reduce=False (Megatron-Bridge 25.09's DeepSeek-V3 on H100)
-    dp_overlap = stack.dp_overlap and not re.search(r"overlap_grad_reduce\s*=\s*false", flags)
-    # Megatron-Bridge's FP8_CS configs run per-tensor current scaling (scripts/performance/
-    # utils/precision.py get_precision_config: fp8_cs -> bf16_with_fp8_current_scaling_mixed),
-    # whatever the table's precision label ("FP8" in its 26.02 tables)
-    current = run.precision in ("fp8-current", "fp8-tensorwise", "fp8-rowwise")
-    if run.precision == "fp8" and re.search(r"cfg=\S*_fp8_cs_", flags):
-        current = True
-        assumptions.append("fp8 current scaling (the row's config is an FP8_CS one)")
     slots = bool(re.search(r"type:transformer\|embed", v["notes"]))
     stages = (_int(v, "pp") or 1) * (_int(v, "vp") or 1)
     if run.framework in MEGATRON_CORE and stages > 1 and shape["n_layers"] % stages \
@@ -501,7 +524,7 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
     layers_per_stage = int(np.ceil(job.n_layers / pp))
     recomputes, note = _recompute(v["recompute"] or stack.default_recompute, v,
-                                  layers_per_stage, job.is_moe)
+                                  layers_per_stage, job.is_moe and job.moe_layer_step <= 1)
     if not v["recompute"] and stack.default_recompute:
         assumptions.append(f"recompute unstated: {stack.default_recompute} (the stack's "
                            "benchmark configs)")
@@ -517,7 +540,8 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     # collective hidden behind its GEMM) would credit 19 - 27 %: predicted as plain TP
     async_tp = re.search(r"async ?tp", v["id"] + " " + v["metric_notes"], re.I)
     tp_overlap = 1 if tp > 1 and stack.tp_overlap else 0
-    if re.search(r"tp comm overlap disabled", flags, re.IGNORECASE):
+    if re.search(r"tp comm overlap disabled", flags, re.IGNORECASE) or any(
+            re.search(p, flags, re.IGNORECASE) for p in TP_OVERLAP_OFF):
         tp_overlap = 0
     if async_tp and tp > 1 and not tp_overlap:
         assumptions.append("async TP predicted as plain TP")

@@ -214,10 +214,17 @@ def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
     assert v3.job.recompute_mla_up and set(v3.options["a2a_overlap"]) == {1}
     assert set(v3.options["recompute"]) == {Recompute.NONE}
     assert any("dense layers' MLPs only" in a for a in v3.assumptions)
+    assert set(h100.options["tp_overlap"]) == {0}  # (its H100 config turns it off)
     dg = express(moe["dg_003"])
     assert dg.job.capacity_factor == 1.0 and dg.job.mtp_layers == 1
     assert dg.job.grad_dtype == "fp32" and set(dg.options["tp_overlap"]) == {0}
-    assert set(dg.options["recompute"]) == {Recompute.SELECTIVE}
+    assert set(dg.options["recompute"]) == {Recompute.SELECTIVE}  # (GB200: core_attn)
+    dg_h100 = express(moe["dg_001"])  # (H100: dgxc's launch.sh names mla_up_proj)
+    assert set(dg_h100.options["recompute"]) == {Recompute.NONE}
+    assert dg_h100.job.recompute_mla_up
+    # only the source's own rows: another source's row of that release is read as it is
+    other = express(dict(moe["mb_290"], source="my cluster"))
+    assert other.job.moe_dispatcher == "alltoall" and other.job.dp_overlap
     # a stated recompute is kept: the release's script fills only what a row leaves empty
     stated = dict(moe["mb_290"], recompute="full")
     assert set(express(stated).options["recompute"]) == {Recompute.FULL}
