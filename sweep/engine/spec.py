@@ -548,15 +548,11 @@ def duplicate_variant(groups: Sequence[HardwareGroup], bases: Mapping[str, Hardw
     e.g. a grid point equal to the base's own value in one group and no grid in another),
     else None. Only bases listed in more than one group are compared, variant by variant,
     while their variants number at most DUPLICATE_CHECK_VARIANTS (beyond, not checked)."""
-    import math
-
     shared = {b for i, g in enumerate(groups) for b in g.bases
               if any(b in h.bases for h in groups[:i])}
-    if not shared:
-        return None
-    sizes = [math.prod(len(ax.points) for ax in g.axes) for g in groups]
-    if sum(n * len(set(g.bases) & shared) for n, g in zip(sizes, groups)) \
-            > DUPLICATE_CHECK_VARIANTS:
+    if not shared or _count_variants(
+            dataclasses.replace(g, bases=tuple(b for b in g.bases if b in shared))
+            for g in groups) > DUPLICATE_CHECK_VARIANTS:
         return None
     seen: dict[tuple, str] = {}
     for gi, g in enumerate(groups):
