@@ -615,10 +615,12 @@ def parse_spec(raw: Any, source: str, near: Path | None = None, *,
         raise _fail(source, "gpus", "missing")
     gpus_raw = [int(g) for g in _values(raw["gpus"], source, "gpus", integer=True,
                                         maximum=MAX_GPUS)]
+    seen_gpus: set[int] = set()
     for i, g in enumerate(gpus_raw):
-        if g in gpus_raw[:i]:  # (as a grid value given twice: every case of it twice)
+        if g in seen_gpus:  # (as a grid value given twice: every case of it twice)
             raise _fail(source, f"gpus[{i}]" if isinstance(raw["gpus"], list) else "gpus",
                         f"{g} is listed twice")
+        seen_gpus.add(g)
     gpus = tuple(sorted(gpus_raw))
     strategies_raw = raw.get("strategies", list(PROFILES[profile]))
     strategies = _values(strategies_raw, source, "strategies")
