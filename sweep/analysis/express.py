@@ -76,6 +76,10 @@ MEASURED_LAUNCH = [
 ]
 
 
+#: the pipeline split of dgxc's DeepSeek-V3 script (below): first and last stages of
+#: 64 / pp - 1 and 64 / pp - 2 layers, the middle ones 64 / pp
+UNEVEN_64 = "first / last pipeline stages of 64/pp - 1, 64/pp - 2 layers"
+
 #: Megatron-Bridge's NeMo 25.09 table: its DeepSeek-V3 rows (mb_290's 1,297 tokens/s among
 #: them) match tag v0.1.0rc4 (docs/performance-summary.md L76; its Qwen3 rows match the later
 #: main-branch YAML, fa0315ae2, and are not read here), whose scripts/performance/
@@ -91,8 +95,8 @@ MEASURED_LAUNCH = [
 #: (setup.sh NEMO_COMMIT), whose scripts/performance/llm/pretrain_deepseek_v3.py runs token
 #: drop (USE_TOKEN_DROP, MegatronTokenDropCallback), selective recompute of the modules
 #: dgxc's launch.sh names (L106 H100 'mla_up_proj', L119 GB200 'core_attn'), tp_comm_overlap
-#: False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (the even split is
-#: costed); its recipe one MTP layer (recipes/deepseek_v3.py use_mtp=True) and, in bf16,
+#: False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (L73 - 77: UNEVEN_64);
+#: its recipe one MTP layer (recipes/deepseek_v3.py use_mtp=True) and, in bf16,
 #: gradients reduced in fp32 (recipes/deepseek.py; scripts/performance/utils.py turns it off
 #: for fp8). (source, release, model, GPU, precision) patterns -> the flags added to the
 #: row's other_flags (its table labels) and the recompute, for a row that states no
@@ -104,10 +108,11 @@ RELEASE_RUNS = [
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^G?B200$", r".",
      "TP comm overlap disabled", "recompute_modules=['mla_up_proj']"),
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^H100$", r"^BF16$",
-     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True",
-     "recompute_modules=['mla_up_proj']"),
+     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; "
+     + UNEVEN_64, "recompute_modules=['mla_up_proj']"),
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^GB200$", r"^BF16$",
-     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True", "selective"),
+     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64,
+     "selective"),
 ]
 
 #: Megatron-Bridge perf configs (cfg=NAME@TAG in other_flags) that name a flex dispatcher
@@ -404,6 +409,19 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     # 405B recipes set both, recipes/llama/h100/llama3.py): a model that splits only so
     slots = bool(re.search(r"type:transformer\|embed", v["notes"]))
     stages = (_int(v, "pp") or 1) * (_int(v, "vp") or 1)
+    if UNEVEN_64 in v["other_flags"] and stages > 1:
+        # middle stages of 64 / pp layers, the first one fewer and the last two fewer: for
+        # DeepSeek-V3's 61 layers at pp = 4, 8, 16, the split that counts the embedding and
+        # the loss as a layer each (calibrated._combine); another model or pp: the even one
+        L, mid = shape["n_layers"], 64 // stages
+        per = -(-(L + 2) // stages)
+        if (per, per - 1, L + 1 - (stages - 1) * per) == (mid, mid - 1, mid - 2):
+            slots = True
+            assumptions.append(f"pipeline stages of {mid - 1}, {mid} and {mid - 2} layers "
+                               "(first, middle, last: the script's split)")
+        else:
+            assumptions.append("the script's 64 / pp - 1 and 64 / pp - 2 layer first and last "
+                               "stages do not fit this row: the even split costed")
     if run.framework in MEGATRON_CORE and stages > 1 and shape["n_layers"] % stages \
             and (shape["n_layers"] + 2) % stages == 0:
         slots = True
