@@ -409,7 +409,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     # 405B recipes set both, recipes/llama/h100/llama3.py): a model that splits only so
     slots = bool(re.search(r"type:transformer\|embed", v["notes"]))
     stages = (_int(v, "pp") or 1) * (_int(v, "vp") or 1)
-    if UNEVEN_64 in v["other_flags"] and stages > 1:
+    if UNEVEN_64 in v["other_flags"] and stages > 1 and (_int(v, "vp") or 1) == 1:
         # middle stages of 64 / pp layers, the first one fewer and the last two fewer: for
         # DeepSeek-V3's 61 layers at pp = 4, 8, 16, the split that counts the embedding and
         # the loss as a layer each (calibrated._combine); another model or pp: the even one
@@ -420,8 +420,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
             assumptions.append(f"pipeline stages of {mid - 1}, {mid} and {mid - 2} layers "
                                "(first, middle, last: the script's split)")
         else:
-            assumptions.append("the script's 64 / pp - 1 and 64 / pp - 2 layer first and last "
-                               "stages do not fit this row: the even split costed")
+            assumptions.append("the script's first and last stages of 64 / pp - 1 and 64 / pp "
+                               "- 2 layers do not fit this row: the even split costed")
     if run.framework in MEGATRON_CORE and stages > 1 and shape["n_layers"] % stages \
             and (shape["n_layers"] + 2) % stages == 0:
         slots = True

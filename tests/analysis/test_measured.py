@@ -29,6 +29,7 @@ from sweep.analysis.measured import (
 )
 from sweep.cli import main
 from sweep.engine.catalog import load_job
+from sweep.model.candidates import last_stage_layers
 from sweep.errors import SweepError
 from sweep.model.schema import Recompute
 
@@ -222,6 +223,19 @@ def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
     dg_h100 = express(moe["dg_001"])  # (H100: dgxc's launch.sh names mla_up_proj)
     assert set(dg_h100.options["recompute"]) == {Recompute.NONE}
     assert dg_h100.job.recompute_mla_up
+    # its pipeline split, 64 / pp - 1, 64 / pp, 64 / pp - 2 layers (pretrain_deepseek_v3.py
+    # L73 - 77): for 61 layers, the embedding and the loss counted as a layer each
+    # (dg_001 pp 8: 7, 8 x 6, 6; dg_003 pp 4: 15, 16 x 2, 14)
+    assert dg_h100.job.embedding_slots and dg.job.embedding_slots
+    assert last_stage_layers(dg_h100.job, 8) == 6 and last_stage_layers(dg.job, 4) == 14
+    assert any("stages of 7, 8 and 6 layers" in a for a in dg_h100.assumptions)
+    pp16 = express(moe["dg_002"])
+    assert pp16.job.embedding_slots and last_stage_layers(pp16.job, 16) == 2  # (3, 4 x 14, 2)
+    # a layer count the script's split does not fit keeps the even split, saying so
+    cut = express(dict(moe["dg_001"], notes=moe["dg_001"]["notes"].replace("layers=61",
+                                                                            "layers=58")))
+    assert cut.job.n_layers == 58 and not cut.job.embedding_slots
+    assert any("do not fit this row: the even split costed" in a for a in cut.assumptions)
     # only the source's own rows: another source's row of that release is read as it is
     other = express(dict(moe["mb_290"], source="my cluster"))
     assert other.job.moe_dispatcher == "alltoall" and other.job.dp_overlap

@@ -60,6 +60,7 @@ def load(exe: str, page) -> tuple[dict, str]:
     return json.loads(text), proc.stderr
 
 
+@pytest.mark.slow  # (the grid report, ~20 s, then Chromium; CI runs -m slow with Chromium installed)
 def test_report_in_a_headless_browser(grid_report, tmp_path):
     exe = browser()
     if exe is None:

@@ -447,6 +447,7 @@ def test_plot_refuses_an_axis_the_sweep_does_not_have(nersc, tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # (the report's figures take ~20 s to draw; CI runs -m slow)
 def test_report_folder(grid, grid_report, tmp_path, capsys):
     target = tmp_path / "report"
     target.mkdir()

@@ -177,6 +177,7 @@ def test_predict_says_2d_is_for_dense_blocks(capsys):
     assert "SUMMA is modelled for dense multi-head blocks only; job qwen3_30b_a3b has MoE" in err
 
 
+@pytest.mark.slow  # (eight predictions, ~16 s; CI runs -m slow)
 def test_predict_takes_the_labels_show_prints(capsys, tmp_path):
     """A case of a spec with job overrides and a grid point, by the labels show prints,
     predicts what a job file with that override on that hardware does (before, the label was

@@ -244,6 +244,7 @@ def _fresh_nersc2024_loops(monkeypatch):
 
 
 @needs_numba
+@pytest.mark.slow  # (compiles two kernels afresh, ~11 s; CI runs -m slow)
 def test_a_kept_trace_spares_a_new_process_the_tracing(monkeypatch, tmp_path):
     """A graph traced for the model is kept in the cache directory: a fused function with
     no graph in memory (a new process's) loads it and its kernel instead of tracing, and

@@ -31,7 +31,8 @@ def resume_matches_a_full_run(tmp_path, killed, ranks_resume, ranks_full):
     return a, b
 
 
-@pytest.mark.parametrize("spec", [SMALL, SMALL_CALIBRATED], ids=["nersc2024", "calibrated"])
+@pytest.mark.parametrize("spec", [SMALL, pytest.param(SMALL_CALIBRATED, marks=pytest.mark.slow)],
+                         ids=["nersc2024", "calibrated"])  # (calibrated: ~12 s; CI -m slow)
 def test_one_two_three_ranks_reduce_to_identical_tables(tmp_path, spec):
     results = {}
     for n in (1, 2, 3):
@@ -76,6 +77,7 @@ def test_a_slow_rank_leaves_the_shared_tail_to_the_other(tmp_path):
     assert a[0] == b[0] and a[1] == b[1]
 
 
+@pytest.mark.slow  # (~15 s with its reference run; CI runs -m slow)
 def test_sigterm_midway_then_resume_on_three_ranks(tmp_path, long_reference):
     killed = tmp_path / "killed"
     proc = mpiexec(2, "run", LONG, "--out", str(killed), "--quiet", "--checkpoint", "0.2",

@@ -57,6 +57,7 @@ CUT_1M = ["--set", "hardware.grid.hbm_GBps={from: 1000, to: 20000, points: 5}",
           "--set", "hardware.grid.scaleout_Gbps={from: 100, to: 1600, points: 2}"]
 
 
+@pytest.mark.slow  # (~14 s under mpiexec; CI runs -m slow)
 def test_million_variant_spec_cut_down_on_two_ranks(tmp_path):
     """specs/scale-1m-variants.yaml with its grid cut to 4,000 variants (CI's smaller grid;
     the whole spec is measured by hand, docs/speed.md): under mpiexec -n 2 it gives the
