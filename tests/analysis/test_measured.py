@@ -29,8 +29,8 @@ from sweep.analysis.measured import (
 )
 from sweep.cli import main
 from sweep.engine.catalog import load_job
-from sweep.model.candidates import last_stage_layers
 from sweep.errors import SweepError
+from sweep.model.candidates import last_stage_layers
 from sweep.model.schema import Recompute
 
 
