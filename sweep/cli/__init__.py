@@ -7,6 +7,7 @@ folder) becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -48,8 +49,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--opt -1GB`` as ``--opt=-1GB`` for an option that takes one value: argparse reads a
+    value that starts with '-' and is not a plain number as the next option and says only
+    "expected one argument"; joined, the option's own check names what is wrong with it."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    sub = getattr(parser, "commands", {}).get(command)
+    if sub is None:
+        return argv
+    # (argparse keeps its options by string in _option_string_actions; no public accessor)
+    takes_one = {o for a in sub._actions if a.nargs is None and a.option_strings
+                 for o in a.option_strings}
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in takes_one and re.match(r"-[\d.]", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = _negative_values_joined(parser, list(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the subcommand's parser, which names its own --help
         parser.commands[args.command].error(

@@ -422,6 +422,11 @@ def test_max_memory_refuses_before_anything_is_written(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:  # a bare number: no unit (argparse, exit 2)
         main(["plan", str(SMALL), "--max-memory", "5"])
     assert exc.value.code == 2 and "in bytes" in capsys.readouterr().err
+    for command in ("plan", "run"):  # a negative size names itself (argparse took it for an
+        with pytest.raises(SystemExit) as exc:  # option: "expected one argument")
+            main([command, str(SMALL), "--max-memory", "-1GB"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "expected a positive size, got '-1GB'" in err, err
     assert main(["run", str(SMALL), "--serial", "--out", str(tmp_path / "ok"), "--quiet",
                  "--max-memory", "8GiB"]) == 0
 
