@@ -57,7 +57,7 @@ def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) ->
     sub = getattr(parser, "commands", {}).get(command)
     if sub is None:
         return argv
-    # (argparse keeps its options by string in _option_string_actions; no public accessor)
+    # (argparse lists a parser's options in _actions; there is no public accessor)
     takes_one = {o for a in sub._actions if a.nargs is None and a.option_strings
                  for o in a.option_strings}
     out: list[str] = []
