@@ -143,6 +143,24 @@ def test_bench_reports_rates(capsys):
     assert all(w["candidates_per_core_second"] > 0 for w in report["workloads"])
 
 
+def test_bench_only_times_the_named_workloads(capsys):
+    code, out, _ = run(capsys, "bench", "--repeat", "1", "--only", "1D B200 nvs8 4096",
+                       "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert [w["workload"] for w in report["workloads"]] == ["gpt3_1T 1d B200 nvs8 4096"]
+    assert report["workloads"][0]["candidates"] == 2544
+    assert report["standard_candidates_per_core_second"] == \
+        report["workloads"][0]["candidates_per_core_second"] > 0
+    assert report["moe_candidates_per_core_second"] is None
+    assert report["many_case_us_per_case"] is None
+    code, out, _ = run(capsys, "bench", "--repeat", "1", "--only", "1d B200 nvs8 4096")
+    assert code == 0 and "standard workloads together" in out and "mixture" not in out
+    code, _, err = run(capsys, "bench", "--only", "nothing")
+    assert code == 2 and err.count("\n") == 1
+    assert "--only nothing: no workload matches; workloads: gpt3_1T 1d" in err
+
+
 def test_console_script_and_module_entry_points():
     script = Path(sys.executable).parent / "sweep"
     for cmd in ([str(script), "--version"], [sys.executable, "-m", "sweep", "--version"]):
