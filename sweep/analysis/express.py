@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.catalog import load_hardware
-from ..model.candidates import divisors, expert_ranks_per_domain
+from ..model.candidates import divisors, expert_ranks_per_domain, stage_layers
 from ..model.hardware import Hardware, apply_overrides
 from ..model.job import Job
 from ..model.schema import Recompute, empty_candidates
@@ -413,9 +413,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         # middle stages of 64 / pp layers, the first one fewer and the last two fewer: for
         # DeepSeek-V3's 61 layers at pp = 4, 8, 16, the split that counts the embedding and
         # the loss as a layer each (calibrated._combine); another model or pp: the even one
-        L, mid = shape["n_layers"], 64 // stages
-        per = -(-(L + 2) // stages)
-        if (per, per - 1, L + 1 - (stages - 1) * per) == (mid, mid - 1, mid - 2):
+        mid = 64 // stages
+        if stage_layers(shape["n_layers"], stages, True) == (mid - 1, mid, mid - 2):
             slots = True
             assumptions.append(f"pipeline stages of {mid - 1}, {mid} and {mid - 2} layers "
                                "(first, middle, last: the script's split)")

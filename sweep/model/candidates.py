@@ -25,7 +25,7 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
-           "last_stage_layers", "FIRST_K_FRACTIONS", "first_k_layers", "summa_nb_options",
+           "last_stage_layers", "stage_layers", "FIRST_K_FRACTIONS", "first_k_layers", "summa_nb_options",
            "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
@@ -788,14 +788,22 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
     return rows
 
 
+def stage_layers(n_layers: int, pp: int, slots: bool) -> tuple[int, int, int]:
+    """(first, middle, last) layers of ``pp`` pipeline stages when every stage but the last
+    holds ceil(items / pp) (items: the layers, plus the embedding and the LM head as one
+    each with ``slots``, taken from the first and the last stage). The cost core's
+    ``layers_first`` / ``layers`` / ``layers_last`` (cost/calibrated.py) are the same rule,
+    vectorized."""
+    slot = 1 if slots and pp > 1 else 0
+    items = n_layers + 2 * slot
+    per = -(-items // pp)
+    return per - slot, per, items - (pp - 1) * per - slot
+
+
 def last_stage_layers(job: Job, pp: int) -> int:
-    """Layers the last of ``pp`` pipeline stages holds when every other stage holds
-    ceil(items / pp) (items: the layers, plus the embedding and the LM head with
-    ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse.
-    The cost core's ``layers_last`` (cost/calibrated.py) is the same rule, vectorized."""
-    slots = 2 if job.embedding_slots and job.vocab and pp > 1 else 0
-    items = job.n_layers + slots
-    return items - (pp - 1) * -(-items // pp) - slots // 2
+    """Layers the last of ``pp`` pipeline stages holds (stage_layers, with
+    ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse."""
+    return stage_layers(job.n_layers, pp, bool(job.embedding_slots and job.vocab))[2]
 
 
 def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,

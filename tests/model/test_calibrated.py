@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 from sweep.engine.catalog import load_hardware, load_job
-from sweep.model.candidates import enumerate_calibrated, enumerate_space, last_stage_layers
+from sweep.model.candidates import (
+    enumerate_calibrated,
+    enumerate_space,
+    last_stage_layers,
+    stage_layers,
+)
 from sweep.model.cost import calibrated, evaluate_columns, kernels, op_table
 from sweep.model.cost.kernels import collective_s, flash_attention_s, gemm_s, p2p_s
 from sweep.model.hardware import parse_hardware
@@ -729,6 +734,12 @@ def test_search_space_rules():
     assert [last_stage_layers(job, pp) for pp in (6, 12, 24, 32)] == [10, 3, -12, -13]
     # with embedding slots 82 items: 12 stages of 7 leave 5 for the last (and its head)
     assert last_stage_layers(dataclasses.replace(job, embedding_slots=True), 12) == 4
+    # (first, middle, last) by hand: 80 layers over 6 stages hold 14 x 5 and 10; with the
+    # slots 82 items of 14 a stage, the first holds 13 (and the embedding), the last
+    # 82 - 5 x 14 - 1 = 11 (and the head)
+    assert stage_layers(80, 6, False) == (14, 14, 10)
+    assert stage_layers(80, 6, True) == (13, 14, 11)
+    assert stage_layers(80, 1, True) == (80, 80, 80)  # (one stage: no slots)
 
 
 # ------------------------------------------------------------------------------ 2D, CP
