@@ -474,38 +474,75 @@ def test_causal_attention_costs_half_the_full_attention():
     assert core_full == pytest.approx(2 * core, rel=1e-9)
 
 
-def test_norms_writing_fp8_save_the_cast_of_the_qkv_and_fc1_inputs():
-    # TINY in fp8 at TP 1: with the cast fused into the norm (Transformer Engine
-    # LayerNormLinear) the norm writes 1-byte instead of 2-byte outputs (-1 B per element)
-    # where a separate cast would read 2 B and write 1 B (+3 B): 4 B x T x 2e less forward,
-    # twice that backward; the other two GEMM inputs are cast either way
-    fp8 = dataclasses.replace(TINY, dtype="fp8")
-    fused = {r["name"]: float(r["time_s"][0])
-             for r in calibrated.op_table(ctx(fp8), cand())}
-    plain = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
-        ctx(dataclasses.replace(fp8, lp_norm_cast=False)), cand())}
-    key = "norms, activations, residuals"
-    T = 1024  # one sequence per micro-batch
-    per_layer = 3 * 4.0 * T * 2 * 1024 / (1000e9 * 0.5)  # forward + 2x backward, hbm_eff 0.5
-    assert plain[key] - fused[key] == pytest.approx(2 * 8 * per_layer, rel=1e-9)  # 2 layers x 8 mb
+def _norm_row(job, hw=TOY, **params):
+    """Seconds of the "norms, activations, residuals" row (2 layers x 8 micro-batches)."""
+    return {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+        ctx(job, hw, **params), cand())}["norms, activations, residuals"]
 
 
-def test_current_scaling_reads_each_cast_tensor_twice_and_hopper_keeps_a_transpose():
-    fp8 = dataclasses.replace(TINY, dtype="fp8")
-    rows = {}
-    for scaling in ("delayed", "current"):
-        job = dataclasses.replace(fp8, fp8_scaling=scaling)
-        rows[scaling] = {r["name"]: float(r["time_s"][0])
-                         for r in calibrated.op_table(ctx(job), cand())}
-    key = "norms, activations, residuals"
-    T, e, hd, f = 1024, 1024, 1024, 4096
-    # the norm writes 16 bits and the cast reads them (+4 B per QKV / fc1 input element,
-    # against the fused cast), and the amax pass reads the other two inputs once more (+2 B)
-    extra_fwd = 4.0 * T * 2 * e + 2.0 * T * (hd + f)
-    per_layer = 3 * extra_fwd / (1000e9 * 0.5)  # forward + 2x backward, hbm_eff 0.5
-    assert rows["current"][key] - rows["delayed"][key] == pytest.approx(2 * 8 * per_layer,
-                                                                        rel=1e-9)
-    # TN-only fp8 tensor cores (Hopper) keep a transposed copy: twice the bytes
+@pytest.mark.parametrize("generation, scaling, bytes_per_token, kernels", [
+    # TINY at TP 1 (no SP), per token of a layer and micro-batch: QKV 3072 wide, attention
+    # output 1024, fc1 / fc2 4096 (GELU), e = 1024. Delayed scaling: the norms write their
+    # outputs in fp8 (1 B instead of 2: -1 B x 2e), the attention-output and fc2 inputs are
+    # cast_transposed (read 2, write 1: 3 B x 5120); backward, the column-parallel outputs'
+    # gradients (3 B x 7168) and the row-parallel ones' (3 B x 2e). Kernels: 2 casts
+    # forward, 4 backward
+    ("toy", "delayed", -2048 + 3 * 5120 + 3 * 7168 + 3 * 2048, 2 + 4),
+    # current scaling: the norm writes 16 bits, a cast reads them (3 B x 2e); every other
+    # cast reads its tensor once more for the amax (5 B); 4 kernels a cast (zero the amax,
+    # the amax, the scale, the cast), 3 after a norm (its amax is fused)
+    ("toy", "current", 3 * 2048 + 5 * 5120 + 5 * 7168 + 5 * 2048, 2 * (3 + 4) + 4 * 4),
+    # Hopper's TN-only fp8 GEMMs need a 1-B transposed copy: the norms' fp8 outputs are
+    # transposed (read 1, write 1), every cast_transpose writes 1 B more; one transpose
+    # kernel after each norm
+    ("hopper", "delayed", 2048 * (-1 + 2) + 4 * 5120 + 4 * 7168 + 4 * 2048, 2 * 2 + 4),
+    ("hopper", "current", 2048 * 4 + 6 * 5120 + 6 * 7168 + 6 * 2048, 2 * (3 + 4) + 4 * 4),
+])
+def test_per_tensor_fp8_casts_as_transformer_engine_runs_them(generation, scaling,
+                                                              bytes_per_token, kernels):
+    """Cast bytes and kernels of TE's per-tensor fp8 (calibrated._per_tensor_casts), by
+    hand: the fp8 job's elementwise row less the bf16 one's, 2 layers x 8 micro-batches of
+    1024 tokens, at 1000 GB/s x 0.5 and 1 us a kernel."""
+    hw = dataclasses.replace(TOY, generation=generation)
+    fp8 = dataclasses.replace(TINY, dtype="fp8", fp8_scaling=scaling)
+    extra_s = _norm_row(fp8, hw, kernel_us=1.0) - _norm_row(TINY, hw, kernel_us=1.0)
+    per_layer = bytes_per_token * 1024 / (1000e9 * 0.5) + kernels * 1e-6
+    assert extra_s == pytest.approx(2 * 8 * per_layer, rel=1e-9)
+    # a stack whose norms do not feed TE's quantizers (torchao) casts with a plain pass:
+    # read 2, write the copy, for the four GEMM inputs, twice that backward
+    copy = calibrated.low_precision("fp8", hw)[0]
+    amax = 2.0 if scaling == "current" else 0.0
+    plain = dataclasses.replace(fp8, lp_norm_cast=False)
+    per_token = (2 + copy) * 2048 + (2 + amax + copy) * 5120
+    assert _norm_row(plain, hw) - _norm_row(TINY, hw) == pytest.approx(
+        2 * 8 * 3 * per_token * 1024 / (1000e9 * 0.5), rel=1e-9)
+
+
+def test_te_fp8_with_sequence_parallelism_gathers_fp8_and_reduces_amaxes():
+    """TP 2 with SP: TE all-gathers the fp8 copies (1 B) of the norm outputs and of the
+    row-parallel gradients; current scaling adds 4 blocking one-float all-reduces of an
+    amax per layer and micro-batch."""
+    def tp_row(job):
+        return {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+            ctx(job), cand(tp=2, sp=1))}["TP communication (exposed)"]
+
+    x = ctx()
+    T, e = 1024, 1024
+    ag1 = collective_s("allgather", T * e * 1.0, 2, 2, x)
+    rs2 = collective_s("reducescatter", T * e * 2.0, 2, 2, x)
+    delayed = dataclasses.replace(TINY, dtype="fp8")
+    # forward 2 (all-gather + reduce-scatter), backward 2 reduce-scatters and 4 all-gathers
+    # (the row-parallel gradients and the saved norm outputs again)
+    assert tp_row(delayed) == pytest.approx(2 * 8 * float(6 * ag1 + 4 * rs2), rel=1e-9)
+    current = dataclasses.replace(delayed, fp8_scaling="current")
+    amax_s = collective_s("allreduce", 4.0, 2, 2, x)
+    assert tp_row(current) - tp_row(delayed) == pytest.approx(2 * 8 * 4 * float(amax_s),
+                                                              rel=1e-9)
+    # fewer bytes than bf16's all-reduce-sized gathers
+    assert tp_row(delayed) < tp_row(TINY)
+
+
+def test_hopper_keeps_a_transposed_fp8_copy_blackwell_does_not():
     hopper = dataclasses.replace(TOY, generation="hopper")
     assert calibrated.low_precision("fp8", hopper)[0] == 2 * calibrated.low_precision(
         "fp8", TOY)[0]
@@ -558,13 +595,18 @@ def test_block_scaled_formats_by_hand(dtype, peak, copy_bytes):
     assert x["peak8_flops_per_s"] == peak and x["lp_copy_bytes"] == pytest.approx(copy_bytes)
     assert run(job, BLACKWELL_TOY)["mem_weights_bytes"] == pytest.approx(
         (2 + copy_bytes) * 2 * P_LAYER)
-    # the casts: (2 B read + the copies) per GEMM input element, T x (2e + H d + f), in
-    # the forward and twice in the backward, 2 layers, at 1000 GB/s x hbm_eff 0.5; the
-    # same GEMM peak as fp8 for MXFP8, so the whole difference is the extra cast bytes
+    # the casts per token of a layer: the norms write the copies (copy - 2 B x 2e), the
+    # attention-output and fc2 inputs are read and quantized (2 + copy B x 5120); backward
+    # the gradients entering the four GEMMs, both usages in one pass (2 + copy B x (3072 +
+    # 4096 + 2048)); per-tensor fp8 (delayed, TE) 40,960 B (see the test above); 8
+    # micro-batches of 1024 tokens, 2 layers, at 1000 GB/s x hbm_eff 0.5. The same GEMM
+    # peak as fp8 for MXFP8, so the whole difference is the extra cast bytes
     fp8 = run(dataclasses.replace(TINY, dtype="fp8"), BLACKWELL_TOY)
     lowp = run(job, BLACKWELL_TOY)
-    inputs = 1024 * 8 * (2 * 1024 + 1024 + 4096)
-    extra_s = (copy_bytes - 1.0) * inputs * 3 * 2 / (1000e9 * 0.5)
+    per_token = (copy_bytes - 2) * 2048 + (2 + copy_bytes) * (5120 + 9216)
+    if dtype == "fp8":
+        per_token = 40960
+    extra_s = (per_token - 40960) * 1024 * 8 * 2 / (1000e9 * 0.5)
     if dtype != "nvfp4":
         assert lowp["step_time_s"] - fp8["step_time_s"] == pytest.approx(extra_s, rel=1e-9)
         assert lowp["t_compute_s"] == pytest.approx(fp8["t_compute_s"], rel=1e-12)

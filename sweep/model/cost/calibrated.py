@@ -399,6 +399,60 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     return fwd, bwd, flops, up
 
 
+def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
+    """Per-tensor fp8 casts of one block as Transformer Engine runs them (delayed or current
+    scaling), per micro-batch: bytes and kernels of the forward and the backward, TP
+    all-reduces of an amax, and whether the SP all-gathers move the fp8 copies.
+
+    Read from TE v2.9 (docs/notes/parameter-ranges.md, "fp8 current scaling on Hopper"):
+    * QKV and fc1 inputs (the norm outputs): with delayed scaling the norm writes them in fp8
+      (fused); with current scaling it writes 16 bits and the amax (normalization.cpp
+      FUSED_NORM_AMAX_FP8), and a cast reads them (quantizer.cpp quantize_with_amax). With
+      SP the cast is row-wise on the local shard (float8_tensor.py) and the fp8 copy is
+      all-gathered; the backward gathers the saved copy again and transposes it for wgrad.
+    * attention-output and fc2 inputs: cast_transpose (read 2 B, write 1 B and, on
+      TN-only tensor cores, its 1-B transpose); current scaling reads them once more for
+      the amax (amax_kernel).
+    * backward: the gradients of the column-parallel outputs (QKV, fc1) as the plain inputs;
+      those of the row-parallel ones (attention output, fc2) with SP cast on the shard,
+      all-gathered in fp8, then transposed.
+    * kernels: a delayed cast is one; a current one also zeroes the amax, computes it (the
+      norm's is fused) and its scale (about 28 launches more a block than delayed scaling),
+      and all-reduces the amax over the TP group with SP.
+    Applies where the job's norms feed TE's quantizers (``lp_norm_cast``) and the format is
+    per-tensor (``te``). The transposed copy (``lp`` - 1 B) exists on TN-only (Hopper) tensor cores only.
+    """
+    T, Ta, t, sp = lay["T"], lay["Ta"], lay["t"], lay["sp"]
+    e, f = x["e"], x["f"]
+    v = VALUE_BYTES["fp8"]
+    tr = lp - v
+    mlp = np.where(f > 0, 1.0, 0.0)  # a routed-only MoE block quantizes in its experts
+    n_fed = 1.0 + mlp  # norm-fed GEMM inputs: QKV, fc1
+    amax = np.where(current, ab, 0.0)
+    spb = np.asarray(sp, dtype=bool)
+    # the norm's own fp8 write (delayed), or a cast of its 16-bit output (current; without
+    # SP that cast is a cast_transpose, which writes the transposed copy too)
+    norm_cast = np.where(current, ab + v, v - ab) * Ta
+    norm_tr_f = np.where(spb, 0.0, np.where(current, tr, 2.0 * tr) * T)
+    norm_tr_b = np.where(spb, 2.0 * tr * T, 0.0)
+    plain = (ab + amax + lp) * T * (w_o / t + f / t)
+    bytes_f = n_fed * e * (norm_cast + norm_tr_f) + plain
+    col_grads = (ab + amax + lp) * T * (w_qkv / t + f_up / t)
+    row_grads = n_fed * e * np.where(spb, (ab + amax + v) * Ta + 2.0 * tr * T,
+                                     (ab + amax + lp) * T)
+    bytes_b = col_grads + row_grads + n_fed * e * norm_tr_b
+    per_cast = np.where(current, 4.0, 1.0)
+    has_tr = np.where(tr > 0, 1.0, 0.0)
+    kernels_f = n_fed * (np.where(current, 3.0, np.where(spb, 0.0, has_tr))
+                         + per_cast)
+    kernels_b = 2.0 * n_fed * per_cast + n_fed * np.where(spb, 2.0 * has_tr, 0.0)
+    te = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (x["lp_norm_cast"] > 0)
+    reduces = np.where(te & current & spb, n_fed, 0.0)
+    return {"te": te, "bytes_f": bytes_f, "bytes_b": bytes_b, "kernels_f": kernels_f,
+            "kernels_b": kernels_b, "amax_reduces_f": reduces, "amax_reduces_b": reduces,
+            "fp8_gather": te & spb}
+
+
 def _layer(x, c, lay):
     """Per-layer, per-micro-batch times of one pipeline stage's layer (forward, backward,
     recompute) and their breakdown, for the layout in ``lay`` (_layout): T tokens in the
@@ -524,21 +578,37 @@ def _layer(x, c, lay):
     # LayerNormLinear writes the norm output (the QKV and fc1 inputs) straight in the
     # low-precision format instead of 16-bit (``with_quantized_norm``) - but not a
     # block-scaled one that must first be all-gathered for sequence parallelism
-    # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward)
+    # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward).
     # Current scaling reads a tensor twice, for its amax and for the cast (TE docs
-    # fp8_current_scaling.rst; quantizer.cpp: nvte_compute_amax, then nvte_quantize_v2); a
-    # norm cannot write a tensor scaled by its own amax, so it writes 16 bits and records the
-    # amax, and the cast reads it once more (as an unfused cast)
+    # fp8_current_scaling.rst; torchao float8 tensorwise / rowwise: amax, then cast). TE's
+    # per-tensor fp8 (lp_norm_cast) is priced pass by pass in _per_tensor_casts
     lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
-    norm_fused = (x["lp_norm_cast"] > 0) & ~((x["block_scaled"] > 0) & (sp > 0) & (t > 1)) \
-        & ~current
+    block = x["block_scaled"] > 0
+    norm_fused = (x["lp_norm_cast"] > 0) & ~(block & (sp > 0) & (t > 1)) & ~current
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
-    elem_bytes_f = elem_bytes_f + x["fp8"] * (norm_fed + cast_in * T * (w_o / t + f / t))
+    generic_f = norm_fed + cast_in * T * (w_o / t + f / t)
+    # backward of a block-scaled format: the gradients entering the four GEMMs' dgrad and
+    # wgrad quantized once each, row- and column-wise in one pass (TE's MXFP8 / NVFP4
+    # quantize kernels write both usages): the column-parallel outputs' (QKV, fc1: their
+    # output widths) and the row-parallel ones' (attention output, fc2: e wide, gathered
+    # in 16 bits with SP first); the saved inputs kept both copies from the forward
+    mlp_blocks = 1.0 + np.where(f > 0, 1.0, 0.0)
+    block_b = (ab + lp) * T * (w_qkv / t + f_up / t + mlp_blocks * e)
+    pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
+    te = pt["te"]
+    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f)
+    cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(block, block_b, 2.0 * generic_f))
+    # one quantize kernel a cast (block-scaled: both usages in one; none where the norm
+    # writes the copy)
+    cast_kernels_f = np.where(te, pt["kernels_f"], np.where(
+        block, mlp_blocks * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
+    cast_kernels_b = np.where(te, pt["kernels_b"], np.where(block, 2.0 * mlp_blocks, 0.0))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
-    elem_f = memory_s(elem_bytes_f, x, kernels_f)
-    # backward ~ twice the passes
-    elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra, x, 2.0 * kernels_f)
+    elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
+    # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
+    elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
+                      2.0 * kernels_f + cast_kernels_b)
     if summa:
         # SUMMA broadcasts, plus the norms' row statistics (mean, variance in fp32) reduced
         # across the t GPUs holding a row's columns, twice per pass
@@ -550,11 +620,27 @@ def _layer(x, c, lay):
         ar = collective_s("allreduce", T * e * ab, t, c["nv_tp"], x)
         tp_f = 2.0 * ar
         tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
+        # per-tensor fp8 with SP: Transformer Engine quantizes the norm outputs and the
+        # row-parallel output gradients on the local shard and all-gathers the fp8 copies
+        # (module/base.py grad_output_preprocess; distributed.py gather_along_first_dim
+        # with a Float8 quantizer): 2 of the forward's 4 collectives and 4 of the
+        # backward's 6 move 1 B an element; the reduce-scatters stay 16-bit
+        if np.any(pt["fp8_gather"]):
+            ag_lp = collective_s("allgather", T * e * VALUE_BYTES["fp8"], t, c["nv_tp"], x)
+            rs = collective_s("reducescatter", T * e * ab, t, c["nv_tp"], x)
+            tp_f = np.where(pt["fp8_gather"], 2.0 * (ag_lp + rs), tp_f)
+            tp_b = np.where(pt["fp8_gather"], 2.0 * rs + 4.0 * ag_lp, tp_b)
         overlap = c["tp_overlap"] > 0
         tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0)
                             + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
         tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
                             + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
+        # current scaling's amax all-reduces over the TP group (one fp32 each, blocking:
+        # quantizer.cpp quantize_with_amax) are latency, never hidden
+        if np.any(pt["amax_reduces_f"] > 0):
+            amax_ar = collective_s("allreduce", 4.0, t, c["nv_tp"], x)
+            tp_f_exp = tp_f_exp + pt["amax_reduces_f"] * amax_ar
+            tp_b_exp = tp_b_exp + pt["amax_reduces_b"] * amax_ar
     # K and V of the whole sequence for the local queries: a ring passes each shard around,
     # overlapped with the attention blocks (Liu et al. 2023; backward also returns dK, dV),
     # or one all-gather before attention and a reduce-scatter of dK, dV after it, exposed
