@@ -80,6 +80,15 @@ MEASURED_LAUNCH = [
 #: 64 / pp - 1 and 64 / pp - 2 layers, the middle ones 64 / pp
 UNEVEN_64 = "first / last pipeline stages of 64/pp - 1, 64/pp - 2 layers"
 
+#: Transformer Engine before v2.5 refuses cuDNN fused attention on Blackwell for head
+#: dimensions above 128 (transformer_engine/common/fused_attn/fused_attn.cpp, "special
+#: conditions for blackwell": !(sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v >
+#: 128)), v2.1 - v2.4; lifted by TE 71c76b6, #1797, first in v2.5, with cuDNN >= 9.11 for
+#: the backward), and FlashAttention refuses q/k and v head sizes that differ
+#: (pytorch/dot_product_attention/utils.py get_attention_backend, "does not support MLA"):
+#: MLA's 192 / 128 heads run TE's UnfusedDotProductAttention, the full score matrix
+UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
+
 #: Megatron-Bridge's NeMo 25.09 table: its DeepSeek-V3 rows (mb_290's 1,297 tokens/s among
 #: them) match tag v0.1.0rc4 (docs/performance-summary.md L76; its Qwen3 rows match the later
 #: main-branch YAML, fa0315ae2, and are not read here), whose scripts/performance/
@@ -111,8 +120,8 @@ RELEASE_RUNS = [
      "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; "
      + UNEVEN_64, "recompute_modules=['mla_up_proj']"),
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^GB200$", r"^BF16$",
-     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64,
-     "selective"),
+     "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64
+     + "; " + UNFUSED_MLA, "selective"),
 ]
 
 #: Megatron-Bridge perf configs (cfg=NAME@TAG in other_flags) that name a flex dispatcher
@@ -426,12 +435,17 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         slots = True
         assumptions.append("embedding and loss counted in the pipeline split (the only "
                            "even split of its layers)")
+    attention_kernel = stack.attention_kernel
+    if UNFUSED_MLA in v["other_flags"] and moe.get("attention") == "mla":
+        attention_kernel = "materialized"
+        assumptions.append("MLA attention materialized (TE before 2.5 has no fused kernel "
+                           "for its head sizes on Blackwell)")
     return Job(**moe,
         name=v["id"], n_layers=shape["n_layers"], hidden=shape["hidden"],
         ffn_hidden=shape["ffn_hidden"], n_heads=shape["n_heads"],
         n_kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"], vocab=shape["vocab"],
         seq_len=shape["seq_len"], global_batch=shape["global_batch_seqs"], **arch,
-        dtype=run.dtype, attention_kernel=stack.attention_kernel,
+        dtype=run.dtype, attention_kernel=attention_kernel,
         fused_kernels=stack.fused_kernels or compiled,
         dp_overlap=dp_overlap,
         pp_overlap=stack.pp_overlap and "no overlap-p2p" not in flags,

@@ -222,6 +222,11 @@ def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
     assert set(dg.options["recompute"]) == {Recompute.SELECTIVE}  # (GB200: core_attn)
     dg_h100 = express(moe["dg_001"])  # (H100: dgxc's launch.sh names mla_up_proj)
     assert set(dg_h100.options["recompute"]) == {Recompute.NONE}
+    # TE before 2.5 has no fused attention for MLA's 192 / 128 heads on Blackwell: the
+    # GB200 rows materialize the score matrix, the H100 ones run cuDNN's fused kernel
+    assert dg.job.attention_kernel == "materialized" and dg.job.attention == "mla"
+    assert dg_h100.job.attention_kernel == "fused"
+    assert any("MLA attention materialized" in a for a in dg.assumptions)
     assert dg_h100.job.recompute_mla_up
     # its pipeline split, 64 / pp - 1, 64 / pp, 64 / pp - 2 layers (pretrain_deepseek_v3.py
     # L73 - 77): for 61 layers, the embedding and the loss counted as a layer each
