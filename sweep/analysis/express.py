@@ -454,7 +454,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         fused_loss=stack.fused_loss or compiled_loss,
         lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
         lp_norm_cast=stack.lp_norm_cast,
-        fp8_scaling="current" if current else "delayed",
+        fp8_scaling=("rowwise" if run.precision == "fp8-rowwise" else
+                     "current" if current else "delayed"),
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         embedding_slots=slots,

@@ -107,9 +107,11 @@ _CHOICES = {
     "grad_dtype": ("fp32", "bf16", "mixed"),
     # MoE router score function; attention: multi-head (MHA / GQA / MQA) or latent (MLA)
     "router": ("softmax", "sigmoid"),
-    # per-tensor fp8 scaling: delayed (scale from the amax history, amax recorded in the
-    # cast) or current (the tensor's own amax: one more read before the cast)
-    "fp8_scaling": ("delayed", "current"),
+    # fp8 scaling: delayed (scale from the amax history, amax recorded in the cast), current
+    # (the tensor's own amax: one more read before the cast) or rowwise (torchao's
+    # axiswise recipe: a scale per row, every operand quantized from 16 bits along each
+    # axis a GEMM reads it, the backward GEMMs' outputs rescaled, 16-bit communication)
+    "fp8_scaling": ("delayed", "current", "rowwise"),
     "attention": ("mha", "mla"),
     # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
     # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
@@ -217,7 +219,7 @@ class Job:
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
-    fp8_scaling: str = "delayed"  # per-tensor fp8: delayed or current scaling
+    fp8_scaling: str = "delayed"  # fp8: delayed, current or rowwise scaling
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
     recompute_norms: bool = False

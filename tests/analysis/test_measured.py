@@ -97,6 +97,15 @@ def test_labels_map_to_enumerated_values():
     assert sharding_of("", "FSDP2 (8)", 8) == (3, 8, True)
 
 
+def test_torchao_float8_recipes_are_read_as_their_scaling(dense):
+    """torchtitan's float8 rows: tensorwise is dynamic per-tensor (current) scaling, rowwise
+    its own recipe; neither fuses the cast into the norm (a torchao stack)."""
+    tensorwise = express(dense["tt25_async_8B_float8tensorwise_vanillaTP"]).job
+    rowwise = express(dense["tt25_async_8B_float8rowwise_vanillaTP"]).job
+    assert (tensorwise.fp8_scaling, rowwise.fp8_scaling) == ("current", "rowwise")
+    assert not tensorwise.lp_norm_cast and not rowwise.lp_norm_cast
+
+
 def test_bad_labels_are_refused_with_the_nearest_accepted_values(tmp_path, dense):
     base = dense["nemo2407_LLAMA3-70B_64"]
     bad = {"gpu": ("H10O-SXM", "H100-SXM"), "framework": ("Megatron-Brige", "Megatron-Bridge"),

@@ -542,6 +542,32 @@ def test_te_fp8_with_sequence_parallelism_gathers_fp8_and_reduces_amaxes():
     assert tp_row(delayed) < tp_row(TINY)
 
 
+def test_torchao_rowwise_casts_twice_rescales_and_communicates_in_16_bits():
+    """torchao's rowwise recipe against its tensorwise one (both torchao: lp_norm_cast off):
+    every GEMM input and output gradient quantized once more from 16 bits (+2 B an element
+    forward, twice that backward), and the backward GEMMs' outputs rescaled (read and write
+    2 B an element of the input gradients and of the weight gradients); its TP all-gathers
+    stay 16-bit where tensorwise casts first (torchtitan enable_float8_tensorwise_tp)."""
+    torchao = dataclasses.replace(TINY, dtype="fp8", lp_norm_cast=False,
+                                  fp8_scaling="current")
+    rowwise = dataclasses.replace(torchao, fp8_scaling="rowwise")
+    T = 1024
+    inputs = T * (2 * 1024 + 1024 + 4096)  # QKV and fc1 inputs (e), attention out, fc2
+    weights = 3 * 1024 * 4096  # QKV 3072 x 1024, out 1024 x 1024, fc1 and fc2 1024 x 4096
+    extra = 2 * inputs + 2 * 2 * inputs + 4 * (inputs + weights)
+    assert _norm_row(rowwise) - _norm_row(torchao) == pytest.approx(
+        2 * 8 * extra / (1000e9 * 0.5), rel=1e-9)
+
+    def tp_row(job):
+        return {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+            ctx(job), cand(tp=2, sp=1))}["TP communication (exposed)"]
+
+    assert tp_row(rowwise) == pytest.approx(tp_row(TINY), rel=1e-12)
+    assert tp_row(torchao) == pytest.approx(tp_row(dataclasses.replace(
+        torchao, lp_norm_cast=True)) - 2 * 8 * 4 * float(collective_s(
+            "allreduce", 4.0, 2, 2, ctx())), rel=1e-9)  # (TE's amax all-reduces only)
+
+
 def test_hopper_keeps_a_transposed_fp8_copy_blackwell_does_not():
     hopper = dataclasses.replace(TOY, generation="hopper")
     assert calibrated.low_precision("fp8", hopper)[0] == 2 * calibrated.low_precision(

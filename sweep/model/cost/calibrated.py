@@ -251,7 +251,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "saved_in_bytes": saved_input_bytes(job),
         "lp_norm_cast": float(job.lp_norm_cast),
         "block_scaled": float(job.dtype in ("mxfp8", "nvfp4")),
-        "current_scaling": float(job.dtype == "fp8" and job.fp8_scaling == "current"),
+        "current_scaling": float(job.dtype == "fp8" and job.fp8_scaling in ("current",
+                                                                            "rowwise")),
+        "rowwise_scaling": float(job.dtype == "fp8" and job.fp8_scaling == "rowwise"),
         # weights held only as their low-precision copies (fp8 / MXFP8 parameters; NVFP4
         # weights stay 16-bit with a quantized copy: Megatron-Bridge sets fp8_param for
         # FP8 and MXFP8 recipes only)
@@ -446,11 +448,16 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     kernels_f = n_fed * (np.where(current, 3.0, np.where(spb, 0.0, has_tr))
                          + per_cast)
     kernels_b = 2.0 * n_fed * per_cast + n_fed * np.where(spb, 2.0 * has_tr, 0.0)
-    te = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (x["lp_norm_cast"] > 0)
+    per_tensor = (x["fp8"] > 0) & (x["block_scaled"] == 0)
+    te = per_tensor & (x["lp_norm_cast"] > 0)
     reduces = np.where(te & current & spb, n_fed, 0.0)
+    # torchao's tensorwise fp8 casts before the TP all-gathers too (torchtitan
+    # enable_float8_tensorwise_tp: Float8ColwiseParallel, float8_tensor_parallel.py);
+    # rowwise communicates in 16 bits (torchtitan docs/float8.md)
+    fp8_gather = per_tensor & (x["rowwise_scaling"] == 0) & spb
     return {"te": te, "bytes_f": bytes_f, "bytes_b": bytes_b, "kernels_f": kernels_f,
             "kernels_b": kernels_b, "amax_reduces_f": reduces, "amax_reduces_b": reduces,
-            "fp8_gather": te & spb}
+            "fp8_gather": fp8_gather}
 
 
 def _layer(x, c, lay):
@@ -588,6 +595,18 @@ def _layer(x, c, lay):
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
     generic_f = norm_fed + cast_in * T * (w_o / t + f / t)
+    # torchao's rowwise recipe (config.py ROWWISE; float8_linear.py
+    # matmul_with_hp_or_float8_args): each GEMM operand quantized from 16 bits along the
+    # axis that GEMM reads, so an input or output gradient is cast twice, its 16-bit
+    # transposed copy written for the second (roofline_utils.py: 6 B an element fused
+    # against tensorwise's 4), and the two backward GEMMs run unscaled and rescale their
+    # outputs (float8_ops.py, pytorch/ao#1325: read and write 2 B an element of the input
+    # gradients and of the weight gradients)
+    rowwise = x["rowwise_scaling"] > 0
+    rw_inputs = T * (2.0 * e + w_o / t + f / t)
+    rw_weights = _params_per_layer(x, t)[0] if np.any(rowwise) else 0.0
+    rowwise_f = np.where(rowwise, 2.0 * rw_inputs, 0.0)
+    rowwise_b = np.where(rowwise, 2.0 * 2.0 * rw_inputs + 4.0 * (rw_inputs + rw_weights), 0.0)
     # backward of a block-scaled format: the gradients entering the four GEMMs' dgrad and
     # wgrad quantized once each, row- and column-wise in one pass (TE's MXFP8 / NVFP4
     # quantize kernels write both usages): the column-parallel outputs' (QKV, fc1: their
@@ -597,8 +616,9 @@ def _layer(x, c, lay):
     block_b = (ab + lp) * T * (w_qkv / t + f_up / t + mlp_blocks * e)
     pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
     te = pt["te"]
-    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f)
-    cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(block, block_b, 2.0 * generic_f))
+    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f + rowwise_f)
+    cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(
+        block, block_b, 2.0 * generic_f + rowwise_b))
     # one quantize kernel a cast (block-scaled: both usages in one; none where the norm
     # writes the copy)
     cast_kernels_f = np.where(te, pt["kernels_f"], np.where(
