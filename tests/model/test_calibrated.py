@@ -480,7 +480,14 @@ def _norm_row(job, hw=TOY, **params):
         ctx(job, hw, **params), cand())}["norms, activations, residuals"]
 
 
-@pytest.mark.parametrize("generation, scaling, bytes_per_token, kernels", [
+def _norm_row_c(job, **columns):
+    """The same row and the recompute row, for a candidate with the given columns."""
+    rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+        ctx(job), cand(**columns))}
+    return rows["norms, activations, residuals"] + rows["activation recompute"]
+
+
+@pytest.mark.parametrize("generation, scaling, bytes_per_token, launches", [
     # TINY at TP 1 (no SP), per token of a layer and micro-batch: QKV 3072 wide, attention
     # output 1024, fc1 / fc2 4096 (GELU), e = 1024. Delayed scaling: the norms write their
     # outputs in fp8 (1 B instead of 2: -1 B x 2e), the attention-output and fc2 inputs are
@@ -499,14 +506,14 @@ def _norm_row(job, hw=TOY, **params):
     ("hopper", "current", 2048 * 4 + 6 * 5120 + 6 * 7168 + 6 * 2048, 2 * (3 + 4) + 4 * 4),
 ])
 def test_per_tensor_fp8_casts_as_transformer_engine_runs_them(generation, scaling,
-                                                              bytes_per_token, kernels):
+                                                              bytes_per_token, launches):
     """Cast bytes and kernels of TE's per-tensor fp8 (calibrated._per_tensor_casts), by
     hand: the fp8 job's elementwise row less the bf16 one's, 2 layers x 8 micro-batches of
     1024 tokens, at 1000 GB/s x 0.5 and 1 us a kernel."""
     hw = dataclasses.replace(TOY, generation=generation)
     fp8 = dataclasses.replace(TINY, dtype="fp8", fp8_scaling=scaling)
     extra_s = _norm_row(fp8, hw, kernel_us=1.0) - _norm_row(TINY, hw, kernel_us=1.0)
-    per_layer = bytes_per_token * 1024 / (1000e9 * 0.5) + kernels * 1e-6
+    per_layer = bytes_per_token * 1024 / (1000e9 * 0.5) + launches * 1e-6
     assert extra_s == pytest.approx(2 * 8 * per_layer, rel=1e-9)
     # a stack whose norms do not feed TE's quantizers (torchao) casts with a plain pass:
     # read 2, write the copy, for the four GEMM inputs, twice that backward
@@ -544,18 +551,26 @@ def test_te_fp8_with_sequence_parallelism_gathers_fp8_and_reduces_amaxes():
 
 def test_torchao_rowwise_casts_twice_rescales_and_communicates_in_16_bits():
     """torchao's rowwise recipe against its tensorwise one (both torchao: lp_norm_cast off):
-    every GEMM input and output gradient quantized once more from 16 bits (+2 B an element
-    forward, twice that backward), and the backward GEMMs' outputs rescaled (read and write
-    2 B an element of the input gradients and of the weight gradients); its TP all-gathers
-    stay 16-bit where tensorwise casts first (torchtitan enable_float8_tensorwise_tp)."""
+    the backward casts every GEMM input and output gradient once more from 16 bits (+2 B an
+    element), and rescales the backward GEMMs' outputs (read and write 2 B an element of
+    the input gradients and of the weight gradients); its TP all-gathers stay 16-bit where
+    tensorwise casts first (torchtitan enable_float8_tensorwise_tp). A job that leaves
+    lp_norm_cast on is priced the same: rowwise is torchao's alone."""
     torchao = dataclasses.replace(TINY, dtype="fp8", lp_norm_cast=False,
                                   fp8_scaling="current")
     rowwise = dataclasses.replace(torchao, fp8_scaling="rowwise")
     T = 1024
     inputs = T * (2 * 1024 + 1024 + 4096)  # QKV and fc1 inputs (e), attention out, fc2
+    grads = T * (3072 + 4096 + 2 * 1024)  # QKV and fc1 outputs, attention out and fc2 (e)
     weights = 3 * 1024 * 4096  # QKV 3072 x 1024, out 1024 x 1024, fc1 and fc2 1024 x 4096
-    extra = 2 * inputs + 2 * 2 * inputs + 4 * (inputs + weights)
+    extra = 2 * (inputs + grads) + 4 * (inputs + weights)
     assert _norm_row(rowwise) - _norm_row(torchao) == pytest.approx(
+        2 * 8 * extra / (1000e9 * 0.5), rel=1e-9)
+    assert _norm_row(dataclasses.replace(rowwise, lp_norm_cast=True)) == pytest.approx(
+        _norm_row(rowwise), rel=1e-12)
+    # (a full recompute re-runs the forward's casts, not the backward's extra ones)
+    full = {"recompute": int(Recompute.FULL)}
+    assert (_norm_row_c(rowwise, **full) - _norm_row_c(torchao, **full)) == pytest.approx(
         2 * 8 * extra / (1000e9 * 0.5), rel=1e-9)
 
     def tp_row(job):
@@ -566,6 +581,63 @@ def test_torchao_rowwise_casts_twice_rescales_and_communicates_in_16_bits():
     assert tp_row(torchao) == pytest.approx(tp_row(dataclasses.replace(
         torchao, lp_norm_cast=True)) - 2 * 8 * 4 * float(collective_s(
             "allreduce", 4.0, 2, 2, ctx())), rel=1e-9)  # (TE's amax all-reduces only)
+
+
+def test_te_fp8_casts_with_sequence_parallelism_on_hopper_by_hand():
+    """A Llama-3-70B-shaped block (e 8192, QKV 10240, attention out 8192, fc1 2 x 28672,
+    fc2 28672) at TP 4 with SP on Hopper (1-B transposed copies), per token of a layer and
+    micro-batch, in units of e bytes. Delayed: the norms write fp8 on the shard (-1 B x 2e
+    / 4), attention-out and fc2 inputs cast_transposed (4 B x 9216 / e = 4.5); backward
+    the column-parallel gradients (4 B x 16896 / e = 8.25), the row-parallel ones cast on
+    the shard and transposed after the fp8 gather (2 x (3 / 4 + 2) = 5.5), the saved norm
+    outputs gathered again and transposed (2 x 2 = 4): 4.0 + 17.75. Current: the norms'
+    outputs cast on the shard (2 x 3 / 4 = 1.5), every other cast 2 B more (6.75;
+    12.375 + 2 x (5 / 4 + 2) + 4): 8.25 + 22.875. Kernels: delayed 2 + 8, current 14 +
+    20 (docs/notes/parameter-ranges.md, stop 44: "~22" and "~31" T e bytes)."""
+    big = Job(name="big", n_layers=1, hidden=8192, ffn_hidden=28672, n_heads=64,
+              n_kv_heads=8, head_dim=128, vocab=0, seq_len=1024, global_batch=8,
+              mlp="swiglu", norm="rmsnorm")
+    hw = dataclasses.replace(TOY, generation="hopper")
+
+    def row(job):
+        return {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+            ctx(job, hw, kernel_us=1.0), cand(tp=4, sp=1))}["norms, activations, residuals"]
+
+    T, e = 1024, 8192
+    for scaling, units, launches in (("delayed", 4.0 + 17.75, 2 + 8),
+                                     ("current", 8.25 + 22.875, 14 + 20)):
+        fp8 = dataclasses.replace(big, dtype="fp8", fp8_scaling=scaling)
+        per_mb = units * T * e / (1000e9 * 0.5) + launches * 1e-6
+        assert row(fp8) - row(big) == pytest.approx(8 * per_mb, rel=1e-9), scaling
+
+
+def test_a_routed_only_block_gathers_its_one_fp8_input():
+    """A block whose MLP is all routed experts quantizes only its QKV input before the SP
+    all-gather (its experts cast after the dispatch): one gather of two in fp8 forward, two
+    of four backward; and its casts count the one norm-fed input."""
+    moe_job = dataclasses.replace(TINY, dtype="fp8", n_experts=8, top_k=2,
+                                  moe_ffn_hidden=512, mlp="swiglu", norm="rmsnorm")
+    x = ctx(moe_job)
+    lay = calibrated._layout(x, cand(tp=2, sp=1))
+    for f, n in ((0.0, 1.0), (4096.0, 2.0)):
+        pt = calibrated._per_tensor_casts({**x, "f": np.float64(f)}, lay, 2.0,
+                                          x["lp_copy_bytes"], np.array(False), 3072.0, 1024.0,
+                                          2 * f)
+        assert float(pt["fp8_inputs"]) == n
+    tp = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+        x, cand(tp=2, sp=1, ep=1))}["TP communication (exposed)"]
+    T, e = 1024, 1024
+    ag1 = float(collective_s("allgather", T * e * 1.0, 2, 2, x))
+    ag2 = float(collective_s("allgather", T * e * 2.0, 2, 2, x))
+    rs2 = float(collective_s("reducescatter", T * e * 2.0, 2, 2, x))
+    assert tp == pytest.approx(2 * 8 * (4 * rs2 + 3 * ag1 + 3 * ag2), rel=1e-9)
+    # current scaling: one amax all-reduce forward (the QKV input) and one backward (the
+    # attention output's gradient)
+    cur = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(
+        ctx(dataclasses.replace(moe_job, fp8_scaling="current")),
+        cand(tp=2, sp=1, ep=1))}["TP communication (exposed)"]
+    amax_s = float(collective_s("allreduce", 4.0, 2, 2, x))
+    assert cur - tp == pytest.approx(2 * 8 * 2 * amax_s, rel=1e-9)
 
 
 def test_hopper_keeps_a_transposed_fp8_copy_blackwell_does_not():
@@ -639,10 +711,12 @@ def test_block_scaled_formats_by_hand(dtype, peak, copy_bytes):
     assert lowp["t_memory_s"] - fp8["t_memory_s"] == pytest.approx(extra_s, rel=1e-9)
 
 
-def test_a_block_scaled_format_never_beats_its_unscaled_peak():
+@pytest.mark.parametrize("norm_cast", [True, False])  # TE's casts, or torchao's
+def test_a_block_scaled_format_never_beats_its_unscaled_peak(norm_cast):
     """Same peak, more cast traffic: MXFP8 is never faster than per-tensor fp8, and no
     low-precision run is faster than its GEMM FLOPs at the format's peak allow."""
-    job, hw = load_job("llama3_8b"), load_hardware("B200")
+    job = dataclasses.replace(load_job("llama3_8b"), lp_norm_cast=norm_cast)
+    hw = load_hardware("B200")
     space = enumerate_space("calibrated", job, 64, "1d", hw.nvlink_domain)
     c = space.columns(0, min(space.size, 20000))
     steps = {}

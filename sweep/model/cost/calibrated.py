@@ -419,8 +419,8 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
       those of the row-parallel ones (attention output, fc2) with SP cast on the shard,
       all-gathered in fp8, then transposed.
     * kernels: a delayed cast is one; a current one also zeroes the amax, computes it (the
-      norm's is fused) and its scale (about 28 launches more a block than delayed scaling),
-      and all-reduces the amax over the TP group with SP.
+      norm's is fused) and its scale (24 kernels more a block than delayed scaling), and
+      with SP all-reduces the amax over the TP group (4 more launches: "about 28").
     Applies where the job's norms feed TE's quantizers (``lp_norm_cast``) and the format is
     per-tensor (``te``). The transposed copy (``lp`` - 1 B) exists on TN-only (Hopper) tensor cores only.
     """
@@ -448,16 +448,19 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     kernels_f = n_fed * (np.where(current, 3.0, np.where(spb, 0.0, has_tr))
                          + per_cast)
     kernels_b = 2.0 * n_fed * per_cast + n_fed * np.where(spb, 2.0 * has_tr, 0.0)
-    per_tensor = (x["fp8"] > 0) & (x["block_scaled"] == 0)
-    te = per_tensor & (x["lp_norm_cast"] > 0)
+    # TE's stacks, not SUMMA's 2D blocks (which TE does not run); rowwise scaling is
+    # torchao's recipe alone
+    per_tensor = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (x["rowwise_scaling"] == 0)
+    te_stack = (x["lp_norm_cast"] > 0) & (not lay["summa"])
+    te = per_tensor & te_stack
     reduces = np.where(te & current & spb, n_fed, 0.0)
     # torchao's tensorwise fp8 casts before the TP all-gathers too (torchtitan
     # enable_float8_tensorwise_tp: Float8ColwiseParallel, float8_tensor_parallel.py);
     # rowwise communicates in 16 bits (torchtitan docs/float8.md)
-    fp8_gather = per_tensor & (x["rowwise_scaling"] == 0) & spb
-    return {"te": te, "bytes_f": bytes_f, "bytes_b": bytes_b, "kernels_f": kernels_f,
-            "kernels_b": kernels_b, "amax_reduces_f": reduces, "amax_reduces_b": reduces,
-            "fp8_gather": fp8_gather}
+    fp8_gather = per_tensor & spb & (not lay["summa"])
+    return {"te": te, "te_stack": te_stack, "bytes_f": bytes_f, "bytes_b": bytes_b,
+            "kernels_f": kernels_f, "kernels_b": kernels_b, "amax_reduces_f": reduces,
+            "amax_reduces_b": reduces, "fp8_gather": fp8_gather, "fp8_inputs": n_fed}
 
 
 def _layer(x, c, lay):
@@ -588,42 +591,50 @@ def _layer(x, c, lay):
     # (transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward).
     # Current scaling reads a tensor twice, for its amax and for the cast (TE docs
     # fp8_current_scaling.rst; torchao float8 tensorwise / rowwise: amax, then cast). TE's
-    # per-tensor fp8 (lp_norm_cast) is priced pass by pass in _per_tensor_casts
+    # per-tensor fp8 (lp_norm_cast) is priced pass by pass in _per_tensor_casts. A block
+    # whose MLP is all routed experts has one norm-fed input here (QKV): its experts cast
+    # their own after the dispatch (moe.py)
     lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
     block = x["block_scaled"] > 0
+    mlp_blocks = 1.0 + np.where(f > 0, 1.0, 0.0)  # norm-fed GEMM inputs: QKV, fc1
     norm_fused = (x["lp_norm_cast"] > 0) & ~(block & (sp > 0) & (t > 1)) & ~current
-    norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) * 2 * e
+    norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) \
+        * mlp_blocks * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
     generic_f = norm_fed + cast_in * T * (w_o / t + f / t)
     # torchao's rowwise recipe (config.py ROWWISE; float8_linear.py
     # matmul_with_hp_or_float8_args): each GEMM operand quantized from 16 bits along the
-    # axis that GEMM reads, so an input or output gradient is cast twice, its 16-bit
-    # transposed copy written for the second (roofline_utils.py: 6 B an element fused
-    # against tensorwise's 4), and the two backward GEMMs run unscaled and rescale their
-    # outputs (float8_ops.py, pytorch/ao#1325: read and write 2 B an element of the input
-    # gradients and of the weight gradients)
+    # axis that GEMM reads, so the backward casts an input or output gradient a second time,
+    # from a 16-bit transposed copy (roofline_utils.py: 6 B an element fused against
+    # tensorwise's 4), and the two backward GEMMs run unscaled and rescale their outputs
+    # (float8_ops.py, pytorch/ao#1325: read and write 2 B an element of the input gradients
+    # and of the weight gradients)
     rowwise = x["rowwise_scaling"] > 0
-    rw_inputs = T * (2.0 * e + w_o / t + f / t)
+    rw_inputs = T * (mlp_blocks * e + w_o / t + f / t)
+    rw_grads = T * (w_qkv / t + f_up / t + mlp_blocks * e)
     rw_weights = _params_per_layer(x, t)[0] if np.any(rowwise) else 0.0
-    rowwise_f = np.where(rowwise, 2.0 * rw_inputs, 0.0)
-    rowwise_b = np.where(rowwise, 2.0 * 2.0 * rw_inputs + 4.0 * (rw_inputs + rw_weights), 0.0)
-    # backward of a block-scaled format: the gradients entering the four GEMMs' dgrad and
-    # wgrad quantized once each, row- and column-wise in one pass (TE's MXFP8 / NVFP4
-    # quantize kernels write both usages): the column-parallel outputs' (QKV, fc1: their
-    # output widths) and the row-parallel ones' (attention output, fc2: e wide, gathered
-    # in 16 bits with SP first); the saved inputs kept both copies from the forward
-    mlp_blocks = 1.0 + np.where(f > 0, 1.0, 0.0)
+    rowwise_b = np.where(rowwise, 2.0 * (rw_inputs + rw_grads)
+                         + 4.0 * (rw_inputs + rw_weights), 0.0)
+    # backward of a block-scaled format in TE: the gradients entering the four GEMMs'
+    # dgrad and wgrad quantized once each, row- and column-wise in one pass (TE's MXFP8 /
+    # NVFP4 quantize kernels write both usages): the column-parallel outputs' (QKV, fc1:
+    # their output widths) and the row-parallel ones' (attention output, fc2: e wide,
+    # gathered in 16 bits with SP first); the saved inputs kept both copies from the forward
     block_b = (ab + lp) * T * (w_qkv / t + f_up / t + mlp_blocks * e)
     pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
-    te = pt["te"]
-    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f + rowwise_f)
+    te, te_block = pt["te"], block & pt["te_stack"]
+    # other stacks (torchao: lp_norm_cast off), and SUMMA's 2D blocks, which TE does not
+    # run: the four inputs cast, the backward twice the forward
+    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f)
     cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(
-        block, block_b, 2.0 * generic_f + rowwise_b))
-    # one quantize kernel a cast (block-scaled: both usages in one; none where the norm
-    # writes the copy)
+        te_block, block_b, 2.0 * generic_f + rowwise_b))
+    # TE: one quantize kernel a cast (block-scaled: both usages in one; none where the norm
+    # writes the copy); torch.compile fuses torchao's casts into the kernels around them
+    # (torchtitan docs/float8.md: compile "required ... to fuse the float8 scaling/casting
+    # kernels")
     cast_kernels_f = np.where(te, pt["kernels_f"], np.where(
-        block, mlp_blocks * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
-    cast_kernels_b = np.where(te, pt["kernels_b"], np.where(block, 2.0 * mlp_blocks, 0.0))
+        te_block, mlp_blocks * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
+    cast_kernels_b = np.where(te, pt["kernels_b"], np.where(te_block, 2.0 * mlp_blocks, 0.0))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
@@ -647,9 +658,13 @@ def _layer(x, c, lay):
         # backward's 6 move 1 B an element; the reduce-scatters stay 16-bit
         if np.any(pt["fp8_gather"]):
             ag_lp = collective_s("allgather", T * e * VALUE_BYTES["fp8"], t, c["nv_tp"], x)
+            ag = collective_s("allgather", T * e * ab, t, c["nv_tp"], x)
             rs = collective_s("reducescatter", T * e * ab, t, c["nv_tp"], x)
-            tp_f = np.where(pt["fp8_gather"], 2.0 * (ag_lp + rs), tp_f)
-            tp_b = np.where(pt["fp8_gather"], 2.0 * rs + 4.0 * ag_lp, tp_b)
+            # (one fp8 gather of the two where the block's MLP is all routed experts)
+            n8 = pt["fp8_inputs"]
+            tp_f = np.where(pt["fp8_gather"], 2.0 * rs + n8 * ag_lp + (2.0 - n8) * ag, tp_f)
+            tp_b = np.where(pt["fp8_gather"], 2.0 * rs + 2.0 * (n8 * ag_lp + (2.0 - n8) * ag),
+                            tp_b)
         overlap = c["tp_overlap"] > 0
         tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0)
                             + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
