@@ -23,11 +23,13 @@ from .calibration import Evaluator, fill_generations, fit, predictions
 from .express import express_all
 from .measured import (
     Case,
+    metric_of,
+    nearest,
     precision_of,
 )
 
 __all__ = ["report", "render", "markdown", "spearman", "replicates", "CATEGORIES",
-           "available_cpus", "catalog_parameters"]
+           "available_cpus", "catalog_parameters", "explain"]
 
 
 # ------------------------------------------------------------------------------ the report
@@ -454,3 +456,52 @@ def catalog_parameters(cases) -> dict:
                                             if k not in MEMORY_PARAMETERS})
         params.setdefault("memory", {k: v for k, v in cal.items() if k in MEMORY_PARAMETERS})
     return params
+
+
+# ------------------------------------------------------------------------------ one row
+
+def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "the data"
+            ) -> list[dict]:
+    """Why a measured row is predicted as it is: per id, the expressed case, the option
+    validation chose for it (the fastest that fits among the choices the row leaves open:
+    ``Evaluator.run``), that option as a ``sweep predict`` would show it (its per-op table),
+    and the measured and predicted metric.
+
+    Returns one dict per id: ``case``, ``prediction`` (sweep.analysis.predict.Prediction),
+    ``measured``, ``predicted``, ``error`` (predicted / measured - 1).
+
+    Raises:
+        SweepError: an id that is not a row of ``rows`` (with the nearest ids), or a row
+            that cannot be expressed (with the reason).
+    """
+    from ..model.cost import evaluate_columns, op_table, pack_results
+    from ..model.schema import CANDIDATE_DTYPE
+    from .predict import Prediction
+
+    cases, unexpressed = express_all(rows)
+    by_id = {c.row.get("id", ""): c for c in cases}
+    refused = {u["id"]: u for u in unexpressed}
+    out = []
+    for rid in ids:
+        if rid in refused:
+            raise SweepError(f"--explain {rid}: the row is not expressed "
+                             f"({refused[rid]['reason']})")
+        if rid not in by_id:
+            close = nearest(rid, [*by_id, *refused])
+            raise SweepError(f"--explain {rid}: no row with that id in {data}"
+                             + (f" (nearest: {', '.join(close)})" if close else ""))
+        case = by_id[rid]
+        chosen = int(Evaluator([case]).run()["option"][0])
+        cols = {k: np.array([case.options[chosen][k]]) for k in CANDIDATE_DTYPE.names}
+        metrics = evaluate_columns("calibrated", case.job, case.hw, "1d", case.n_gpus, cols)
+        row = pack_results(cols, metrics, np.array([0]))[0]
+        ops = [{k: (v if k == "name" else float(np.asarray(v).ravel()[0]))
+                for k, v in r.items()}
+               for r in op_table("calibrated", case.job, case.hw, "1d", cols)]
+        predicted = float(metric_of(case, np.array([float(row["step_time_s"])]))[0])
+        out.append({"case": case,
+                    "prediction": Prediction("calibrated", case.job, case.hw, "1d",
+                                             case.n_gpus, row, ops, len(case.options)),
+                    "measured": case.measured, "predicted": predicted,
+                    "error": predicted / case.measured - 1.0})
+    return out

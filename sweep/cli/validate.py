@@ -20,6 +20,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     paths = data_paths(args.data)
     data = ", ".join(map(str, paths))
     rows = read_data(paths)
+    if args.explain:
+        return _explain(rows, args.explain, data, args.json)
     cases, _ = express_all(rows)
     loso = not args.no_loso
     if loso and importlib.util.find_spec("scipy") is None:
@@ -40,6 +42,32 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(f"sweep validate: {data} with the calibrated profile's parameters "
           f"(hardware/calibration.yaml){'; LOSO re-fits per source' if loso else ''}")
     print(render(rep, rows=not args.summary))
+    return 0
+
+
+def _explain(rows, ids, data: str, as_json: bool) -> int:
+    """``sweep validate --explain ID...``: each row's chosen configuration, per-op table."""
+    from ..analysis.validate import explain
+    from .predict import _format_prediction
+
+    found = explain(rows, ids, data)
+    if as_json:
+        print(strict_json([{"id": e["case"].row.get("id", ""),
+                            "source": e["case"].source, "metric": e["case"].metric,
+                            "measured": e["measured"], "predicted": e["predicted"],
+                            "error": e["error"], "assumptions": e["case"].assumptions,
+                            **e["prediction"].as_dict()} for e in found], indent=1))
+        return 0
+    for i, e in enumerate(found):
+        case = e["case"]
+        if i:
+            print()
+        print(f"{case.row.get('id', '')}: {case.group}")
+        print(f"measured {case.metric} {e['measured']:.6g}, predicted {e['predicted']:.6g} "
+              f"({e['error']:+.1%})")
+        for note in case.assumptions:
+            print(f"  assumed: {note}")
+        print(_format_prediction(e["prediction"]))
     return 0
 
 
@@ -108,6 +136,9 @@ def add_parsers(sub) -> None:
                    help="processes for the leave-one-source-out re-fits, one source each "
                    "(default: every available core)")
     v.add_argument("--summary", action="store_true", help="omit the per-row table")
+    v.add_argument("--explain", nargs="+", metavar="ID",
+                   help="for these rows only: the configuration validation chose, its "
+                        "assumptions and its per-op table (as sweep predict prints it)")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.add_argument("--markdown", action="store_true",
                    help="print the accuracy tables (per source, GPU generation, precision, "

@@ -426,6 +426,42 @@ def test_validate_nothing_expressible_names_the_rows_and_why(tmp_path, rows, cap
     assert "typo_run: n_gpus 'abc' is not a whole number" in err
 
 
+def test_explain_shows_the_configuration_validation_chose(all_rows, shipped, capsys):
+    """--explain ID: the row's chosen configuration as sweep predict prints it; its step
+    time is the one the report predicted, and its ops add up to it."""
+    from sweep.analysis.validate import explain
+
+    by_id = {r["id"]: r for r in shipped["rows"]}
+    for e in explain(all_rows, ["mb_185", "dg_003", "tt24_t1_370"]):
+        rid = e["case"].row["id"]
+        assert e["predicted"] == pytest.approx(by_id[rid]["predicted"], rel=1e-9), rid
+        assert e["error"] == pytest.approx(by_id[rid]["error"], rel=1e-9, abs=1e-12)
+        step = float(e["prediction"].row["step_time_s"])
+        assert sum(op["time_s"] for op in e["prediction"].ops) == pytest.approx(step,
+                                                                             rel=1e-9)
+    assert main(["validate", "--explain", "dg_003"]) == 0
+    out = capsys.readouterr().out
+    assert "measured iter_time_s 34.168, predicted" in out
+    assert "assumed: MLA attention materialized" in out
+    assert "MoE expert GEMMs (grouped)" in out and "multi-token prediction" in out
+    assert main(["validate", "--explain", "mb_185", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got[0]["id"] == "mb_185" and got[0]["ops"] and got[0]["metric"] == (
+        "tokens_per_s_per_gpu")
+
+
+def test_explain_names_an_unknown_or_refused_row_in_one_line(all_rows, capsys):
+    assert main(["validate", "--explain", "mb_1855"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no row with that id in" in err
+    assert "(nearest: mb_185" in err
+    refused = express_all(all_rows)[1][0]
+    assert main(["validate", "--explain", refused["id"]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the row is not expressed" in err
+    assert refused["reason"] in err
+
+
 def test_validate_console_script_runs(tmp_path, rows):
     _subset(rows, tmp_path / "mine.csv")
     script = [sys.executable, "-m", "sweep", "validate", "--data", str(tmp_path / "mine.csv"),
