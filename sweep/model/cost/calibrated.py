@@ -458,7 +458,10 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     # enable_float8_tensorwise_tp: Float8ColwiseParallel, float8_tensor_parallel.py);
     # rowwise communicates in 16 bits (torchtitan docs/float8.md)
     fp8_gather = per_tensor & spb & (not lay["summa"])
-    return {"te": te, "te_stack": te_stack, "bytes_f": bytes_f, "bytes_b": bytes_b,
+    # torchao's per-tensor recipes: another stack's, or rowwise (torchao's alone)
+    ao = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (not lay["summa"]) & (
+        (x["lp_norm_cast"] == 0) | (x["rowwise_scaling"] > 0))
+    return {"te": te, "te_stack": te_stack, "ao": ao, "bytes_f": bytes_f, "bytes_b": bytes_b,
             "kernels_f": kernels_f, "kernels_b": kernels_b, "amax_reduces_f": reduces,
             "amax_reduces_b": reduces, "fp8_gather": fp8_gather, "fp8_inputs": n_fed}
 
@@ -625,9 +628,20 @@ def _layer(x, c, lay):
     te, te_block = pt["te"], block & pt["te_stack"]
     # other stacks (torchao: lp_norm_cast off), and SUMMA's 2D blocks, which TE does not
     # run: the four inputs cast, the backward twice the forward
-    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], generic_f)
+    # torchao's per-tensor recipes (not TE's stack, not SUMMA), by torchao's own roofline
+    # (torchao/testing/float8/roofline_utils.py @4e3d019, L92 - 156): an input and an output
+    # gradient each cast once into both fp8 layouts, reading 2 B and writing 1 + 1, plus a
+    # 2-B read for the amax that torch.compile fuses into the producing kernel; rowwise 2 B
+    # more (a 16-bit transposed copy, cast along the other axis). Inputs in the forward,
+    # output gradients in the backward, with rowwise's rescale (rowwise_b)
+    ao = pt["ao"]
+    ao_elem = ab + np.where(x["fused"] > 0, 0.0, ab) + 2.0 * VALUE_BYTES["fp8"] \
+        + np.where(rowwise, 2.0, 0.0)
+    ao_f = ao_elem * rw_inputs
+    ao_b = ao_elem * rw_grads + np.where(rowwise, 4.0 * (rw_inputs + rw_weights), 0.0)
+    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], np.where(ao, ao_f, generic_f))
     cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(
-        te_block, block_b, 2.0 * generic_f + rowwise_b))
+        te_block, block_b, np.where(ao, ao_b, 2.0 * generic_f + rowwise_b)))
     # TE: one quantize kernel a cast (block-scaled: both usages in one; none where the norm
     # writes the copy); torch.compile fuses torchao's casts into the kernels around them
     # (torchtitan docs/float8.md: compile "required ... to fuse the float8 scaling/casting
