@@ -479,10 +479,12 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
     from .predict import Prediction
 
     cases, unexpressed = express_all(rows)
-    by_id = {c.row.get("id", ""): c for c in cases}
-    refused = {u["id"]: u for u in unexpressed}
+    by_id = {c.row.get("id", "").strip(): c for c in cases}
+    refused = {u["id"].strip(): u for u in unexpressed}
     out = []
-    for rid in ids:
+    for rid in dict.fromkeys(i.strip() for i in ids):  # (each once, in order)
+        if not rid:
+            raise SweepError("--explain: an empty id; give the id column's value of a row")
         if rid in refused:
             raise SweepError(f"--explain {rid}: the row is not expressed "
                              f"({refused[rid]['reason']})")
@@ -491,17 +493,26 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
             raise SweepError(f"--explain {rid}: no row with that id in {data}"
                              + (f" (nearest: {', '.join(close)})" if close else ""))
         case = by_id[rid]
-        chosen = int(Evaluator([case]).run()["option"][0])
+        run = Evaluator([case]).run()
+        chosen = int(run["option"][0])
         cols = {k: np.array([case.options[chosen][k]]) for k in CANDIDATE_DTYPE.names}
         metrics = evaluate_columns("calibrated", case.job, case.hw, "1d", case.n_gpus, cols)
         row = pack_results(cols, metrics, np.array([0]))[0]
         ops = [{k: (v if k == "name" else float(np.asarray(v).ravel()[0]))
                 for k, v in r.items()}
                for r in op_table("calibrated", case.job, case.hw, "1d", cols)]
-        predicted = float(metric_of(case, np.array([float(row["step_time_s"])]))[0])
+        # a memory-only row (an out-of-memory report) has no timed metric
+        predicted = float(metric_of(case, np.array([float(row["step_time_s"])]))[0]) \
+            if case.metric else None
         out.append({"case": case,
                     "prediction": Prediction("calibrated", case.job, case.hw, "1d",
                                              case.n_gpus, row, ops, len(case.options)),
-                    "measured": case.measured, "predicted": predicted,
-                    "error": predicted / case.measured - 1.0})
+                    "measured": case.measured if case.metric else None,
+                    "predicted": predicted,
+                    "error": predicted / case.measured - 1.0 if case.metric else None,
+                    # memory as validation compares it (what the source counts: reserved or
+                    # allocated, with the allocator's cache), and whether it fits
+                    "mem_compared_bytes": float(run["mem_reported_bytes"][0]),
+                    "mem_measured_bytes": case.mem_measured_bytes,
+                    "feasible": bool(run["feasible"][0])})
     return out

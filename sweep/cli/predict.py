@@ -120,7 +120,9 @@ def _hardware_label_values(overrides: dict, text: str) -> dict:
     return out
 
 
-def _format_prediction(p) -> str:
+def _format_prediction(p, choice: str | None = None) -> str:
+    """``p`` (a Prediction) as `sweep predict` prints it; ``choice`` replaces the note on
+    how the configuration was picked among the matching candidates."""
     r = p.row
     calibrated = p.profile == "calibrated"
     degrees = ["dp", "tp"] + (["tp2", "nb"] if p.strategy == "2d" else []) + (
@@ -150,7 +152,8 @@ def _format_prediction(p) -> str:
         f"{p.hardware.nvlink_domain}), profile {p.profile}, strategy {p.strategy}",
         "config:    " + " ".join(f"{k}={int(r[k])}" for k in degrees) + knobs,
         "NVLink:    " + " ".join(f"{k[3:]} {int(r[k])}" for k in placement)
-        + f"   (GPUs of each group inside one domain; best of {p.matches} matching candidates)",
+        + "   (GPUs of each group inside one domain; "
+        + (choice or f"best of {p.matches} matching candidates") + ")",
         f"step time: {fmt.seconds(step)}   throughput {float(r['samples_per_s']):.6g} samples/s, "
         f"{fmt.si(float(r['tokens_per_s']), 'tokens/s')}   MFU {fmt.percent(float(r['mfu']))}"
         f"   HFU {fmt.percent(float(r['hfu']))}",

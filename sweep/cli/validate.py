@@ -21,6 +21,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     data = ", ".join(map(str, paths))
     rows = read_data(paths)
     if args.explain:
+        for flag in ("markdown", "summary"):
+            if getattr(args, flag):
+                raise SweepError(f"--{flag}: not with --explain (which prints the rows it "
+                                 f"names, or --json)")
         return _explain(rows, args.explain, data, args.json)
     cases, _ = express_all(rows)
     loso = not args.no_loso
@@ -56,18 +60,40 @@ def _explain(rows, ids, data: str, as_json: bool) -> int:
                             "source": e["case"].source, "metric": e["case"].metric,
                             "measured": e["measured"], "predicted": e["predicted"],
                             "error": e["error"], "assumptions": e["case"].assumptions,
+                            "mem_definition": e["case"].mem_definition,
+                            "mem_measured_bytes": e["mem_measured_bytes"],
+                            "mem_compared_bytes": e["mem_compared_bytes"],
+                            "fits": e["feasible"],
                             **e["prediction"].as_dict()} for e in found], indent=1))
         return 0
+    gib = 2.0**30
     for i, e in enumerate(found):
-        case = e["case"]
+        case, job = e["case"], e["case"].job
         if i:
             print()
         print(f"{case.row.get('id', '')}: {case.group}")
-        print(f"measured {case.metric} {e['measured']:.6g}, predicted {e['predicted']:.6g} "
-              f"({e['error']:+.1%})")
+        print(f"model {case.row.get('model', '')}: {job.n_layers} layers, hidden {job.hidden}, "
+              f"sequence {job.seq_len}, global batch {job.global_batch}, {job.dtype}; "
+              f"{case.n_gpus} x {case.hw.name}")
+        if e["predicted"] is None:
+            print("measured: out of memory (no time published)")
+        else:
+            print(f"measured {case.metric} {e['measured']:.6g}, predicted "
+                  f"{e['predicted']:.6g} ({e['error']:+.1%})"
+                  + ("; TFLOP/s by the source's FLOP count, the MFU below by the model's"
+                     if case.metric == "tflops_per_gpu" else ""))
+        measured_mem = (f"measured {e['mem_measured_bytes'] / gib:.1f} GiB, "
+                        if e["mem_measured_bytes"] else "")
+        print(f"memory as the source counts it ({case.mem_definition}): {measured_mem}"
+              f"predicted {e['mem_compared_bytes'] / gib:.1f} GiB; "
+              + ("fits" if e["feasible"] else "predicted out of memory"))
+        print("expressed with:" + ("" if case.assumptions else " the row's columns alone"))
         for note in case.assumptions:
-            print(f"  assumed: {note}")
-        print(_format_prediction(e["prediction"]))
+            print(f"  - {note}")
+        n = len(case.options)
+        choice = ("the row's stated configuration" if n == 1 else
+                  f"the fastest that fits of the {n} configurations the row leaves open")
+        print(_format_prediction(e["prediction"], choice))
     return 0
 
 

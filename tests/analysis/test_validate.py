@@ -442,12 +442,31 @@ def test_explain_shows_the_configuration_validation_chose(all_rows, shipped, cap
     assert main(["validate", "--explain", "dg_003"]) == 0
     out = capsys.readouterr().out
     assert "measured iter_time_s 34.168, predicted" in out
-    assert "assumed: MLA attention materialized" in out
+    assert "- MLA attention materialized" in out
+    assert "model DeepSeek-V3: 61 layers" in out and "the row's stated configuration" in out
     assert "MoE expert GEMMs (grouped)" in out and "multi-token prediction" in out
     assert main(["validate", "--explain", "mb_185", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got[0]["id"] == "mb_185" and got[0]["ops"] and got[0]["metric"] == (
         "tokens_per_s_per_gpu")
+
+
+def test_explain_a_memory_only_row_and_each_id_once(all_rows, shipped, capsys):
+    """A row that only reports running out of memory has no time to compare: its memory
+    verdict instead; an id given twice is explained once; memory as validation compares it."""
+    from sweep.analysis.validate import explain
+
+    oom = next(r["id"] for r in shipped["rows"] if r["metric"] == "")
+    got = explain(all_rows, [oom, " mb_185", "mb_185"])
+    assert [e["case"].row["id"] for e in got] == [oom, "mb_185"]
+    assert got[0]["predicted"] is None and not got[0]["feasible"]
+    row = next(r for r in shipped["rows"] if r["id"] == "tt24_t4_381")
+    mem = explain(all_rows, ["tt24_t4_381"])[0]
+    assert mem["mem_compared_bytes"] / 2**30 == pytest.approx(row["mem_reported_GiB"])
+    assert main(["validate", "--explain", oom]) == 0
+    assert "measured: out of memory (no time published)" in capsys.readouterr().out
+    assert main(["validate", "--explain", "mb_185", "--markdown"]) == 2
+    assert "--markdown: not with --explain" in capsys.readouterr().err
 
 
 def test_explain_names_an_unknown_or_refused_row_in_one_line(all_rows, capsys):
