@@ -467,8 +467,11 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
     ``Evaluator.run``), that option as a ``sweep predict`` would show it (its per-op table),
     and the measured and predicted metric.
 
-    Returns one dict per id: ``case``, ``prediction`` (sweep.analysis.predict.Prediction),
-    ``measured``, ``predicted``, ``error`` (predicted / measured - 1).
+    Returns one dict per id (each id once, in order): ``case``, ``prediction``
+    (sweep.analysis.predict.Prediction), ``measured``, ``predicted``, ``error`` (predicted /
+    measured - 1; the three None for a row that only reports running out of memory),
+    ``mem_compared_bytes`` (the memory validation compares with the measured peak),
+    ``mem_measured_bytes`` and ``feasible``.
 
     Raises:
         SweepError: an id that is not a row of ``rows`` (with the nearest ids), or a row

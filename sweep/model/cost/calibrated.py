@@ -422,7 +422,8 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
       norm's is fused) and its scale (24 kernels more a block than delayed scaling), and
       with SP all-reduces the amax over the TP group (4 more launches: "about 28").
     Applies where the job's norms feed TE's quantizers (``lp_norm_cast``) and the format is
-    per-tensor (``te``). The transposed copy (``lp`` - 1 B) exists on TN-only (Hopper) tensor cores only.
+    per-tensor (``te``). The transposed copy (``lp`` - 1 B) exists on TN-only (Hopper)
+    tensor cores only. ``ao`` marks torchao's per-tensor recipes, priced in ``_layer``.
     """
     T, Ta, t, sp = lay["T"], lay["Ta"], lay["t"], lay["sp"]
     e, f = x["e"], x["f"]
@@ -626,8 +627,6 @@ def _layer(x, c, lay):
     block_b = (ab + lp) * T * (w_qkv / t + f_up / t + mlp_blocks * e)
     pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
     te, te_block = pt["te"], block & pt["te_stack"]
-    # other stacks (torchao: lp_norm_cast off), and SUMMA's 2D blocks, which TE does not
-    # run: the four inputs cast, the backward twice the forward
     # torchao's per-tensor recipes (not TE's stack, not SUMMA), by torchao's own roofline
     # (torchao/testing/float8/roofline_utils.py @4e3d019, L92 - 156): an input and an output
     # gradient each cast once into both fp8 layouts, reading 2 B and writing 1 + 1, plus a
@@ -639,6 +638,8 @@ def _layer(x, c, lay):
         + np.where(rowwise, 2.0, 0.0)
     ao_f = ao_elem * rw_inputs
     ao_b = ao_elem * rw_grads + np.where(rowwise, 4.0 * (rw_inputs + rw_weights), 0.0)
+    # anything else (torchao's block-scaled formats, SUMMA's 2D blocks, which TE does not
+    # run): the four inputs cast, the backward twice the forward
     cast_f = x["fp8"] * np.where(te, pt["bytes_f"], np.where(ao, ao_f, generic_f))
     cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(
         te_block, block_b, np.where(ao, ao_b, 2.0 * generic_f + rowwise_b)))
