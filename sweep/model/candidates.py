@@ -25,8 +25,8 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
-           "last_stage_layers", "stage_layers", "FIRST_K_FRACTIONS", "first_k_layers", "summa_nb_options",
-           "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models"]
+           "last_stage_layers", "stage_layers", "FIRST_K_FRACTIONS", "first_k_layers",
+           "summa_nb_options", "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}

@@ -451,7 +451,8 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     kernels_b = 2.0 * n_fed * per_cast + n_fed * np.where(spb, 2.0 * has_tr, 0.0)
     # TE's stacks, not SUMMA's 2D blocks (which TE does not run); rowwise scaling is
     # torchao's recipe alone
-    per_tensor = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (x["rowwise_scaling"] == 0)
+    scaled_per_tensor = (x["fp8"] > 0) & (x["block_scaled"] == 0)  # (rowwise too)
+    per_tensor = scaled_per_tensor & (x["rowwise_scaling"] == 0)
     te_stack = (x["lp_norm_cast"] > 0) & (not lay["summa"])
     te = per_tensor & te_stack
     reduces = np.where(te & current & spb, n_fed, 0.0)
@@ -460,7 +461,7 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     # rowwise communicates in 16 bits (torchtitan docs/float8.md)
     fp8_gather = per_tensor & spb & (not lay["summa"])
     # torchao's per-tensor recipes: another stack's, or rowwise (torchao's alone)
-    ao = (x["fp8"] > 0) & (x["block_scaled"] == 0) & (not lay["summa"]) & (
+    ao = scaled_per_tensor & (not lay["summa"]) & (
         (x["lp_norm_cast"] == 0) | (x["rowwise_scaling"] > 0))
     return {"te": te, "te_stack": te_stack, "ao": ao, "bytes_f": bytes_f, "bytes_b": bytes_b,
             "kernels_f": kernels_f, "kernels_b": kernels_b, "amax_reduces_f": reduces,
@@ -600,56 +601,58 @@ def _layer(x, c, lay):
     # their own after the dispatch (moe.py)
     lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
     block = x["block_scaled"] > 0
-    mlp_blocks = 1.0 + np.where(f > 0, 1.0, 0.0)  # norm-fed GEMM inputs: QKV, fc1
+    pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
+    te, te_block = pt["te"], block & pt["te_stack"]
+    n_fed = pt["fp8_inputs"]  # norm-fed GEMM inputs: QKV, and fc1 where the block has one
     norm_fused = (x["lp_norm_cast"] > 0) & ~(block & (sp > 0) & (t > 1)) & ~current
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) \
-        * mlp_blocks * e
+        * n_fed * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
     generic_f = norm_fed + cast_in * T * (w_o / t + f / t)
+    # elements of the four GEMMs' inputs and of their output gradients, per micro-batch
+    input_elems = T * (n_fed * e + w_o / t + f / t)
+    grad_elems = T * (w_qkv / t + f_up / t + n_fed * e)
     # torchao's rowwise recipe (config.py ROWWISE; float8_linear.py
     # matmul_with_hp_or_float8_args): each GEMM operand quantized from 16 bits along the
-    # axis that GEMM reads, so the backward casts an input or output gradient a second time,
-    # from a 16-bit transposed copy (roofline_utils.py: 6 B an element fused against
-    # tensorwise's 4), and the two backward GEMMs run unscaled and rescale their outputs
-    # (float8_ops.py, pytorch/ao#1325: read and write 2 B an element of the input gradients
-    # and of the weight gradients)
+    # axis that GEMM reads, so an input or output gradient is cast a second time, from a
+    # 16-bit transposed copy (roofline_utils.py: 6 B an element fused against tensorwise's
+    # 4), and the two backward GEMMs run unscaled and rescale their outputs (float8_ops.py,
+    # pytorch/ao#1325: read and write 2 B an element of the input gradients and of the
+    # weight gradients)
     rowwise = x["rowwise_scaling"] > 0
-    rw_inputs = T * (mlp_blocks * e + w_o / t + f / t)
-    rw_grads = T * (w_qkv / t + f_up / t + mlp_blocks * e)
-    rw_weights = _params_per_layer(x, t)[0] if np.any(rowwise) else 0.0
-    rowwise_b = np.where(rowwise, 2.0 * (rw_inputs + rw_grads)
-                         + 4.0 * (rw_inputs + rw_weights), 0.0)
+    weight_elems = _params_per_layer(x, t)[0] if np.any(rowwise) else 0.0
+    rescale_bytes = np.where(rowwise, 4.0 * (input_elems + weight_elems), 0.0)
     # backward of a block-scaled format in TE: the gradients entering the four GEMMs'
     # dgrad and wgrad quantized once each, row- and column-wise in one pass (TE's MXFP8 /
     # NVFP4 quantize kernels write both usages): the column-parallel outputs' (QKV, fc1:
     # their output widths) and the row-parallel ones' (attention output, fc2: e wide,
     # gathered in 16 bits with SP first); the saved inputs kept both copies from the forward
-    block_b = (ab + lp) * T * (w_qkv / t + f_up / t + mlp_blocks * e)
-    pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
-    te, te_block = pt["te"], block & pt["te_stack"]
+    block_b = (ab + lp) * grad_elems
     # torchao's per-tensor recipes (not TE's stack, not SUMMA), by torchao's own roofline
     # (torchao/testing/float8/roofline_utils.py @4e3d019, L92 - 156): an input and an output
     # gradient each cast once into both fp8 layouts, reading 2 B and writing 1 + 1, plus a
     # 2-B read for the amax that torch.compile fuses into the producing kernel; rowwise 2 B
-    # more (a 16-bit transposed copy, cast along the other axis). Inputs in the forward,
-    # output gradients in the backward, with rowwise's rescale (rowwise_b)
-    ao = pt["ao"]
-    ao_elem = ab + np.where(x["fused"] > 0, 0.0, ab) + 2.0 * VALUE_BYTES["fp8"] \
+    # more (its 16-bit transposed copy). Inputs in the forward, output gradients and
+    # rowwise's rescale in the backward
+    ao_bytes_per_elem = ab + np.where(x["fused"] > 0, 0.0, ab) + 2.0 * VALUE_BYTES["fp8"] \
         + np.where(rowwise, 2.0, 0.0)
-    ao_f = ao_elem * rw_inputs
-    ao_b = ao_elem * rw_grads + np.where(rowwise, 4.0 * (rw_inputs + rw_weights), 0.0)
+    ao_f = ao_bytes_per_elem * input_elems
+    ao_b = ao_bytes_per_elem * grad_elems + rescale_bytes
     # anything else (torchao's block-scaled formats, SUMMA's 2D blocks, which TE does not
-    # run): the four inputs cast, the backward twice the forward
-    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], np.where(ao, ao_f, generic_f))
+    # run): the four inputs cast, the backward twice the forward (rowwise: its second casts
+    # and rescale on top)
+    generic_b = 2.0 * generic_f + np.where(rowwise, 2.0 * (input_elems + grad_elems), 0.0) \
+        + rescale_bytes
+    cast_f = x["fp8"] * np.where(te, pt["bytes_f"], np.where(pt["ao"], ao_f, generic_f))
     cast_b = x["fp8"] * np.where(te, pt["bytes_b"], np.where(
-        te_block, block_b, np.where(ao, ao_b, 2.0 * generic_f + rowwise_b)))
+        te_block, block_b, np.where(pt["ao"], ao_b, generic_b)))
     # TE: one quantize kernel a cast (block-scaled: both usages in one; none where the norm
     # writes the copy); torch.compile fuses torchao's casts into the kernels around them
     # (torchtitan docs/float8.md: compile "required ... to fuse the float8 scaling/casting
     # kernels")
     cast_kernels_f = np.where(te, pt["kernels_f"], np.where(
-        te_block, mlp_blocks * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
-    cast_kernels_b = np.where(te, pt["kernels_b"], np.where(te_block, 2.0 * mlp_blocks, 0.0))
+        te_block, n_fed * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
+    cast_kernels_b = np.where(te, pt["kernels_b"], np.where(te_block, 2.0 * n_fed, 0.0))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
