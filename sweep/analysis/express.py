@@ -455,6 +455,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
         lp_norm_cast=stack.lp_norm_cast,
         fp8_scaling=("rowwise" if run.precision == "fp8-rowwise" else
+                     "blockwise" if run.precision == "fp8-blockwise" else
                      "current" if current else "delayed"),
         grad_dtype=grad_dtype, source=v["source_ref"],
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,

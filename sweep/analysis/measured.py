@@ -138,7 +138,7 @@ PRECISIONS = {
     "fp8-current": "fp8",  # per-tensor current scaling (Megatron-Bridge FP8-CS)
     "fp8-tensorwise": "fp8",  # torchao float8 tensorwise (dynamic per-tensor)
     "fp8-rowwise": "fp8",  # torchao float8 rowwise
-    "fp8-blockwise": None,  # 128x128 weight / 1x128 activation blocks (DeepSeek-V3)
+    "fp8-blockwise": "fp8",  # 128x128 weight / 1x128 activation blocks (DeepSeek-V3)
     "mxfp8": "mxfp8",  # OCP MX: 32-element blocks with E8M0 scales (FP8-MX)
     "nvfp4": "nvfp4",  # 16-element blocks with E4M3 scales
 }

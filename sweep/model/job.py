@@ -110,8 +110,11 @@ _CHOICES = {
     # fp8 scaling: delayed (scale from the amax history, amax recorded in the cast), current
     # (the tensor's own amax: one more read before the cast) or rowwise (torchao's
     # axiswise recipe: a scale per row, every operand quantized from 16 bits along each
-    # axis a GEMM reads it, the backward GEMMs' outputs rescaled, 16-bit communication)
-    "fp8_scaling": ("delayed", "current", "rowwise"),
+    # axis a GEMM reads it, the backward GEMMs' outputs rescaled, 16-bit communication) or
+    # blockwise (DeepSeek-V3's recipe, TE Float8BlockScaling: an fp32 scale per 1 x 128
+    # block of activations and gradients, per 128 x 128 block of weights; run as MXFP8 on
+    # Blackwell)
+    "fp8_scaling": ("delayed", "current", "rowwise", "blockwise"),
     "attention": ("mha", "mla"),
     # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
     # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
@@ -219,7 +222,7 @@ class Job:
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
-    fp8_scaling: str = "delayed"  # fp8: delayed, current or rowwise scaling
+    fp8_scaling: str = "delayed"  # fp8: delayed, current, rowwise or blockwise scaling
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
     recompute_norms: bool = False

@@ -144,17 +144,16 @@ def test_every_moe_file_row_is_expressed_or_refused_for_what_is_not_modelled(moe
     cases, refused = express_all(list(moe.values()))
     dense_ids = {i for i, r in moe.items() if r["is_moe"] == "0"}
     assert set(moe) == {c.row["id"] for c in cases} | {u["id"] for u in refused}
-    assert len(cases) == 117 + 128
+    assert len(cases) == 117 + 129
     assert sum(c.row["id"] in dense_ids for c in cases) == 117
     kinds = Counter(u["kind"] for u in refused if u["id"] in dense_ids)
     assert kinds == {"hybrid Mamba-Transformer models are not modelled": 7,
                      "power-limited GPU not in the hardware catalog": 4}
-    # MoE rows: refused only for what no model expresses (Mamba hybrids, fp8 blockwise), or
-    # for what the row leaves out or gets wrong
+    # MoE rows: refused only for what no model expresses (Mamba hybrids), or for what the
+    # row leaves out or gets wrong
     assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {
         "hybrid Mamba-Transformer models are not modelled": 4, "seq_len unknown": 3,
-        "global_batch_seqs unknown": 2, "layout inconsistent": 2,
-        "precision fp8-blockwise is not modelled": 1}
+        "global_batch_seqs unknown": 2, "layout inconsistent": 2}
     assert all(c.job.is_moe for c in cases if c.row["id"] not in dense_ids)
     # a precision is costed as its own dtype, never silently as bf16
     for c in cases:
@@ -261,8 +260,10 @@ def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
 def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     assert express(moe["mb_167"]).job.dtype == "mxfp8"
     assert express(moe["mb_165"]).job.dtype == "nvfp4"
-    blockwise = dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act")
-    assert "precision fp8-blockwise" in str(express(blockwise))
+    # fp8 with DeepSeek-V3's block scales: fp8 GEMMs, blockwise casts
+    blockwise = express(dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act"))
+    assert (blockwise.job.dtype, blockwise.job.fp8_scaling) == ("fp8", "blockwise")
+    assert express(moe["mb_291"]).job.fp8_scaling == "blockwise"
     assert "hybrid Mamba-Transformer" in str(express(moe["dg_022"]))
     on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
     assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
@@ -291,14 +292,14 @@ def test_validate_all_prints_files_and_refusals_by_reason(capsys):
     assert main(["validate", "--data", "all", "--no-loso", "--summary"]) == 0
     out = capsys.readouterr().out
     assert "measured_training_runs.csv: 271 of 271 rows expressed" in out
-    assert "measured_moe_blackwell.csv: 245 of 268 rows expressed" in out
+    assert "measured_moe_blackwell.csv: 246 of 268 rows expressed" in out
     assert "rows not expressed, by reason" in out
     assert "hybrid Mamba-Transformer models are not modelled    11" in out
     assert main(["validate", "--data", "measured_moe_blackwell", "--no-loso", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 245}}
+    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 246}}
     assert MOE not in rep["refused"] and "B200 bf16" in rep["per_hardware_precision"]
-    assert rep["per_model_kind"]["MoE"]["n"] == 128
+    assert rep["per_model_kind"]["MoE"]["n"] == 129
 
 
 def test_a_file_without_dimensions_or_model_is_one_line_exit_2(tmp_path, capsys):

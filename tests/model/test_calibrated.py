@@ -713,6 +713,42 @@ def test_block_scaled_formats_by_hand(dtype, peak, copy_bytes):
     assert lowp["t_memory_s"] - fp8["t_memory_s"] == pytest.approx(extra_s, rel=1e-9)
 
 
+def test_fp8_blockwise_by_hand():
+    """DeepSeek-V3's fp8 recipe (TE Float8BlockScaling). Without block-scaled tensor cores
+    (Hopper): fp8 GEMMs at BLOCKWISE_HOPPER_GEMM of per-tensor fp8's rate, both usages of
+    every input quantized from 16 bits with an fp32 scale per 128 elements (copies 2 x (1 +
+    1/32) B), the norms writing 16 bits that are then cast (TE fuses no blockwise norm);
+    with them (Blackwell), exactly MXFP8."""
+    blockwise = dataclasses.replace(TINY, dtype="fp8", fp8_scaling="blockwise")
+    fp8 = dataclasses.replace(TINY, dtype="fp8")
+    copy_bytes = 2 * (1 + 1 / 32)
+    x = ctx(blockwise)
+    assert x["peak8_flops_per_s"] == 200e12 and x["lp_copy_bytes"] == pytest.approx(copy_bytes)
+    assert x["gemm_operand_bytes"] == pytest.approx(1 + 1 / 32)
+
+    def gemm_rows(job):
+        rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(ctx(job), cand())}
+        return [rows[k] for k in ("QKV projection", "attention output projection",
+                                  "MLP up (and gate)", "MLP down")]
+
+    # TINY's GEMMs are compute-bound at kernel_us 0: each 1 / 0.81 of per-tensor fp8's
+    for slow, fast in zip(gemm_rows(blockwise), gemm_rows(fp8)):
+        assert slow == pytest.approx(fast / calibrated.BLOCKWISE_HOPPER_GEMM, rel=1e-9)
+    # casts per token of a layer: the four GEMM inputs (2e norm outputs, 5120 of attention
+    # output and fc2 input) read at 2 B and quantized, and backward the four gradients
+    # (3072 + 4096 + 2048), against per-tensor fp8's 40,960 B (test above); 8 micro-batches
+    # of 1024 tokens, 2 layers, 1000 GB/s x 0.5
+    per_token = (2 + copy_bytes) * (2048 + 5120 + 9216)
+    extra_s = (per_token - 40960) * 1024 * 8 * 2 / (1000e9 * 0.5)
+    assert run(blockwise)["t_memory_s"] - run(fp8)["t_memory_s"] == pytest.approx(extra_s,
+                                                                                  rel=1e-9)
+    # kept for the weight gradients: one row-wise copy with its scales
+    assert calibrated.saved_input_bytes(blockwise) == pytest.approx(1 + 1 / 32)
+    # Blackwell: the recipe runs as MXFP8 (TE), every output the same
+    mx = run(dataclasses.replace(TINY, dtype="mxfp8"), BLACKWELL_TOY)
+    assert run(blockwise, BLACKWELL_TOY) == mx
+
+
 @pytest.mark.parametrize("norm_cast", [True, False])  # TE's casts, or torchao's
 def test_a_block_scaled_format_never_beats_its_unscaled_peak(norm_cast):
     """Same peak, more cast traffic: MXFP8 is never faster than per-tensor fp8, and no
@@ -732,6 +768,21 @@ def test_a_block_scaled_format_never_beats_its_unscaled_peak(norm_cast):
     assert (steps["mxfp8"] >= steps["fp8"] * (1 - 1e-12)).all()
     assert (steps["fp8"] <= steps["bf16"] * (1 + 1e-12)).all()
     assert (steps["nvfp4"] <= steps["mxfp8"] * (1 + 1e-12)).all()
+
+
+def test_fp8_blockwise_on_hopper_is_never_faster_than_per_tensor_fp8():
+    """Slower GEMMs, at least as many cast bytes, 16-bit gathers: on an H100, blockwise fp8
+    never beats delayed per-tensor fp8 on any candidate of a sweep."""
+    job = load_job("llama3_8b")
+    hw = load_hardware("H100-SXM")
+    space = enumerate_space("calibrated", job, 64, "1d", hw.nvlink_domain)
+    c = space.columns(0, min(space.size, 20000))
+    steps = {s: evaluate_columns("calibrated", dataclasses.replace(job, dtype="fp8",
+                                                                   fp8_scaling=s),
+                                 hw, "1d", 64, c)["step_time_s"]
+             for s in ("delayed", "blockwise")}
+    assert (steps["blockwise"] >= steps["delayed"] * (1 - 1e-12)).all()
+    assert (steps["blockwise"] > steps["delayed"]).any()
 
 
 def test_block_scaled_formats_need_blackwell_tensor_cores(tmp_path, capsys):

@@ -28,6 +28,7 @@ PyTorch FSDP (arXiv 2304.11277); Dao 2023, FlashAttention-2 (arXiv 2307.08691); 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
@@ -125,6 +126,20 @@ TN_ONLY_FP8 = ("hopper",)
 #: GEMM): one, in the layout that GEMM reads (Transformer Engine's Linear / LayerNormLinear /
 #: LayerNormMLP save the quantized input rather than the 16-bit one when fp8 is on)
 SAVED_COPIES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: fp8 with blockwise scaling (DeepSeek-V3's recipe; TE Float8BlockScaling): one fp32 scale
+#: per 1 x 128 block of activations and gradients, per 128 x 128 block of weights (the
+#: latter negligible), and a 1D-scaled tensor cannot be transposed, so its column-wise copy
+#: is quantized again from the 16-bit source, both usages in one pass (TE docs,
+#: fp8_blockwise_scaling.rst, "Scaling factors", "Handling transposes")
+BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
+#: blockwise fp8 GEMMs on Hopper against per-tensor fp8 ones: "on Hopper, block-scaled
+#: GEMMs are software-emulated" (TE docs, fp8_blockwise_scaling.rst). TE's benchmark on an
+#: H200 NVL (hidden 4096, FFN 16384, 15,872 tokens; docs/examples/gemm_profiling, "Worked
+#: Example: 5B Model on H200"), per-layer GEMM time: per-tensor fp8 16.785 ms with inputs
+#: pre-quantized, 20.285 ms with current scaling's casts (~6 B an element) and 18.978 ms
+#: with delayed scaling's (~4 B: 2.19 ms); blockwise 22.882 ms, whose casts move ~4 B an
+#: element in one pass as delayed's do: its GEMMs about 20.7 ms, 16.785 / 20.7 = 0.81
+BLOCKWISE_HOPPER_GEMM = 0.81
 
 
 def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
@@ -166,7 +181,9 @@ def saved_input_bytes(job: Job) -> float:
     low-precision copy with its scales (SAVED_COPIES) when the job computes its GEMMs below
     16 bits and its stack saves them so (Job.lp_saved_inputs), else the 16/32-bit value."""
     if job.dtype in LOW_PRECISION and job.lp_saved_inputs:
-        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + SCALE_BYTES[job.dtype])
+        scale = BLOCKWISE_SCALE_BYTES if job.dtype == "fp8" and job.fp8_scaling == "blockwise" \
+            else SCALE_BYTES[job.dtype]
+        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + scale)
     return 4.0 if job.dtype == "fp32" else 2.0
 
 
@@ -187,8 +204,17 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     """Numbers the model needs, in SI, from a job, a hardware variant, parameters and the
     strategy (1d or 2d)."""
     p = {**DEFAULT_PARAMETERS, **params}
+    blockwise = job.dtype == "fp8" and job.fp8_scaling == "blockwise"
+    if blockwise and unsupported_precision("mxfp8", hw) is None:
+        # Blackwell runs the blockwise recipe as MXFP8 (TE docs, fp8_blockwise_scaling.rst,
+        # "Supported devices": "emulated with MXFP8"; the 1 x 128 power-of-two scales
+        # become E8M0 ones of 32-element blocks)
+        job = dataclasses.replace(job, dtype="mxfp8", fp8_scaling="delayed")
+        blockwise = False
     fp8 = job.dtype in LOW_PRECISION
     lp_copy, peak_lp = low_precision(job.dtype, hw)
+    if blockwise:  # (Hopper) both usages quantized from 16 bits, fp32 scales
+        lp_copy = COPIES["mxfp8"] * (VALUE_BYTES["fp8"] + BLOCKWISE_SCALE_BYTES)
     # GEMM peak of the job's 16-bit (or fp32 -> TF32) datatype; fp8 GEMMs use peak8
     if job.dtype == "fp32":
         peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
@@ -250,7 +276,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
         "saved_in_bytes": saved_input_bytes(job),
         "lp_norm_cast": float(job.lp_norm_cast),
-        "block_scaled": float(job.dtype in ("mxfp8", "nvfp4")),
+        "block_scaled": float(job.dtype in ("mxfp8", "nvfp4") or blockwise),
+        "blockwise": float(blockwise),
         "current_scaling": float(job.dtype == "fp8" and job.fp8_scaling in ("current",
                                                                             "rowwise")),
         "rowwise_scaling": float(job.dtype == "fp8" and job.fp8_scaling == "rowwise"),
@@ -275,7 +302,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
         # what a low-precision GEMM reads of each input: one quantized copy with its scales
         # (the operands of the job's GEMM format; 16/32-bit jobs: the activations' width)
-        "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + SCALE_BYTES[job.dtype] if fp8
+        "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + (BLOCKWISE_SCALE_BYTES if blockwise
+                                                         else SCALE_BYTES[job.dtype]) if fp8
                                else (4.0 if job.dtype == "fp32" else 2.0)),
         # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
         # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
@@ -366,7 +394,8 @@ def _summa_gemm(M, N, K, x, c, peak, eff, nb, t, t2):
 
 def _gemm_rate(x):
     """(peak FLOP/s of the job's GEMM format, efficiency of a training GEMM on it)."""
-    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"])
+    lp_eff = np.where(x["nvfp4"] > 0, x["fp4_eff"], x["fp8_eff"]) \
+        * np.where(x["blockwise"] > 0, BLOCKWISE_HOPPER_GEMM, 1.0)
     peak_lin = np.where(x["fp8"] > 0, x["peak8_flops_per_s"] * lp_eff,
                         x["peak16_flops_per_s"])
     # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
@@ -604,7 +633,10 @@ def _layer(x, c, lay):
     pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
     te, te_block = pt["te"], block & pt["te_stack"]
     n_fed = pt["fp8_inputs"]  # norm-fed GEMM inputs: QKV, and fc1 where the block has one
-    norm_fused = (x["lp_norm_cast"] > 0) & ~(block & (sp > 0) & (t > 1)) & ~current
+    # (TE's norms quantize their output for per-tensor and MXFP8 quantizers, not blockwise
+    # ones: normalization.cpp, "Choose implementation", UNFUSED otherwise)
+    norm_fused = (x["lp_norm_cast"] > 0) & ~(block & (sp > 0) & (t > 1)) & ~current \
+        & (x["blockwise"] == 0)
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) \
         * n_fed * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
