@@ -636,7 +636,12 @@ def _options(v: Mapping[str, str], stack: Stack, job: Job, fixed: dict[str, int]
     layers_per_stage = int(np.ceil(job.n_layers / pp))
     vp_given = _int(v, "vp")
     interleaved = "interleaved" in v["pp_schedule"].lower()
-    if vp_given:
+    if vp_given and vp_given > 1 and pp == 1:
+        # (dgxc's Llama 4 Maverick H100 rows: one stage cannot interleave; the same costs)
+        vp_options = [1]
+        assumptions.append(f"vp {vp_given} with pp 1 read as no interleaving (a single "
+                           "stage has no virtual stages)")
+    elif vp_given:
         vp_options = [vp_given]
     elif pp > 1 and interleaved and stack.interleaved_v:
         vp_options = [stack.interleaved_v]

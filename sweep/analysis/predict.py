@@ -33,6 +33,8 @@ __all__ = ["Prediction", "parse_config", "predict", "CONFIG_KEYS"]
 
 #: configuration keys a user may give (every candidate column but the index)
 CONFIG_KEYS = tuple(n for n in CANDIDATE_DTYPE.names if n != "index")
+#: relative difference under which two candidates that do not fit need the same memory
+MEMORY_TIE = 1e-9
 
 
 @dataclass
@@ -68,6 +70,11 @@ def _recompute_names() -> dict[str, int]:
 
 
 _RECOMPUTE_BY_NAME = _recompute_names()
+RECOMPUTE_CODES = frozenset(_RECOMPUTE_BY_NAME.values())
+#: configuration columns that are on / off switches, and what 1 means
+SWITCHES = {"sp": "sequence parallelism", "tp_overlap": "TP communication overlapped",
+            "cp_comm": "context parallelism's K/V all-gathered instead of a ring",
+            "a2a_overlap": "the MoE all-to-all overlapped"}
 
 
 def parse_config(text: str) -> dict[str, int]:
@@ -99,6 +106,14 @@ def parse_config(text: str) -> dict[str, int]:
                              "tp_overlap", "offload", "cp_comm", "a2a_overlap") else 1
         if v < lower:
             raise SweepError(f"--config: {key}: expected an integer >= {lower}, got {v}")
+        if key in SWITCHES and v > 1:
+            raise SweepError(f"--config: {key}: expected 0 or 1 ({SWITCHES[key]}), got {v}")
+        if key == "zero" and v > 3:
+            raise SweepError(f"--config: zero: expected a ZeRO stage 0 - 3, got {v}")
+        if key == "recompute" and v not in RECOMPUTE_CODES:
+            raise SweepError(f"--config: recompute: expected one of "
+                             f"{', '.join(sorted(_RECOMPUTE_BY_NAME))} or their codes "
+                             f"{', '.join(map(str, sorted(RECOMPUTE_CODES)))}, got {v}")
         out[key] = v
     return out
 
@@ -254,11 +269,13 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         metrics = evaluate_columns(profile, job, hw, strategy, n_gpus, sub)
         matches += int(mask.sum())
         # the fastest that fits (ties: lowest index); if none fits, the one that needs the
-        # least memory (what comes closest to running)
+        # least memory (what comes closest to running), and of those the fastest (NVLink
+        # placements need the same memory: the worst one would answer "if it fit" wrongly)
         pos = best_positions(metrics["samples_per_s"], metrics["feasible"], sub["index"], 1)
         if len(pos) == 0:
-            pos = best_positions(-np.asarray(metrics["mem_bytes"], dtype=np.float64),
-                                 np.ones_like(metrics["feasible"]), sub["index"], 1)
+            mem = np.asarray(metrics["mem_bytes"], dtype=np.float64)
+            least = mem <= mem.min() * (1.0 + MEMORY_TIE)
+            pos = best_positions(metrics["samples_per_s"], least, sub["index"], 1)
         cand = pack_results(sub, metrics, pos)[0]
         if best is None or _closer(cand, best):
             best = cand
@@ -285,8 +302,13 @@ def _closer(a, b) -> bool:
         return bool(a["feasible"])
     if a["feasible"]:
         return bool(a["samples_per_s"] > b["samples_per_s"])
+    if abs(a["mem_bytes"] - b["mem_bytes"]) <= MEMORY_TIE * min(a["mem_bytes"], b["mem_bytes"]):
+        return bool(a["samples_per_s"] > b["samples_per_s"])
     return bool(a["mem_bytes"] < b["mem_bytes"])
 
 
 def _describe(config: Mapping[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in config.items()) or "the default configuration"
+    from .show import RECOMPUTE_NAMES
+
+    return ",".join(f"{k}={RECOMPUTE_NAMES.get(v, v) if k == 'recompute' else v}"
+                    for k, v in config.items()) or "the default configuration"

@@ -460,6 +460,59 @@ def catalog_parameters(cases) -> dict:
 
 # ------------------------------------------------------------------------------ one row
 
+#: hardware fields a measured row may set apart from its catalog file (express.py:
+#: INTERCONNECT, MEASURED_MACHINE, an NVL72 rack's 64-GPU domains) -> the override key
+#: ``sweep predict --hardware name[key=value]`` reads, and the factor to its unit
+_HARDWARE_OVERRIDES = {"nvlink_domain": ("nvlink_domain", 1.0),
+                       "nics_per_gpu": ("nics_per_gpu", 1.0),
+                       "matrix_sustained_fraction": ("matrix_sustained_fraction", 1.0),
+                       "scaleout_bytes_per_s": ("scaleout_Gbps", 8e-9)}
+#: job fields that name or describe it rather than set how it trains
+_JOB_LABELS = ("name", "source")
+#: the catalog job a row that gives its own dimensions is written against
+DIMENSIONS_BASE_JOB = "gpt3"
+
+
+def _yaml_value(v) -> str:
+    """A job field's value as ``name[key=value]`` parses it back (YAML scalars)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(int(v)) if v.is_integer() else repr(v)
+    return str(v)
+
+
+def predict_command(case, row: Mapping) -> str:
+    """The ``sweep predict`` command that evaluates ``case`` (an expressed row) in the
+    configuration ``row`` (a candidate row), as validation does: the catalog job with the
+    fields the row and its stack set, the catalog hardware with the row's system, every
+    configuration column. It prints the same step time and memory."""
+    from ..engine.catalog import load_hardware, load_job
+    from .predict import CONFIG_KEYS
+
+    base_name = next((a[len("model dimensions from jobs/"):-len(".yaml")]
+                      for a in case.assumptions if a.startswith("model dimensions from jobs/")),
+                     None)
+    # (a row that gives its dimensions: any catalog job, every field that differs set)
+    base_name = base_name or DIMENSIONS_BASE_JOB
+    base = load_job(base_name)
+    changed = [(f.name, getattr(case.job, f.name)) for f in dataclasses.fields(case.job)
+               if f.name not in _JOB_LABELS
+               and getattr(case.job, f.name) != getattr(base, f.name)]
+    job = base_name + (f"[{','.join(f'{k}={_yaml_value(v)}' for k, v in changed)}]"
+                       if changed else "")
+    hw_base = load_hardware(case.hw.name)
+    hw_changes = []
+    for field, (key, factor) in _HARDWARE_OVERRIDES.items():
+        value = getattr(case.hw, field)
+        if value != getattr(hw_base, field):
+            hw_changes.append(f"{key}={_yaml_value(float(value) * factor)}")
+    hw = case.hw.name + (f"[{','.join(hw_changes)}]" if hw_changes else "")
+    config = ",".join(f"{k}={int(row[k])}" for k in CONFIG_KEYS)
+    return (f"sweep predict --job '{job}' --hardware '{hw}' --gpus {case.n_gpus} "
+            f"--config {config}")
+
+
 def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "the data"
             ) -> list[dict]:
     """Why a measured row is predicted as it is: per id, the expressed case, the option
@@ -471,7 +524,8 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
     (sweep.analysis.predict.Prediction), ``measured``, ``predicted``, ``error`` (predicted /
     measured - 1; the three None for a row that only reports running out of memory),
     ``mem_compared_bytes`` (the memory validation compares with the measured peak),
-    ``mem_measured_bytes`` and ``feasible``.
+    ``mem_measured_bytes``, ``feasible`` and ``predict_command`` (the sweep predict that
+    prints the same: predict_command).
 
     Raises:
         SweepError: an id that is not a row of ``rows`` (with the nearest ids), or a row
@@ -517,5 +571,6 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
                     # allocated, with the allocator's cache), and whether it fits
                     "mem_compared_bytes": float(run["mem_reported_bytes"][0]),
                     "mem_measured_bytes": case.mem_measured_bytes,
-                    "feasible": bool(run["feasible"][0])})
+                    "feasible": bool(run["feasible"][0]),
+                    "predict_command": predict_command(case, row)})
     return out

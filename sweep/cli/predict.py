@@ -12,6 +12,7 @@ from ..analysis import fmt
 from ..engine.catalog import check_generation, load_hardware, load_job, parse_value
 from ..errors import SweepError
 from ..model.cost import PROFILES
+from ..model.cost.calibrated import LOW_PRECISION
 from ..model.hardware import apply_overrides
 from ..model.job import override_job
 from ._common import DEFAULT_PROFILE, gpu_count, positive_int, strict_json
@@ -145,6 +146,7 @@ def _format_prediction(p, choice: str | None = None) -> str:
                  + f" zero={int(r['zero'])}" + (f" shard_group={int(r['shard_group'])}"
                                                  if r["shard_group"] else "")
                  + (f" offload={int(r['offload'])}" if r["offload"] else "")
+                 + (f" cp_comm={int(r['cp_comm'])}" if r["cp"] > 1 else "")
                  + (f" a2a_overlap={int(r['a2a_overlap'])}" if moe else ""))
     step = float(r["step_time_s"])
     lines = [
@@ -156,7 +158,9 @@ def _format_prediction(p, choice: str | None = None) -> str:
         + (choice or f"best of {p.matches} matching candidates") + ")",
         f"step time: {fmt.seconds(step)}   throughput {float(r['samples_per_s']):.6g} samples/s, "
         f"{fmt.si(float(r['tokens_per_s']), 'tokens/s')}   MFU {fmt.percent(float(r['mfu']))}"
-        f"   HFU {fmt.percent(float(r['hfu']))}",
+        f"   HFU {fmt.percent(float(r['hfu']))}"
+        # (of the 16-bit peak whatever the precision: an NVFP4 run may pass 100 %)
+        + ("   (MFU / HFU of the 16-bit tensor peak)" if p.job.dtype in LOW_PRECISION else ""),
         f"memory:    {fmt.gigabytes(float(r['mem_bytes']))} of "
         f"{fmt.gigabytes(p.hardware.hbm_capacity_bytes)} per GPU "
         f"(weights {fmt.gigabytes(float(r['mem_weights_bytes']))}, grads "
@@ -165,7 +169,8 @@ def _format_prediction(p, choice: str | None = None) -> str:
         f"{fmt.gigabytes(float(r['mem_activations_bytes']))}, other "
         f"{fmt.gigabytes(float(r['mem_other_bytes']))})   "
         + ("feasible" if r["feasible"] else "INFEASIBLE: out of memory (none of the matching "
-                                              "candidates fits: the one needing least memory)"),
+                                              "candidates fits: of those needing least memory, "
+                                              "the fastest)"),
         "",
         "time per iteration by op (each op summed over its micro-batches and the stage's layers)",
     ]

@@ -63,7 +63,7 @@ def _explain(rows, ids, data: str, as_json: bool) -> int:
                             "mem_definition": e["case"].mem_definition,
                             "mem_measured_bytes": e["mem_measured_bytes"],
                             "mem_compared_bytes": e["mem_compared_bytes"],
-                            "fits": e["feasible"],
+                            "fits": e["feasible"], "predict_command": e["predict_command"],
                             **e["prediction"].as_dict()} for e in found], indent=1))
         return 0
     gib = 2.0**30
@@ -94,6 +94,8 @@ def _explain(rows, ids, data: str, as_json: bool) -> int:
         choice = ("the row's stated configuration" if n == 1 else
                   f"the fastest that fits of the {n} configurations the row leaves open")
         print(_format_prediction(e["prediction"], choice))
+        print(f"the same with sweep predict (the job and system as the row ran them):\n"
+              f"  {e['predict_command']}")
     return 0
 
 

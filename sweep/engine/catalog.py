@@ -379,4 +379,11 @@ def load_job(name: str, source: str = "<command line>", key: str = "job",
     path = _find("jobs", str(name), near)
     if path is None:
         raise _unknown("jobs", str(name), source, key, near)
-    return _load_job_file(path.resolve())
+    job = _load_job_file(path.resolve())
+    if not Path(str(name)).suffix and job.name != path.stem:
+        # (found by its file name, labelled by its name: results it labels could not be
+        # found again by name)
+        raise SpecError(str(path), "name",
+                        f"{job.name!r} differs from the file's name {path.stem!r}: a "
+                        f"catalog job is found by its file name (make them the same)")
+    return job

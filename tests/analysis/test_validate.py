@@ -450,6 +450,36 @@ def test_explain_shows_the_configuration_validation_chose(all_rows, shipped, cap
         "tokens_per_s_per_gpu")
 
 
+def test_explain_prints_the_predict_command_that_gives_the_same(all_rows, capsys):
+    """--explain's sweep predict command (the catalog job with the fields the row and its
+    stack set, the catalog hardware with the row's system, every configuration column)
+    prints the same step time and memory: rows of every kind of expression - a jobs/ model
+    with stack settings on an NVL72 rack, a truncated model on SimuMax's measured node, a
+    row that gives its dimensions on Jean Zay's Omni-Path, MosaicML's RoCE cluster."""
+    import shlex
+
+    from sweep.analysis.validate import explain
+
+    ids = ["mb_179", "sm_003", "bloom_prequel_1", "mpt_a100_40gb_bf16_1b_s2048_g64_b640_m10",
+           "nar21_t1_1"]
+    for e in explain(all_rows, ids):
+        argv = shlex.split(e["predict_command"])
+        assert argv[:2] == ["sweep", "predict"]
+        assert main(argv[1:] + ["--json"]) == 0, e["predict_command"]
+        got = json.loads(capsys.readouterr().out)["result"]
+        want = e["prediction"].row
+        rid = e["case"].row["id"]
+        assert got["step_time_s"] == pytest.approx(float(want["step_time_s"]), rel=1e-12), rid
+        assert got["mem_bytes"] == pytest.approx(float(want["mem_bytes"]), rel=1e-12), rid
+    assert main(["validate", "--explain", "mb_179"]) == 0
+    assert "the same with sweep predict" in capsys.readouterr().out
+    # a single stage with a stated vp (dgxc's Llama 4 Maverick on H100): no interleaving,
+    # which predict accepts
+    single = explain(all_rows, ["dg_012"])[0]
+    assert int(single["prediction"].row["vpp"]) == 1 and "vpp=1," in single["predict_command"]
+    assert any("read as no interleaving" in a for a in single["case"].assumptions)
+
+
 def test_explain_a_memory_only_row_and_each_id_once(all_rows, shipped, capsys):
     """A row that only reports running out of memory has no time to compare: its memory
     verdict instead; an id given twice is explained once; memory as validation compares it."""

@@ -82,7 +82,16 @@ def test_predict_bad_input_is_one_line_exit_2(capsys, argv, message):
     # (an outside review: "sp / tp_overlap need tp > 1", and "the default configuration is
     # not a candidate" where no configuration exists at all)
     (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "8", "--config", "sp=2"],
-     "sp and tp_overlap are 0 or 1"),
+     "--config: sp: expected 0 or 1 (sequence parallelism), got 2"),
+    # (a second outside review: an out-of-range switch, stage or policy is named as such)
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "8", "--config",
+      "cp=4,cp_comm=2"], "--config: cp_comm: expected 0 or 1 (context parallelism's K/V"),
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "8", "--config", "zero=4"],
+     "--config: zero: expected a ZeRO stage 0 - 3, got 4"),
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "8", "--config",
+      "recompute=9"], "--config: recompute: expected one of first, first-k"),
+    (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "64", "--config",
+      "tp=3,recompute=full"], "tp=3,recompute=full is not a calibrated/1d candidate"),
     (["--job", "llama3_8b", "--hardware", "H100-SXM", "--gpus", "17"],
      "llama3_8b has no calibrated/1d configuration on 17 GPUs (the default layout"),
     (["--profile", "nersc2024", "--job", "gpt3_1T[training=false]", "--hardware",
@@ -319,3 +328,33 @@ def test_hardware_without_a_generation_is_refused_by_the_calibrated_profile(caps
     code, out, _ = run(capsys, "predict", "--profile", "nersc2024", "--job", "gpt3_1T",
                        "--hardware", str(own), "--gpus", "4096")
     assert code == 0 and "step time" in out
+
+
+def test_a_configuration_that_never_fits_is_answered_by_its_fastest_placement(capsys):
+    """No candidate of tp=8, mbs=4 fits a 70B model on 64 H100: of those needing the least
+    memory (every NVLink placement of the same layout needs the same), predict answers with
+    the fastest - TP inside the node, not spread over eight."""
+    argv = ["predict", "--job", "llama3_70b", "--hardware", "H100-SXM", "--gpus", "64",
+            "--config", "tp=8,pp=1,cp=1,mbs=4,recompute=none,zero=1,sp=1,tp_overlap=1",
+            "--json"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    chosen = json.loads(out)["result"]
+    assert not chosen["feasible"] and chosen["nv_tp"] == 8
+    code, out, _ = run(capsys, *argv[:-2], argv[-2] + ",nv_tp=1", "--json")
+    spread = json.loads(out)["result"]
+    assert spread["mem_bytes"] == chosen["mem_bytes"]
+    assert spread["step_time_s"] > 2 * chosen["step_time_s"]
+
+
+def test_predict_prints_how_context_parallelism_exchanges_k_and_v(capsys):
+    """cp_comm changes the time, so the config line names it (a ring, 0, or one
+    all-gather, 1) whenever cp > 1."""
+    lines = {}
+    for comm in (0, 1):
+        code, out, _ = run(capsys, "predict", "--job", "llama3_8b", "--hardware", "H100-SXM",
+                           "--gpus", "64", "--config", f"cp_comm={comm},cp=4,tp=1,pp=1,mbs=1,"
+                           "zero=1,recompute=none,nv_cp=4")
+        assert code == 0
+        lines[comm] = next(x for x in out.splitlines() if x.startswith("config:"))
+    assert lines[0].endswith("cp_comm=0") and lines[1].endswith("cp_comm=1")

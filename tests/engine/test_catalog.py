@@ -228,6 +228,22 @@ def test_job_name_is_a_plain_name():
             parse_job({**base, "name": bad}, "j.yaml", "j")
 
 
+def test_a_catalog_job_is_named_as_its_file(tmp_path):
+    """A catalog job is found by its file name and labels results by its name: the two
+    must agree, or a label show prints could not be found again (an outside review). By
+    path, a file may name its job as it likes."""
+    (tmp_path / "jobs").mkdir()
+    text = "name: other\nn_layers: 2\nhidden: 64\nffn_hidden: 256\nn_heads: 4\n" \
+           "seq_len: 32\nglobal_batch: 8\n"
+    (tmp_path / "jobs" / "tiny.yaml").write_text(text)
+    with pytest.raises(SpecError, match=r"tiny.yaml: name: 'other' differs from the file's "
+                                        r"name 'tiny'"):
+        load_job("tiny", near=tmp_path)
+    assert load_job(str(tmp_path / "jobs" / "tiny.yaml")).name == "other"
+    (tmp_path / "jobs" / "same.yaml").write_text(text.replace("other", "same"))
+    assert load_job("same", near=tmp_path).name == "same"
+
+
 @pytest.mark.parametrize("text, value", [("5e3", 5000.0), ("1.6e1", 16.0), ("-2E-3", -0.002),
                                          ("1e+3", 1000.0), (".5e2", 50.0), ("3", 3),
                                          ("1e", "1e"), ("e3", "e3")])

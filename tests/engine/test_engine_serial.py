@@ -190,6 +190,12 @@ def test_world_of_one_under_srun_is_refused(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "started as 4 tasks but MPI sees a world of 1 rank" in err
     assert not (tmp_path / "o").exists()
+    # --serial under a launcher of several tasks says so (an outside review: it named srun's
+    # MPI plugin instead)
+    code = main(["run", SMALL, "--serial", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--serial under a launcher that started 4 tasks" in err
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])

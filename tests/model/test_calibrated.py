@@ -805,6 +805,14 @@ def test_block_scaled_formats_need_blackwell_tensor_cores(tmp_path, capsys):
     assert main(["plan", str(spec)]) == 2
     assert "job llama3_8b[dtype=nvfp4]: nvfp4 needs block-scaled tensor cores" in \
         capsys.readouterr().err
+    # bf16 on a Volta GPU is refused too (it was costed at V100's fp16 peak); fp16 runs
+    with pytest.raises(SweepError, match="bf16 needs bf16 tensor cores .* 'V100' is a Volta"):
+        predict("calibrated", load_job("llama3_8b"), load_hardware("V100"), "1d", 8, {"tp": 8})
+    assert predict("calibrated", dataclasses.replace(load_job("llama3_8b"), dtype="fp16"),
+                   load_hardware("V100"), "1d", 8, {"tp": 8}).row["tp"] == 8
+    spec.write_text("name: s\njobs: [llama3_8b]\ngpus: 8\nhardware: {base: [V100]}\n")
+    assert main(["plan", str(spec)]) == 2
+    assert "bf16 needs bf16 tensor cores" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("accum_bytes,slots", [(0.0, False), (18.0, True)])

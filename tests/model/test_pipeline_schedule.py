@@ -138,6 +138,7 @@ def test_two_stages_with_embedding_slots_have_no_middle_stage():
     plain, slots = (predict("calibrated", dataclasses.replace(job, embedding_slots=e), hw,
                             "1d", 128, config).row for e in (False, True))
     # (the same stages; the gradient reduce and the optimizer step take the embedding's
-    # share a little differently: 0.1 ms of 505 s)
-    assert slots["step_time_s"] == pytest.approx(plain["step_time_s"], rel=1e-6)
+    # share a little differently: 16 ms of 211 s with TP overlap, the placement predict
+    # now answers with for a layout that never fits; the phantom stage cost 2 %)
+    assert slots["step_time_s"] == pytest.approx(plain["step_time_s"], rel=1e-4)
     assert slots["mem_bytes"] == pytest.approx(plain["mem_bytes"], rel=1e-6)

@@ -149,6 +149,11 @@ def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
     format's peak."""
     if dtype == "fp8" and "fp8" not in hw.matrix_flops_per_s:
         return f"fp8 needs fp8 tensor cores; hardware {hw.name!r} has no fp8 peak"
+    # bf16 tensor cores arrived with Ampere (NVIDIA A100 Tensor Core GPU Architecture
+    # whitepaper, "BF16"): a Volta GPU's fp16 peak is not a bf16 one
+    if dtype == "bf16" and "bf16" not in hw.matrix_flops_per_s and hw.generation == "volta":
+        return (f"bf16 needs bf16 tensor cores (Ampere or later); hardware {hw.name!r} is a "
+                f"Volta GPU without them (train it in fp16: dtype fp16)")
     if dtype in ("mxfp8", "nvfp4") and "fp4" not in hw.matrix_flops_per_s:
         return (f"{dtype} needs block-scaled tensor cores (Blackwell); hardware {hw.name!r} "
                 f"has none (its file gives no matrix_tflops.fp4, the key that declares them)")
