@@ -258,8 +258,12 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                             offload and hw.host_memory_bytes > 0)
     best = None
     matches = 0
-    for start in range(0, space.size, DEFAULT_BLOCK):
-        cols = space.columns(start, start + DEFAULT_BLOCK)
+    # (only the base rows whose own fields agree with the configuration: a configuration
+    # that pins its degrees reads a few thousand candidates instead of the whole space)
+    blocks = [(start, min(start + DEFAULT_BLOCK, hi)) for lo, hi in space.ranges_where(config)
+              for start in range(lo, hi, DEFAULT_BLOCK)]
+    for start, stop in blocks:
+        cols = space.columns(start, stop)
         mask = np.ones(len(cols["index"]), dtype=bool)
         for k, v in config.items():
             mask &= cols[k] == v

@@ -14,6 +14,7 @@ large block's columns are written by one compiled loop instead (the same integer
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate
@@ -187,6 +188,27 @@ class CandidateSpace:
 
     def __len__(self) -> int:
         return self.size
+
+    def ranges_where(self, fixed: Mapping[str, int]) -> list[tuple[int, int]]:
+        """The candidate ranges ``[start, stop)`` that can hold a candidate with the
+        ``fixed`` field values: the runs of base rows whose own fields agree with them
+        (fields an inner axis varies, the NVLink placements a 0 stands for and the expert
+        ranks per domain are left to the caller's check of the columns), merged."""
+        varied = {name for opts in self._options for name in opts}
+        keep = np.ones(self.n_base, dtype=bool)
+        for name, value in fixed.items():
+            if name in varied or name in _NV_DEGREE or name in ("nv_ep", "index"):
+                continue
+            keep &= self._base_cols[name] == value
+        rows = np.flatnonzero(keep)
+        if len(rows) == 0:
+            return []
+        # runs of consecutive rows: one range each
+        breaks = np.flatnonzero(np.diff(rows) != 1)
+        starts = np.r_[rows[0], rows[breaks + 1]]
+        ends = np.r_[rows[breaks], rows[-1]] + 1
+        return [(int(self.offsets[a]), int(self.offsets[b])) for a, b in zip(starts, ends)
+                if self.offsets[b] > self.offsets[a]]
 
     def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Candidates ``[start, stop)`` as a column block (CANDIDATE field -> int64 array)."""

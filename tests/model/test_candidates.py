@@ -249,3 +249,34 @@ def test_a_nersc_space_sets_only_its_fields(strategy):
         if name not in candidates.NERSC_FIELDS and name != "index":
             assert (cols[name] == neutral[name]).all(), name
     assert (cols["pp"] > 1).any() and (cols["mbs"] > 1).any()
+
+
+@pytest.mark.parametrize("space", [
+    lambda: enumerate_space("calibrated", load_job("qwen3_30b_a3b"), 8, "1d", 8),
+    lambda: enumerate_space("calibrated", load_job("llama3_8b"), 16, "1d", 8, True),
+    lambda: enumerate_space("nersc2024", load_job("gpt3_1T"), 512, "2d", 4)])
+def test_ranges_where_holds_every_candidate_a_configuration_matches(space):
+    """predict reads only CandidateSpace.ranges_where(config): the candidates of those ranges
+    that match the configuration are exactly those of the whole space that do, for
+    configurations that fix degrees, inner-axis fields, NVLink placements or nothing."""
+    space = space()
+    whole = space.columns(0, space.size)
+    rng = np.random.default_rng(7)
+    names = [n for n in CANDIDATE_DTYPE.names if n != "index"]
+    configs = [{}]
+    for i in rng.integers(0, space.size, 12):
+        fields = rng.choice(names, size=int(rng.integers(1, 6)), replace=False)
+        configs.append({str(f): int(whole[f][i]) for f in fields})
+    for config in configs:
+        want = np.ones(space.size, dtype=bool)
+        for k, v in config.items():
+            want &= whole[k] == v
+        got = []
+        for lo, hi in space.ranges_where(config):
+            cols = space.columns(lo, hi)
+            keep = np.ones(hi - lo, dtype=bool)
+            for k, v in config.items():
+                keep &= cols[k] == v
+            got.append(cols["index"][keep])
+        got = np.concatenate(got) if got else np.zeros(0, np.int64)
+        assert np.array_equal(np.sort(got), np.flatnonzero(want)), config
