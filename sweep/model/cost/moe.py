@@ -60,7 +60,10 @@ def tokens_per_expert(x: Mapping, T_l, ep, etp) -> np.ndarray:
     rows = np.where(x["capacity"] > 0, padded, dropless)
     # (16-bit: to the tensor-core multiple of 8 - the count is a mean, and a grouped GEMM's
     # leading dimensions are the aligned feature widths whatever an expert's row count)
-    align = np.where(x["block_scaled"] > 0, BLOCK_SCALED_ROW_ALIGN,
+    # (blockwise fp8 aligns as per-tensor fp8 does: get_fp8_align_size gives 32 to MXFP8
+    # alone, Megatron-LM d98e8a6 fp8_utils.py L356 - 361)
+    block = (x["block_scaled"] > 0) & (x["blockwise"] == 0)
+    align = np.where(block, BLOCK_SCALED_ROW_ALIGN,
                      np.where(x["fp8"] > 0, FP8_ROW_ALIGN, float(TC_ALIGN)))
     return np.ceil(rows / align) * align
 
