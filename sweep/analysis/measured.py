@@ -26,9 +26,8 @@ Columns (:data:`COLUMNS`; other spellings in :data:`ALIASES`; empty = not stated
   in :data:`MEMORY_DEFINITION_OF_SOURCE`), ``outcome`` (``ok`` or ``OOM``).
 
 A row that cannot be read is a :class:`Refusal`: why, and for a label not recognised the
-nearest accepted values (difflib). A precision the cost model does not model (blockwise
-FP8), or one the GPU has no tensor cores for (fp8 on an A100), is refused, never costed as
-another.
+nearest accepted values (difflib). A precision the cost model does not model, or one the
+GPU has no tensor cores for (fp8 on an A100), is refused, never costed as another.
 """
 
 from __future__ import annotations

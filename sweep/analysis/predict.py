@@ -258,20 +258,9 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
                             offload and hw.host_memory_bytes > 0)
     best = None
     matches = 0
-    # (only the base rows whose own fields agree with the configuration: a configuration
-    # that pins its degrees reads a few thousand candidates instead of the whole space)
-    blocks = [(start, min(start + DEFAULT_BLOCK, hi)) for lo, hi in space.ranges_where(config)
-              for start in range(lo, hi, DEFAULT_BLOCK)]
-    for start, stop in blocks:
-        cols = space.columns(start, stop)
-        mask = np.ones(len(cols["index"]), dtype=bool)
-        for k, v in config.items():
-            mask &= cols[k] == v
-        if not mask.any():
-            continue
-        sub = {k: v[mask] for k, v in cols.items()}
+    for sub in _matching(space, config):
         metrics = evaluate_columns(profile, job, hw, strategy, n_gpus, sub)
-        matches += int(mask.sum())
+        matches += len(sub["index"])
         # the fastest that fits (ties: lowest index); if none fits, the one that needs the
         # least memory (what comes closest to running), and of those the fastest (NVLink
         # placements need the same memory: the worst one would answer "if it fit" wrongly)
@@ -297,6 +286,40 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     ops = [{k: (v if k == "name" else float(np.asarray(v).ravel()[0])) for k, v in r.items()}
            for r in rows]
     return Prediction(profile, job, hw, strategy, n_gpus, best, ops, matches)
+
+
+#: ranges of candidates this close together are read as one (fewer, longer column blocks)
+MERGE_GAP = DEFAULT_BLOCK // 4
+
+
+def _matching(space, config: Mapping[str, int]):
+    """The candidates of ``space`` that match ``config``, as column blocks of about
+    DEFAULT_BLOCK rows: read only from the base rows whose own fields agree with it
+    (CandidateSpace.ranges_where; nearby ranges merged), the rest of the configuration
+    checked column by column, the matches of short ranges gathered before they are
+    evaluated (one evaluation per block, not per range)."""
+    merged: list[list[int]] = []
+    for lo, hi in space.ranges_where(config):
+        if merged and lo - merged[-1][1] <= MERGE_GAP:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi])
+    pending: list[dict] = []
+    size = 0
+    for lo, hi in merged:
+        for start in range(lo, hi, DEFAULT_BLOCK):
+            cols = space.columns(start, min(start + DEFAULT_BLOCK, hi))
+            mask = np.ones(len(cols["index"]), dtype=bool)
+            for k, v in config.items():
+                mask &= cols[k] == v
+            if mask.any():
+                pending.append({k: v[mask] for k, v in cols.items()})
+                size += int(mask.sum())
+            if size >= DEFAULT_BLOCK:
+                yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+                pending, size = [], 0
+    if pending:
+        yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
 
 
 def _closer(a, b) -> bool:

@@ -486,9 +486,11 @@ def predict_command(case, row: Mapping) -> str:
     """The ``sweep predict`` command that evaluates ``case`` (an expressed row) in the
     configuration ``row`` (a candidate row), as validation does: the catalog job with the
     fields the row and its stack set, the catalog hardware with the row's system, every
-    configuration column. It prints the same step time and memory."""
+    configuration column. It prints the same step time and memory. A layout the search
+    does not enumerate (a first-k layer count or a virtual-stage count it does not try)
+    has none: "(none: the reason)"."""
     from ..engine.catalog import load_hardware, load_job
-    from .predict import CONFIG_KEYS
+    from .predict import predict
 
     base_name = next((a[len("model dimensions from jobs/"):-len(".yaml")]
                       for a in case.assumptions if a.startswith("model dimensions from jobs/")),
@@ -508,9 +510,29 @@ def predict_command(case, row: Mapping) -> str:
         if value != getattr(hw_base, field):
             hw_changes.append(f"{key}={_yaml_value(float(value) * factor)}")
     hw = case.hw.name + (f"[{','.join(hw_changes)}]" if hw_changes else "")
-    config = ",".join(f"{k}={int(row[k])}" for k in CONFIG_KEYS)
+    config = _predict_config(row)
+    try:  # (a layout the search does not enumerate: say so rather than print a failure)
+        predict("calibrated", case.job, case.hw, "1d", case.n_gpus, config)
+    except SweepError as exc:
+        why = " ".join(str(exc).split()).rsplit(" GPUs: ", 1)[-1]
+        return f"(none: sweep predict's search does not enumerate this layout: {why})"
+    text = ",".join(f"{k}={v}" for k, v in config.items())
     return (f"sweep predict --job '{job}' --hardware '{hw}' --gpus {case.n_gpus} "
-            f"--config {config}")
+            f"--config {text}")
+
+
+def _predict_config(row: Mapping) -> dict[str, int]:
+    """Every configuration column of a candidate row as sweep predict's search enumerates
+    the same configuration: a shard group of the whole data-parallel group is its 0, and
+    ZeRO without data parallelism its stage 0 (the same costs)."""
+    from .predict import CONFIG_KEYS
+
+    config = {k: int(row[k]) for k in CONFIG_KEYS}
+    if config["shard_group"] == config["dp"]:
+        config["shard_group"] = 0
+    if config["dp"] == 1 and config["cp"] == 1:
+        config["zero"] = 0
+    return config
 
 
 def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "the data"
@@ -525,7 +547,7 @@ def explain(rows: Sequence[Mapping[str, str]], ids: Sequence[str], data: str = "
     measured - 1; the three None for a row that only reports running out of memory),
     ``mem_compared_bytes`` (the memory validation compares with the measured peak),
     ``mem_measured_bytes``, ``feasible`` and ``predict_command`` (the sweep predict that
-    prints the same: predict_command).
+    prints the same, or why none does: predict_command).
 
     Raises:
         SweepError: an id that is not a row of ``rows`` (with the nearest ids), or a row

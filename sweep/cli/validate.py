@@ -95,7 +95,7 @@ def _explain(rows, ids, data: str, as_json: bool) -> int:
                   f"the fastest that fits of the {n} configurations the row leaves open")
         print(_format_prediction(e["prediction"], choice))
         print(f"the same with sweep predict (the job and system as the row ran them):\n"
-              f"  {e['predict_command']}")
+              f"  {e['predict_command']}")  # (or "(none: why)")
     return 0
 
 

@@ -380,7 +380,7 @@ def load_job(name: str, source: str = "<command line>", key: str = "job",
     if path is None:
         raise _unknown("jobs", str(name), source, key, near)
     job = _load_job_file(path.resolve())
-    if not Path(str(name)).suffix and job.name != path.stem:
+    if Path(str(name)).suffix not in (".yaml", ".yml") and job.name != path.stem:
         # (found by its file name, labelled by its name: results it labels could not be
         # found again by name)
         raise SpecError(str(path), "name",

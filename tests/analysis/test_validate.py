@@ -461,7 +461,10 @@ def test_explain_prints_the_predict_command_that_gives_the_same(all_rows, capsys
     from sweep.analysis.validate import explain
 
     ids = ["mb_179", "sm_003", "bloom_prequel_1", "mpt_a100_40gb_bf16_1b_s2048_g64_b640_m10",
-           "nar21_t1_1"]
+           "nar21_t1_1",
+           # (a second review: a shard group of the whole DP group and ZeRO without data
+           # parallelism are written as the search enumerates them, 0)
+           "tt24_t1_370", "sm_004"]
     for e in explain(all_rows, ids):
         argv = shlex.split(e["predict_command"])
         assert argv[:2] == ["sweep", "predict"]
@@ -473,6 +476,13 @@ def test_explain_prints_the_predict_command_that_gives_the_same(all_rows, capsys
         assert got["mem_bytes"] == pytest.approx(float(want["mem_bytes"]), rel=1e-12), rid
     assert main(["validate", "--explain", "mb_179"]) == 0
     assert "the same with sweep predict" in capsys.readouterr().out
+    # a layout the search does not enumerate (fms-fsdp's 19 of 40 layers recomputed, a
+    # virtual-stage count that does not divide a stage) says so instead
+    for rid, why in (("fmsfsdp_13B_A100_eager", "first-k recompute is searched at"),
+                     ("mb_178", "vpp = 8 needs pp > 1 and to divide")):
+        command = explain(all_rows, [rid])[0]["predict_command"]
+        assert command.startswith("(none: sweep predict's search does not enumerate") \
+            and why in command, command
     # a single stage with a stated vp (dgxc's Llama 4 Maverick on H100): no interleaving,
     # which predict accepts
     single = explain(all_rows, ["dg_012"])[0]

@@ -242,6 +242,10 @@ def test_a_catalog_job_is_named_as_its_file(tmp_path):
     assert load_job(str(tmp_path / "jobs" / "tiny.yaml")).name == "other"
     (tmp_path / "jobs" / "same.yaml").write_text(text.replace("other", "same"))
     assert load_job("same", near=tmp_path).name == "same"
+    # (a name with a dot is a name, not a path: llama3.1_8b)
+    (tmp_path / "jobs" / "llama3.1_8b.yaml").write_text(text)
+    with pytest.raises(SpecError, match="name: 'other' differs from the file's name"):
+        load_job("llama3.1_8b", near=tmp_path)
 
 
 @pytest.mark.parametrize("text, value", [("5e3", 5000.0), ("1.6e1", 16.0), ("-2E-3", -0.002),

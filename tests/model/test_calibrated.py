@@ -725,6 +725,9 @@ def test_fp8_blockwise_by_hand():
     x = ctx(blockwise)
     assert x["peak8_flops_per_s"] == 200e12 and x["lp_copy_bytes"] == pytest.approx(copy_bytes)
     assert x["gemm_operand_bytes"] == pytest.approx(1 + 1 / 32)
+    # the weights: 16 bits and both usages, an fp32 scale per 128 x 128 block
+    assert run(blockwise)["mem_weights_bytes"] == pytest.approx(
+        (2 + 2 * (1 + 4 / 128**2)) * 2 * P_LAYER)
 
     def gemm_rows(job):
         rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(ctx(job), cand())}

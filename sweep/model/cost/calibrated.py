@@ -305,6 +305,11 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # hardware
         "peak16_flops_per_s": peak16,
         "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
+        # the weights' copies: blockwise fp8 scales a weight per 128 x 128 block, whose
+        # copy is transposed rather than quantized again (TE docs, fp8_blockwise_scaling.rst)
+        "lp_weight_copy_bytes": (COPIES["mxfp8"] * (VALUE_BYTES["fp8"]
+                                                    + BLOCKWISE_SCALE_BYTES / 128.0)
+                                 if blockwise else lp_copy),
         # what a low-precision GEMM reads of each input: one quantized copy with its scales
         # (the operands of the job's GEMM format; 16/32-bit jobs: the activations' width)
         "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + (BLOCKWISE_SCALE_BYTES if blockwise
@@ -1740,7 +1745,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     pp = as_array(c["pp"], dtype=np.float64)
     v = as_array(c["vpp"], dtype=np.float64)
     # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
-    w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_copy_bytes"]
+    w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_weight_copy_bytes"]
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP
