@@ -107,9 +107,16 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (L73 - 77: UNEVEN_64);
 #: its recipe one MTP layer (recipes/deepseek_v3.py use_mtp=True) and, in bf16,
 #: gradients reduced in fp32 (recipes/deepseek.py; scripts/performance/utils.py turns it off
-#: for fp8). (source, release, model, GPU, precision) patterns -> the flags added to the
-#: row's other_flags (its table labels) and the recompute, for a row that states no
-#: recompute
+#: for fp8). Megatron-Bridge's FP8-CS Llama runs on GB200 / GB300 with Megatron FSDP offload
+#: activations to the Grace host (cpu_offloading_num_layers), which the table leaves out and
+#: the rows' batch size kept the matcher from finding (the layout is the config's; the batch
+#: only sets the micro-batch count): 25.09 (v0.1.0rc4 scripts/performance/configs/llama3/
+#: llama3_70b_llm_pretrain.yaml, gb200 num_gpus_64 fp8_cs: mbs 2, tp 1, pp 1, FSDP, 40
+#: layers; llama31/llama31_405b_llm_pretrain.yaml, gb200 num_gpus_128 fp8_cs: tp 2, pp 1,
+#: FSDP, 95 layers) and 25.11 (v0.2.0 configs/llama3/workload_base_configs.py
+#: LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG: 40 layers, LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG: 20).
+#: (source, release, model, GPU, precision) patterns -> the flags added to the row's
+#: other_flags (its table labels) and the recompute, for a row that states no recompute
 RELEASE_RUNS = [
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^H100$", r".",
      ("moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False; "
@@ -122,6 +129,12 @@ RELEASE_RUNS = [
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^GB200$", r"^BF16$",
      "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64
      + "; " + UNFUSED_MLA, "selective"),
+    (r"^Megatron-Bridge perf summary$", r"NeMo 25\.(09|11) ", r"^Llama3-70B$", r"^GB200$",
+     r"^FP8-CS", "use_megatron_fsdp=True; cpu_offloading_num_layers=40", "none"),
+    (r"^Megatron-Bridge perf summary$", r"NeMo 25\.11 ", r"^Llama3-70B$", r"^GB300$",
+     r"^FP8-CS", "use_megatron_fsdp=True; cpu_offloading_num_layers=20", "none"),
+    (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^Llama3\.1-405B$", r"^GB200$",
+     r"^FP8-CS", "use_megatron_fsdp=True; cpu_offloading_num_layers=95", "none"),
 ]
 
 #: Megatron-Bridge perf configs (cfg=NAME@TAG in other_flags) that name a flex dispatcher

@@ -255,6 +255,14 @@ def test_rows_are_read_as_their_perf_scripts_ran_them(moe):
     # a stated recompute is kept: the release's script fills only what a row leaves empty
     stated = dict(moe["mb_290"], recompute="full")
     assert set(express(stated).options["recompute"]) == {Recompute.FULL}
+    # Megatron-Bridge's FP8-CS Llama runs with Megatron FSDP on Grace systems offload
+    # activations (25.09 / 25.11 configs: GB200 70B 40 layers, GB300 70B 20, GB200 405B
+    # 95): those rows were predicted 17 - 81 % over capacity though they ran
+    for rid, layers in (("mb_268", 40), ("mb_245", 40), ("mb_236", 20), ("mb_270", 95)):
+        case = express(moe[rid])
+        assert case.job.offload_act_layers == layers, rid
+        assert set(case.options["recompute"]) == {Recompute.NONE}, rid
+    assert express(moe["mb_269"]).job.offload_act_layers == 0  # (its FP8-MX config: none)
 
 
 def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
