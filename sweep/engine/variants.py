@@ -189,9 +189,13 @@ class Variants(Sequence[Variant]):
             for ax, k in zip(group.axes, position):
                 labels = np.array([float(v) for v in ax.labels])
                 values[ax.name][at] = labels[k]
-                parts.append([f"{ax.name}={_fmt(float(v))}" for v in labels[k]])
-                pairs.append([f"{json.dumps(ax.name)}: {json.dumps(float(v))}"
-                              for v in labels[k]])
+                # (each of the axis' few points formatted once, then picked per variant)
+                name = json.dumps(ax.name)
+                part = np.array([f"{ax.name}={_fmt(v)}" for v in labels], dtype=object)
+                pair = np.array([f"{name}: {json.dumps(v)}" for v in labels.tolist()],
+                                dtype=object)
+                parts.append(part[k].tolist())
+                pairs.append(pair[k].tolist())
             for i, j in enumerate(at.tolist()):
                 out["base"][j] = base
                 out["hardware"][j] = (base + "[" + ",".join(p[i] for p in parts) + "]"
