@@ -54,7 +54,7 @@ __all__ = ["DEFAULT_DATA", "SHIPPED", "COLUMNS", "ALIASES", "REQUIRED_COLUMNS", 
            "LAYOUT", "METRICS", "FLOPS", "PRECISIONS", "SHARDING", "FRAMEWORKS", "MOE", "Run",
            "Refusal", "Case", "read_runs", "read_data", "data_paths", "canonical", "parse_run",
            "match_gpu", "resolve_model", "framework_of", "precision_of", "flops_of",
-           "sharding_of", "nearest", "suggest", "metric_of", "iteration_flops"]
+           "sharding_of", "nearest", "suggest", "metric_of", "iteration_flops", "MODEL_FILE_NOTE"]
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 DEFAULT_DATA = DATA_DIR / "measured_training_runs.csv"
@@ -128,6 +128,10 @@ _FLOPS_TEXT = [
     (r"model[ _-]?t?flop|mfu ?= ?tflops|korthikanti|nemo formula|\bmfu\b", "model"),
     (r"\bhfu\b|hardware flop|flop counter", "hardware"),
 ]
+
+#: the note of a row whose dimensions come from a jobs/ file (validate.predict_command reads
+#: the file's name back from it)
+MODEL_FILE_NOTE = "model dimensions from jobs/{}.yaml"
 
 #: precision -> the Job dtype it is costed as; None: not modelled (such rows are refused)
 PRECISIONS = {
@@ -617,7 +621,7 @@ def _shape(v: Mapping[str, str]) -> tuple[dict[str, int], Job | None, list[str]]
         shape = _whole(v, run_keys + tuple(given))
         if isinstance(shape, Refusal):
             return shape
-        notes = [f"model dimensions from jobs/{job.name}.yaml"]
+        notes = [MODEL_FILE_NOTE.format(job.name)]
         cut = _truncated_layers(v["notes"] + " | " + v["other_flags"], job.n_layers)
         if cut and "n_layers" not in given:
             shape["n_layers"] = cut

@@ -324,7 +324,8 @@ def _matching(space, config: Mapping[str, int]):
 
 def _closer(a, b) -> bool:
     """Whether candidate row ``a`` is a better answer than ``b``: one that fits before one
-    that does not; among those that fit the faster, among the others the smaller."""
+    that does not; among those that fit the faster, among the others the smaller (of equal
+    memory, within MEMORY_TIE, the faster)."""
     if a["feasible"] != b["feasible"]:
         return bool(a["feasible"])
     if a["feasible"]:

@@ -22,6 +22,7 @@ from ..model.cost.calibrated import MEMORY_PARAMETERS
 from .calibration import Evaluator, fill_generations, fit, predictions
 from .express import express_all
 from .measured import (
+    MODEL_FILE_NOTE,
     Case,
     metric_of,
     nearest,
@@ -492,9 +493,9 @@ def predict_command(case, row: Mapping) -> str:
     from ..engine.catalog import load_hardware, load_job
     from .predict import predict
 
-    base_name = next((a[len("model dimensions from jobs/"):-len(".yaml")]
-                      for a in case.assumptions if a.startswith("model dimensions from jobs/")),
-                     None)
+    head, tail = MODEL_FILE_NOTE.split("{}")
+    base_name = next((a[len(head):-len(tail)] for a in case.assumptions
+                      if a.startswith(head) and a.endswith(tail)), None)
     # (a row that gives its dimensions: any catalog job, every field that differs set)
     base_name = base_name or DIMENSIONS_BASE_JOB
     base = load_job(base_name)
