@@ -340,9 +340,10 @@ def get_comm(use_mpi: bool = True) -> SerialComm | MpiComm:
             MPI launcher while the MPI library cannot be loaded.
     """
     if not use_mpi or os.environ.get("SWEEP_NO_MPI"):
-        if launched_tasks() > 1:  # (--serial or SWEEP_NO_MPI under a launcher)
+        tasks = launched_tasks()
+        if tasks > 1:  # (--serial or SWEEP_NO_MPI under a launcher)
             why = "--serial" if not use_mpi else "SWEEP_NO_MPI"
-            raise WorldError(f"{why} under a launcher that started {launched_tasks()} tasks: "
+            raise WorldError(f"{why} under a launcher that started {tasks} tasks: "
                              f"each would run the whole sweep and overwrite the others' files "
                              f"(run {why} as one process, or drop it to run under MPI)")
         return SerialComm()

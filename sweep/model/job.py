@@ -108,7 +108,7 @@ _CHOICES = {
     # MoE router score function; attention: multi-head (MHA / GQA / MQA) or latent (MLA)
     "router": ("softmax", "sigmoid"),
     # fp8 scaling: delayed (scale from the amax history, amax recorded in the cast), current
-    # (the tensor's own amax: one more read before the cast) or rowwise (torchao's
+    # (the tensor's own amax: one more read before the cast), rowwise (torchao's
     # axiswise recipe: a scale per row, every operand quantized from 16 bits along each
     # axis a GEMM reads it, the backward GEMMs' outputs rescaled, 16-bit communication) or
     # blockwise (DeepSeek-V3's recipe, TE Float8BlockScaling: an fp32 scale per 1 x 128

@@ -132,6 +132,9 @@ SAVED_COPIES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
 #: is quantized again from the 16-bit source, both usages in one pass (TE docs,
 #: fp8_blockwise_scaling.rst, "Scaling factors", "Handling transposes")
 BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
+#: blockwise fp8's copies of a 1D-scaled input: row- and column-wise, as the block-scaled
+#: formats' (COPIES); a weight's 128 x 128 blocks are transposed with their scales
+BLOCKWISE_COPIES = 2.0
 #: blockwise fp8 GEMMs on Hopper against per-tensor fp8 ones: "on Hopper, block-scaled
 #: GEMMs are software-emulated" (TE docs, fp8_blockwise_scaling.rst). TE's benchmark on an
 #: H200 NVL (hidden 4096, FFN 16384, 15,872 tokens; docs/examples/gemm_profiling, "Worked
@@ -140,6 +143,17 @@ BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
 #: with delayed scaling's (~4 B: 2.19 ms); blockwise 22.882 ms, whose casts move ~4 B an
 #: element in one pass as delayed's do: its GEMMs about 20.7 ms, 16.785 / 20.7 = 0.81
 BLOCKWISE_HOPPER_GEMM = 0.81
+
+
+def _blockwise(job: Job) -> bool:
+    """Whether ``job`` runs fp8 with blockwise scaling."""
+    return job.dtype == "fp8" and job.fp8_scaling == "blockwise"
+
+
+def _scale_bytes(job: Job) -> float:
+    """Bytes of scale per element of the job's low-precision copies (SCALE_BYTES; blockwise
+    fp8: an fp32 scale per 128)."""
+    return BLOCKWISE_SCALE_BYTES if _blockwise(job) else SCALE_BYTES[job.dtype]
 
 
 def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
@@ -186,9 +200,7 @@ def saved_input_bytes(job: Job) -> float:
     low-precision copy with its scales (SAVED_COPIES) when the job computes its GEMMs below
     16 bits and its stack saves them so (Job.lp_saved_inputs), else the 16/32-bit value."""
     if job.dtype in LOW_PRECISION and job.lp_saved_inputs:
-        scale = BLOCKWISE_SCALE_BYTES if job.dtype == "fp8" and job.fp8_scaling == "blockwise" \
-            else SCALE_BYTES[job.dtype]
-        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + scale)
+        return SAVED_COPIES[job.dtype] * (VALUE_BYTES[job.dtype] + _scale_bytes(job))
     return 4.0 if job.dtype == "fp32" else 2.0
 
 
@@ -209,7 +221,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     """Numbers the model needs, in SI, from a job, a hardware variant, parameters and the
     strategy (1d or 2d)."""
     p = {**DEFAULT_PARAMETERS, **params}
-    blockwise = job.dtype == "fp8" and job.fp8_scaling == "blockwise"
+    blockwise = _blockwise(job)
     if blockwise and unsupported_precision("mxfp8", hw) is None:
         # Blackwell runs the blockwise recipe as MXFP8 (TE docs, fp8_blockwise_scaling.rst,
         # "Supported devices": "emulated with MXFP8"; the 1 x 128 power-of-two scales
@@ -219,7 +231,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     fp8 = job.dtype in LOW_PRECISION
     lp_copy, peak_lp = low_precision(job.dtype, hw)
     if blockwise:  # (Hopper) both usages quantized from 16 bits, fp32 scales
-        lp_copy = COPIES["mxfp8"] * (VALUE_BYTES["fp8"] + BLOCKWISE_SCALE_BYTES)
+        lp_copy = BLOCKWISE_COPIES * (VALUE_BYTES["fp8"] + BLOCKWISE_SCALE_BYTES)
     # GEMM peak of the job's 16-bit (or fp32 -> TF32) datatype; fp8 GEMMs use peak8
     if job.dtype == "fp32":
         peak16 = hw.matrix_flops_per_s.get("tf32", hw.matrix_peak("bf16"))
@@ -307,13 +319,12 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "peak8_flops_per_s": peak_lp, "lp_copy_bytes": lp_copy,
         # the weights' copies: blockwise fp8 scales a weight per 128 x 128 block, whose
         # copy is transposed rather than quantized again (TE docs, fp8_blockwise_scaling.rst)
-        "lp_weight_copy_bytes": (COPIES["mxfp8"] * (VALUE_BYTES["fp8"]
-                                                    + BLOCKWISE_SCALE_BYTES / 128.0)
+        "lp_weight_copy_bytes": (BLOCKWISE_COPIES * (VALUE_BYTES["fp8"]
+                                                     + BLOCKWISE_SCALE_BYTES / 128.0)
                                  if blockwise else lp_copy),
         # what a low-precision GEMM reads of each input: one quantized copy with its scales
         # (the operands of the job's GEMM format; 16/32-bit jobs: the activations' width)
-        "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + (BLOCKWISE_SCALE_BYTES if blockwise
-                                                         else SCALE_BYTES[job.dtype]) if fp8
+        "gemm_operand_bytes": (VALUE_BYTES[job.dtype] + _scale_bytes(job) if fp8
                                else (4.0 if job.dtype == "fp32" else 2.0)),
         # off the tensor cores a GEMM runs on the fp32 FMA units: PyTorch multiplies 16-bit
         # matrices with fp32 accumulation (ATen CUDABlas.cpp: cublasGemmEx /
