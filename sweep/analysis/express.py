@@ -107,7 +107,9 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: False and first / last stages of 64 / pp - 1 and 64 / pp - 2 layers (L73 - 77: UNEVEN_64);
 #: its recipe one MTP layer (recipes/deepseek_v3.py use_mtp=True) and, in bf16,
 #: gradients reduced in fp32 (recipes/deepseek.py; scripts/performance/utils.py turns it off
-#: for fp8). Megatron-Bridge's FP8-CS Llama runs on GB200 / GB300 with Megatron FSDP offload
+#: for fp8). dgxc-benchmarking's Nemotron-H 56B (v25.05.04 nemotronh/launch.sh L70 - 121, the
+#: same NeMo) runs scripts/performance/llm/pretrain_nemotronh_56b.py, whose recipe has no
+#: comm-overlap callback (L150 - 152) and no recompute. Megatron-Bridge's FP8-CS Llama runs on GB200 / GB300 with Megatron FSDP offload
 #: activations to the Grace host (cpu_offloading_num_layers), which the table leaves out and
 #: the rows' batch size kept the matcher from finding (the layout is the config's; the batch
 #: only sets the micro-batch count): 25.09 (v0.1.0rc4 scripts/performance/configs/llama3/
@@ -129,6 +131,8 @@ RELEASE_RUNS = [
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^DeepSeek-V3$", r"^GB200$", r"^BF16$",
      "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64
      + "; " + UNFUSED_MLA, "selective"),
+    (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^Nemotron-H-56B$", r"^H100$", r"^FP8$",
+     "TP comm overlap disabled", "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.(09|11) ", r"^Llama3-70B$", r"^GB200$",
      r"^FP8-CS", "use_megatron_fsdp=True; cpu_offloading_num_layers=40", "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.11 ", r"^Llama3-70B$", r"^GB300$",
@@ -228,6 +232,8 @@ class Stack:
     lp_norm_cast: bool = True  # Transformer Engine fuses the cast into the norm
     #: recompute policy of the stack's benchmark configs when a row does not state one
     default_recompute: str = ""
+    #: Transformer Engine's linears: column-parallel backward collectives asynchronous
+    tp_async_bwd: bool = False
 
 
 #: DeepSpeed ZeRO-1/2 default reduce and all-gather buckets: 2 x 5e8 16-bit elements
@@ -254,7 +260,7 @@ STACKS = {
     # Transformer Engine's DotProductAttention runs cuDNN's fused attention (or FA3) on Hopper
     # and Blackwell (TE attention/dot_product_attention/utils.py get_attention_backend): the
     # "fused" class, not FlashAttention-2
-    "nemo": Stack("fused", True, True, "bf16", True, True, pp_overlap=True),
+    "nemo": Stack("fused", True, True, "bf16", True, True, pp_overlap=True, tp_async_bwd=True),
     # NeMo's successor for Megatron models: its performance configs reduce gradients in 16 bits
     # too (Megatron-Bridge scripts/performance/utils/helpers.py set_basic_perf_overrides:
     # ddp.grad_reduce_in_fp32 = False)
@@ -262,8 +268,9 @@ STACKS = {
     # fp8_param for FP8 and MXFP8, and no recompute for the dense Llama models but for three
     # that state recompute_num_layers (configs/llama/*_workload_base_configs.py)
     "megatron-bridge": Stack("fused", True, True, "bf16", True, True, pp_overlap=True,
-                             lp_params=True, default_recompute="none"),
-    "megatron-core": Stack("fused", True, True, "fp32", True, True, pp_overlap=True),
+                             lp_params=True, default_recompute="none", tp_async_bwd=True),
+    "megatron-core": Stack("fused", True, True, "fp32", True, True, pp_overlap=True,
+                           tp_async_bwd=True),
     # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (loss_fn default
     # 'fused_crossentropy', llm-foundry models/mpt/modeling_mpt.py)
     "composer": Stack("flash", False, True, "fp32", False, False, fused_loss=True),
@@ -311,13 +318,13 @@ def _recompute(text: str, row, layers_per_stage: int, moe: bool = False
     modules = re.fullmatch(r"recompute_modules\s*=\s*\[(.*)\]", t.strip())
     if modules:
         # Megatron-Core selective recompute of named modules (transformer_config.py
-        # recompute_modules): the attention core is Megatron's selective recompute; the MoE
-        # block (with the attention core) nearly the whole layer; the rest (norms, the MoE
-        # activation, MLA's up-projections) are cheap elementwise / small GEMM recomputes
+        # recompute_modules): the attention core is Megatron's selective recompute; the
+        # others (norms, the MoE activation, the MoE layer, MLA's up-projections) are the
+        # Job's recompute_* fields on top of it
         # ("mlp" re-runs a dense layer's MLP, never an MoE layer's: Megatron-Core
         # transformer_layer.py sets recompute_mlp only when not is_moe_layer)
         names = set(re.findall(r"[a-z_]+", modules.group(1)))
-        if "moe" in names or ("mlp" in names and not moe):
+        if "mlp" in names and not moe:
             return [(Recompute.FULL, 0.0)], f"recompute of {sorted(names)} costed as full"
         note = ("recompute of 'mlp' re-runs the dense layers' MLPs only: not costed"
                 if "mlp" in names else None)
@@ -466,7 +473,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
         lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
-        lp_norm_cast=stack.lp_norm_cast,
+        lp_norm_cast=stack.lp_norm_cast, tp_async_bwd=stack.tp_async_bwd,
         fp8_scaling=("rowwise" if run.precision == "fp8-rowwise" else
                      "blockwise" if run.precision == "fp8-blockwise" else
                      "current" if current else "delayed"),
@@ -475,6 +482,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         embedding_slots=slots,
         offload_act_layers=float(offload.group(1)) if offload else 0.0,
         recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
+        recompute_moe="moe" in modules and bool(moe.get("n_experts")),
         recompute_mla_up="mla_up_proj" in modules and moe.get("attention") == "mla")
 
 
@@ -483,7 +491,8 @@ MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "fi
                 "moe_layer_step", "router", "router_groups", "router_group_topk",
                 "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                 "qk_rope_head_dim", "v_head_dim", "mtp_layers", "sliding_window",
-                "full_attention_every", "rope_mscale", "swiglu_clamp")
+                "full_attention_every", "rope_mscale", "swiglu_clamp", "hybrid_pattern",
+                "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv")
 
 
 def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:

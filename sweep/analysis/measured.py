@@ -178,12 +178,6 @@ FRAMEWORKS = {
 }
 
 MOE = "a mixture-of-experts row must name its model (a jobs/ entry with its experts)"
-#: model names the cost model cannot express: (pattern, why)
-_UNMODELLED = [
-    # Nemotron-H and Nemotron 3: Mamba-2 layers with a few attention layers (arXiv
-    # 2504.03624; Nemotron 3 Nano is a hybrid Mamba-Transformer MoE)
-    (r"nemotron[-_ ]?(h|3)(?![a-z0-9])", "hybrid Mamba-Transformer models are not modelled"),
-]
 #: other names of jobs/ entries: Llama 3.1 has Llama 3's dimensions, and the 405B was
 #: released only as 3.1 (Llama Team 2024, arXiv 2407.21783, Table 3)
 MODEL_ALIASES = {"Llama3.1-8B": "llama3_8b", "Llama3.1-70B": "llama3_70b",
@@ -562,9 +556,6 @@ def match_gpu(label: str, system: str = "") -> str | Refusal:
 def resolve_model(name: str) -> Job | Refusal:
     """The ``jobs/`` entry a model name means: names compare without case or separators
     (Llama3-70B -> llama3_70b), MODEL_ALIASES added."""
-    for pattern, why in _UNMODELLED:
-        if re.search(pattern, name.lower()):
-            return Refusal(why, f"model {name!r}: {why}" if why != MOE else MOE)
     names = list_names("jobs")
     index = {_squash(n): n for n in names}
     index.update({_squash(k): v for k, v in MODEL_ALIASES.items() if v in names})

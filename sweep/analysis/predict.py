@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import SweepError
 from ..model.candidates import (
     NERSC_FIELDS,
+    block_kind,
     enumerate_space,
     first_k_layers,
     last_stage_layers,
@@ -161,7 +162,7 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         return f"tp x tp2 x cp x pp = {model} does not divide {n} GPUs"
     dp = cfg.get("dp", n // model)
     H, Kv, f, s, L, B = (job.n_heads, job.n_kv_heads, job.ffn_hidden, job.seq_len,
-                         job.n_layers, job.global_batch)
+                         job.blocks, job.global_batch)
     local = B // dp if dp and B % dp == 0 else 0
     vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
     ep, etp = cfg.get("ep", 1), cfg.get("etp", 1)
@@ -173,9 +174,14 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),
         (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
+        (cp == 1 or not job.is_hybrid, "a hybrid Mamba-2 model runs cp = 1 (context "
+                                       "parallelism of its Mamba layers is not modelled)"),
+        (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
+         f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} "
+         f"groups"),
         (last_stage_layers(job, pp) >= 1,
          f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
-         f" / {pp}) layers leave the last without one"),
+         f" / {pp}) {'blocks' if job.is_hybrid else 'layers'} leave the last without one"),
         (B % dp == 0, f"dp = {dp} must divide the global batch ({B})"),
         (local and local % mbs == 0, f"mbs = {mbs} must divide global batch / dp"),
         (vpp == 1 or (pp > 1 and -(-L // pp) % vpp == 0),
@@ -251,7 +257,7 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         raise SweepError(f"--job {job.name}: dtype: {why}")
     if profile == "calibrated" and strategy == "2d" and not summa_models(job):
         raise SweepError(f"--strategy 2d: SUMMA is modelled for dense multi-head blocks only; "
-                         f"job {job.name} has {'MoE' if job.is_moe else 'MLA'} blocks (use 1d)")
+                         f"job {job.name} has {block_kind(job)} blocks (use 1d)")
     # offload is opt-in: searched only when the configuration names it
     offload = config.get("offload", 0) > 0
     space = enumerate_space(profile, job, n_gpus, strategy, hw.nvlink_domain,

@@ -77,7 +77,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                     if cases[i].strategy == "2d" and spec.cost_model == "calibrated"
                     and not summa_models(cases[i].job))
         why = "nothing divides evenly" if not summa else (
-            f"2d (SUMMA) models dense multi-head blocks only, not an MoE or MLA job's: "
+            f"2d (SUMMA) models dense multi-head blocks only, not an MoE, MLA or hybrid "
+            f"job's: "
             f"{summa}" + (f"; nothing divides evenly: {empty - summa}" if empty > summa else ""))
         print(f"  {empty} case(s) have no candidate ({why}); they are skipped")
     shown = cases if args.all else cases[:args.limit]

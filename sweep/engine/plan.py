@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError, SweepError
-from ..model.candidates import CandidateSpace, enumerate_space, summa_models
+from ..model.candidates import CandidateSpace, block_kind, enumerate_space, summa_models
 from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
 from ..model.cost.calibrated import unsupported_precision
 from ..model.job import Job
@@ -141,7 +141,7 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
         if spec.cost_model == "calibrated" and "1d" not in spec.strategies and \
                 not summa_models(job):
             raise SpecError(spec.source, "strategies", f"job {job.name} has "
-                            f"{'MoE' if job.is_moe else 'MLA'} blocks, which only the 1d "
+                            f"{block_kind(job)} blocks, which only the 1d "
                             f"strategy models (SUMMA, 2d, is modelled for dense multi-head "
                             f"blocks only): add 1d")
     cache = cache or SpaceCache(spec.cost_model, offload=spec.offload)

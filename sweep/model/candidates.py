@@ -27,7 +27,8 @@ from .schema import CANDIDATE_DTYPE, Recompute, empty_candidates
 __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divisors",
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
            "last_stage_layers", "stage_layers", "FIRST_K_FRACTIONS", "first_k_layers",
-           "summa_nb_options", "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models"]
+           "summa_nb_options", "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models",
+           "block_kind"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -771,10 +772,15 @@ def first_k_layers(stage: int) -> list[int]:
     return sorted({int(round(stage * q)) for q in FIRST_K_FRACTIONS} - {0, stage})
 
 
+def block_kind(job: Job) -> str:
+    """What makes a job's blocks more than SUMMA's dense multi-head ones (summa_models)."""
+    return "hybrid Mamba-2" if job.is_hybrid else "MoE" if job.is_moe else "MLA"
+
+
 def summa_models(job: Job) -> bool:
     """Whether the calibrated profile's 2d strategy (SUMMA) models the job's blocks: dense
     multi-head ones only, not mixture-of-experts or MLA blocks."""
-    return not (job.is_moe or job.attention == "mla")
+    return not (job.is_moe or job.attention == "mla" or job.is_hybrid)
 
 
 def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
@@ -790,7 +796,15 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
         # block's shared expert splits like the MLP
         if H % tp or f % tp or (Kv % tp and tp % Kv) or job.shared_ffn_hidden % tp:
             continue
+        # a Mamba-2 mixer splits its heads and its groups over TP (Megatron-Core
+        # mamba_mixer.py: ngroups % tp == 0)
+        if job.mamba_layers and (job.mamba_heads % tp or job.mamba_groups % tp):
+            continue
         for second in _divisors_tuple(n // tp):
+            # (a hybrid's Mamba layers under context parallelism, Megatron-Core's all-to-alls
+            # to head shards, are not modelled: cp = 1)
+            if job.is_hybrid and second > 1 and strategy == "1d":
+                continue
             if strategy == "1d":
                 # ring attention splits each sequence into 2 cp load-balanced chunks
                 if second > 1 and s % (2 * second):
@@ -825,7 +839,7 @@ def stage_layers(n_layers: int, pp: int, slots: bool) -> tuple[int, int, int]:
 def last_stage_layers(job: Job, pp: int) -> int:
     """Layers the last of ``pp`` pipeline stages holds (stage_layers, with
     ``embedding_slots``); below 1, some stage holds no layer, which the stacks refuse."""
-    return stage_layers(job.n_layers, pp, bool(job.embedding_slots and job.vocab))[2]
+    return stage_layers(job.blocks, pp, bool(job.embedding_slots and job.vocab))[2]
 
 
 def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
@@ -847,7 +861,7 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
     if strategy not in ("1d", "2d"):
         raise ValueError(f"unknown calibrated strategy {strategy!r}")
     n = int(n_gpus)
-    L, B = job.n_layers, job.global_batch
+    L, B = job.blocks, job.global_batch
     degrees: list[tuple[int, ...]] = []  # (tp, second, pp, dp, nb, vpp) of each part
     micro: list[np.ndarray] = []  # its micro-batch sizes (each under every policy)
     pols: list[np.ndarray] = []  # its recompute policies, (k, 2)

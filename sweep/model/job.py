@@ -68,18 +68,34 @@ _INT_FIELDS = {
     "full_attention_every": "with sliding_window: every full_attention_every-th layer attends "
                             "to the whole sequence, the others to the window (GPT-OSS: 2, "
                             "Megatron-Core window_attn_skip_freq); 0 = every layer windowed",
+    # hybrid Mamba-2 / Transformer models (hybrid_pattern): the Mamba-2 mixer's dimensions
+    # (Megatron-Core MambaMixer: mamba_num_heads, mamba_head_dim, mamba_state_dim,
+    # mamba_num_groups, d_conv)
+    "mamba_heads": "Mamba-2 heads of a Mamba layer (hybrid_pattern)",
+    "mamba_head_dim": "width of one Mamba-2 head (d_inner = mamba_heads x mamba_head_dim)",
+    "mamba_state": "Mamba-2 state size N (d_state)",
+    "mamba_groups": "Mamba-2 groups sharing B and C (ngroups)",
+    "mamba_conv": "width of the Mamba-2 causal convolution (d_conv)",
 }
 #: integer fields that may be 0
 _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
             "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
             "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
-            "sliding_window", "full_attention_every"}
+            "sliding_window", "full_attention_every", "mamba_heads", "mamba_head_dim",
+            "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
               "moe_layer_step", "router_groups", "router_group_topk", "router",
               "capacity_factor", "moe_imbalance", "moe_dispatcher")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
               "v_head_dim")
+#: the Mamba-2 mixer's fields (a hybrid_pattern with Mamba layers needs the first three)
+MAMBA_FIELDS = ("mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv")
+#: symbols of a hybrid layer pattern (Megatron-Core hybrid_override_pattern,
+#: megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols): a Mamba-2 mixer, an
+#: attention mixer, an MLP, an MoE layer; every symbol is one layer with its own pre-norm and
+#: residual
+HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 #: upper bound of each integer field (real models: <= ~200 layers, widths <= ~100k,
 #: vocabularies <= ~256k, contexts <= ~10M tokens)
 INT_MAX = {
@@ -90,13 +106,15 @@ INT_MAX = {
     "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
     "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
-    "full_attention_every": 2**16,
+    "full_attention_every": 2**16, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
+    "mamba_state": 2**16, "mamba_groups": 2**16, "mamba_conv": 2**8,
 }
 #: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
 #: <= 2**22 this keeps micro-batch x sequence x width below 2**58, inside int64.
 MAX_TOKENS_PER_BATCH = 2**36
 _CHOICES = {
-    "mlp": ("gelu", "swiglu"),
+    # relu2: squared ReLU (Nemotron-H), two matrices like GELU
+    "mlp": ("gelu", "swiglu", "relu2"),
     "norm": ("layernorm", "rmsnorm"),
     "dtype": ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"),
     "position": ("learned", "rope", "none"),
@@ -148,14 +166,22 @@ _BOOL_FIELDS = {
                        "configuration's recompute policy",
     "recompute_moe_act": "MoE: the experts' activation function output is recomputed "
                          "(Megatron-Core recompute_modules moe_act)",
+    "recompute_moe": "MoE: the whole MoE layer (router, dispatch, experts, combine) is "
+                     "recomputed from its input (Megatron-Core recompute_modules moe)",
     "recompute_mla_up": "MLA: the query/key/value up-projections are recomputed "
                         "(Megatron-Core recompute_modules mla_up_proj)",
+    "tp_async_bwd": "without TP communication overlap, the column-parallel linears' backward "
+                    "collectives run behind their dgrad / wgrad GEMMs (Transformer Engine's "
+                    "Linear and LayerNormLinear); false: every TP collective waits",
     "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
                  "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
                  "fp32 master copy stays in the optimizer",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
-                "notes": "free text"}
+                "notes": "free text",
+                "hybrid_pattern": "a hybrid Mamba-2 / Transformer model's layers in order, one "
+                                  "symbol each (Megatron-Core hybrid_override_pattern): M "
+                                  "Mamba-2, * attention, - MLP, E MoE; n_layers is its length"}
 _FLOAT_FIELDS = {
     "buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB",
     "zero3_live_params": "ZeRO-3: most gathered parameters held at once (DeepSpeed "
@@ -221,12 +247,14 @@ class Job:
     embedding_slots: bool = False  # pipeline split counts embedding and LM head as layers
     lp_saved_inputs: bool = True  # low-precision jobs save linear inputs in that format
     lp_params: bool = False  # fp8 / MXFP8 weights without a 16-bit copy
+    tp_async_bwd: bool = True  # TE: column-parallel backward collectives behind GEMMs
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
     fp8_scaling: str = "delayed"  # fp8: delayed, current, rowwise or blockwise scaling
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
     recompute_norms: bool = False
     recompute_moe_act: bool = False
+    recompute_moe: bool = False
     recompute_mla_up: bool = False
     # mixture of experts (n_experts = 0: dense)
     n_experts: int = 0
@@ -253,6 +281,14 @@ class Job:
     full_attention_every: int = 0  # every n-th layer full attention, the others windowed
     rope_mscale: float = 1.0  # YaRN's attention scale in cos / sin; not 1: unfused RoPE
     swiglu_clamp: float = 0.0  # SwiGLU input clamp (GPT-OSS 7); 0 = none
+    # hybrid Mamba-2 / Transformer models: the layer pattern ("" = every layer an attention
+    # + FFN block) and the Mamba-2 mixer's dimensions
+    hybrid_pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_state: int = 0
+    mamba_groups: int = 1
+    mamba_conv: int = 4
     source: str = ""
 
     @property
@@ -276,6 +312,48 @@ class Job:
         return 1.0 - (self.n_layers // self.full_attention_every) / self.n_layers
 
     @property
+    def is_hybrid(self) -> bool:
+        """Whether the layers follow a hybrid pattern (Mamba-2, attention, MLP / MoE layers
+        each on its own) instead of attention + FFN blocks."""
+        return bool(self.hybrid_pattern)
+
+    @property
+    def blocks(self) -> int:
+        """The cost model's unit count: attention + FFN blocks, or in a hybrid model its FFN
+        (MLP or MoE) layers, each costed with its share of the pattern's mixers."""
+        if not self.is_hybrid:
+            return self.n_layers
+        return sum(self.hybrid_pattern.count(k) for k in "-E")
+
+    @property
+    def mamba_layers(self) -> int:
+        """Mamba-2 layers of a hybrid pattern."""
+        return self.hybrid_pattern.count("M")
+
+    @property
+    def attention_layers(self) -> int:
+        """Attention layers: one per block, or the pattern's attention layers."""
+        return self.hybrid_pattern.count("*") if self.is_hybrid else self.n_layers
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner of a Mamba-2 mixer: heads x head width."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    def mamba_params(self) -> int:
+        """Weights of one Mamba-2 mixer layer (Megatron-Core mamba_mixer.py MambaMixer):
+        in_proj h -> (z, x, B, C, dt) = 2 d_inner + 2 G N + heads, the depthwise causal
+        convolution over x, B, C (weight d_conv wide, and a bias), A_log, D and dt_bias per
+        head, the gated RMSNorm over d_inner, out_proj d_inner -> h; and the layer's
+        pre-norm."""
+        e, d_in = self.hidden, self.mamba_inner
+        gn = self.mamba_groups * self.mamba_state
+        conv = (d_in + 2 * gn) * (self.mamba_conv + 1)
+        pre_norm = (2 if self.norm == "layernorm" else 1) * e
+        return (e * (2 * d_in + 2 * gn + self.mamba_heads) + conv + 3 * self.mamba_heads
+                + d_in + d_in * e + pre_norm)
+
+    @property
     def is_moe(self) -> bool:
         """Whether some layers are mixture-of-experts layers."""
         return self.n_experts > 0
@@ -287,12 +365,12 @@ class Job:
         HF Llama4TextConfig ``moe_layers``)."""
         if not self.is_moe:
             return 0
-        return (self.n_layers - self.first_k_dense) // self.moe_layer_step
+        return (self.blocks - self.first_k_dense) // self.moe_layer_step
 
     @property
     def last_layer_is_moe(self) -> bool:
         """Whether the last block is an MoE block (an MTP layer copies its kind)."""
-        return self.is_moe and (self.n_layers - self.first_k_dense) % self.moe_layer_step == 0
+        return self.is_moe and (self.blocks - self.first_k_dense) % self.moe_layer_step == 0
 
     def attention_params(self) -> int:
         """Weights of one attention block (projections; MLA: with its two LoRA norms).
@@ -350,9 +428,16 @@ class Job:
         (multi-token-prediction layers not included, as model cards count them)."""
         emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         pos = self.seq_len * self.hidden if self.position == "learned" and self.vocab else 0
-        dense = self.n_layers - self.moe_layers
-        return (dense * self.params_per_layer() + self.moe_layers * self.params_per_moe_layer()
-                + emb + pos + (2 if self.norm == "layernorm" else 1) * self.hidden)
+        dense = self.blocks - self.moe_layers
+        blocks = dense * self.params_per_layer() + self.moe_layers * self.params_per_moe_layer()
+        if self.is_hybrid:
+            # a block above holds one attention mixer; a hybrid's FFN layers hold none, and
+            # its attention and Mamba layers stand alone, each with its pre-norm
+            norm = (2 if self.norm == "layernorm" else 1) * self.hidden
+            attention = self.attention_params() + self._attention_biases() + norm
+            blocks += (self.attention_layers - self.blocks) * attention \
+                + self.mamba_layers * self.mamba_params()
+        return blocks + emb + pos + (2 if self.norm == "layernorm" else 1) * self.hidden
 
     def params_active(self) -> int:
         """Weights one token uses: as params_total, with top_k routed experts per MoE layer."""
@@ -415,6 +500,7 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         else:
             raise _fail(source, key, f"unknown key; valid keys: {_valid()}")
         values[key] = value
+    _check_hybrid(values, source)
     for req in ("n_layers", "hidden", "ffn_hidden", "n_heads", "seq_len", "global_batch"):
         if req not in values:
             raise _fail(source, req, "missing")
@@ -496,6 +582,57 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
         raise _fail(source, "top_k", f"{values['top_k']} is more than the "
                                      f"{group_topk * (experts // groups)} experts of "
                                      f"{group_topk} group{'s' if group_topk > 1 else ''}")
+
+
+def _check_hybrid(values: dict[str, Any], source: str) -> None:
+    """A hybrid pattern is made of HYBRID_SYMBOLS with at least one FFN layer, MLP or MoE
+    layers but not both, and its length is n_layers (set from it when not given); Mamba
+    layers need the mixer's dimensions, which only they use."""
+    pattern = values.get("hybrid_pattern", "")
+    defaults = {f.name: f.default for f in dataclasses.fields(Job)}
+    given = [k for k in MAMBA_FIELDS if values.get(k, defaults[k]) != defaults[k]]
+    if not pattern:
+        if given:
+            raise _fail(source, given[0], "is a Mamba-2 setting; give hybrid_pattern too")
+        return
+    bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+    if bad:
+        raise _fail(source, "hybrid_pattern", f"unknown symbol {bad[0]!r}; expected "
+                    + ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items()))
+    if "-" not in pattern and "E" not in pattern:
+        raise _fail(source, "hybrid_pattern", "has no MLP (-) or MoE (E) layer; the cost model "
+                                              "costs a hybrid per FFN layer")
+    if "-" in pattern and "E" in pattern:
+        raise _fail(source, "hybrid_pattern", "mixes MLP (-) and MoE (E) layers, which is not "
+                                              "modelled; use one kind of FFN layer")
+    if values.setdefault("n_layers", len(pattern)) != len(pattern):
+        raise _fail(source, "n_layers", f"{values['n_layers']}, but hybrid_pattern has "
+                                        f"{len(pattern)} layers")
+    if ("E" in pattern) != bool(values.get("n_experts", 0)):
+        raise _fail(source, "hybrid_pattern", "has MoE layers (E) but n_experts is not given"
+                    if "E" in pattern else "has MLP layers (-) but n_experts is given: use E "
+                    "for MoE layers")
+    for key, why in (("first_k_dense", "the pattern places the MoE layers"),
+                     ("moe_layer_step", "the pattern places the MoE layers"),
+                     ("sliding_window", "not modelled for hybrid models"),
+                     ("mtp_layers", "not modelled for hybrid models")):
+        default = 1 if key == "moe_layer_step" else 0
+        if values.get(key, default) != default:
+            raise _fail(source, key, f"cannot be set with hybrid_pattern: {why}")
+    if "M" in pattern:
+        for key in ("mamba_heads", "mamba_state"):
+            if not values.get(key):
+                raise _fail(source, key, "missing (hybrid_pattern has Mamba layers)")
+        for key in ("mamba_head_dim", "mamba_groups", "mamba_conv"):
+            if key in values and not values[key]:
+                raise _fail(source, key, "expected a positive integer, got 0")
+        groups = values.get("mamba_groups", 1)
+        if values["mamba_heads"] % groups:
+            raise _fail(source, "mamba_groups", f"{groups} groups do not divide mamba_heads "
+                                                f"= {values['mamba_heads']}")
+    elif given:
+        raise _fail(source, given[0], "is a Mamba-2 setting; hybrid_pattern has no Mamba layer "
+                                      "(M)")
 
 
 def _check_mla(values: dict[str, Any], source: str) -> None:

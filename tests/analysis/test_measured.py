@@ -144,16 +144,16 @@ def test_every_moe_file_row_is_expressed_or_refused_for_what_is_not_modelled(moe
     cases, refused = express_all(list(moe.values()))
     dense_ids = {i for i, r in moe.items() if r["is_moe"] == "0"}
     assert set(moe) == {c.row["id"] for c in cases} | {u["id"] for u in refused}
-    assert len(cases) == 117 + 129
-    assert sum(c.row["id"] in dense_ids for c in cases) == 117
+    assert len(cases) == 124 + 133
+    assert sum(c.row["id"] in dense_ids for c in cases) == 124
     kinds = Counter(u["kind"] for u in refused if u["id"] in dense_ids)
-    assert kinds == {"hybrid Mamba-Transformer models are not modelled": 7,
-                     "power-limited GPU not in the hardware catalog": 4}
-    # MoE rows: refused only for what no model expresses (Mamba hybrids), or for what the
-    # row leaves out or gets wrong
+    assert kinds == {"power-limited GPU not in the hardware catalog": 4}
+    # MoE rows: refused only for what the row leaves out or gets wrong (the hybrid Mamba-2
+    # models, Nemotron-H and Nemotron 3 Nano, are expressed)
     assert Counter(u["kind"] for u in refused if u["id"] not in dense_ids) == {
-        "hybrid Mamba-Transformer models are not modelled": 4, "seq_len unknown": 3,
-        "global_batch_seqs unknown": 2, "layout inconsistent": 2}
+        "seq_len unknown": 3, "global_batch_seqs unknown": 2, "layout inconsistent": 2}
+    assert {c.row["id"] for c in cases if c.job.is_hybrid} == \
+        {"mb_196", "mb_197", "mb_198", "mb_199"} | {f"dg_{i:03d}" for i in range(22, 29)}
     assert all(c.job.is_moe for c in cases if c.row["id"] not in dense_ids)
     # a precision is costed as its own dtype, never silently as bf16
     for c in cases:
@@ -272,7 +272,8 @@ def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     blockwise = express(dict(moe["mb_171"], precision="FP8 blockwise 128x128 w / 1x128 act"))
     assert (blockwise.job.dtype, blockwise.job.fp8_scaling) == ("fp8", "blockwise")
     assert express(moe["mb_291"]).job.fp8_scaling == "blockwise"
-    assert "hybrid Mamba-Transformer" in str(express(moe["dg_022"]))
+    hybrid = express(moe["dg_022"]).job  # Nemotron-H 56B: 54 Mamba-2 layers
+    assert (hybrid.mamba_layers, hybrid.blocks, hybrid.mlp) == (54, 54, "relu2")
     on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
     assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
         str(express(on_a100))
@@ -300,14 +301,14 @@ def test_validate_all_prints_files_and_refusals_by_reason(capsys):
     assert main(["validate", "--data", "all", "--no-loso", "--summary"]) == 0
     out = capsys.readouterr().out
     assert "measured_training_runs.csv: 271 of 271 rows expressed" in out
-    assert "measured_moe_blackwell.csv: 246 of 268 rows expressed" in out
+    assert "measured_moe_blackwell.csv: 257 of 268 rows expressed" in out
     assert "rows not expressed, by reason" in out
-    assert "hybrid Mamba-Transformer models are not modelled    11" in out
+    assert "hybrid Mamba" not in out
     assert main(["validate", "--data", "measured_moe_blackwell", "--no-loso", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 246}}
+    assert rep["files"] == {"measured_moe_blackwell.csv": {"rows": 268, "expressed": 257}}
     assert MOE not in rep["refused"] and "B200 bf16" in rep["per_hardware_precision"]
-    assert rep["per_model_kind"]["MoE"]["n"] == 129
+    assert rep["per_model_kind"]["MoE"]["n"] == 133
 
 
 def test_a_file_without_dimensions_or_model_is_one_line_exit_2(tmp_path, capsys):

@@ -438,6 +438,9 @@ def test_job_integers_are_bounded(field):
         context = {"attention": "mla", **{k: 1 for k in MLA_FIELDS}}
     if field == "full_attention_every":
         context = {"sliding_window": 1}
+    if field.startswith("mamba_"):  # a hybrid with a Mamba layer
+        context = {"hybrid_pattern": "M-", "n_layers": 2, "mamba_heads": 2**16,
+                   "mamba_state": 1}
     raw.update({k: v for k, v in context.items() if k != field})
     parse_job(raw, "j.yaml", "j")  # the bound itself is fine
     with pytest.raises(SpecError, match=f"j.yaml: {field}: expected at most {INT_MAX[field]}, "

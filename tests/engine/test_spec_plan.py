@@ -540,7 +540,7 @@ def test_plan_says_why_an_moe_job_has_no_2d_candidate(tmp_path, capsys):
                     "hardware: {base: [H100-SXM]}\n")
     assert main(["plan", str(spec)]) == 0
     assert "1 case(s) have no candidate (2d (SUMMA) models dense multi-head blocks only, " \
-           "not an MoE or MLA job's: 1)" in capsys.readouterr().out
+           "not an MoE, MLA or hybrid job's: 1)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("variants", [1, 3])

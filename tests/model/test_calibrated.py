@@ -36,9 +36,10 @@ TOY = dataclasses.replace(parse_hardware({
     "nvlink_GBps": 100, "nvlink_latency_us": 1, "nvlink_domain": 8, "scaleout_GBps": 10,
     "scaleout_latency_us": 5, "nics_per_gpu": 1, "sm_count": 100, "gemm_tile": [128, 128],
 }, "toy"), generation="toy", calibration=PARAMS)  # (no generation's typical values)
-# two GELU / LayerNorm layers of width 1024, no vocabulary, 8 sequences of 1024 tokens
+# two GELU / LayerNorm layers of width 1024, no vocabulary, 8 sequences of 1024 tokens;
+# every TP collective waits for its data (the asynchronous backward ones: their own test)
 TINY = Job(name="tiny", n_layers=2, hidden=1024, ffn_hidden=4096, n_heads=8, n_kv_heads=8,
-           head_dim=128, vocab=0, seq_len=1024, global_batch=8)
+           head_dim=128, vocab=0, seq_len=1024, global_batch=8, tp_async_bwd=False)
 TE = 1024 * 1024  # tokens x hidden of one sequence
 
 
@@ -438,6 +439,28 @@ def test_tensor_parallel_all_reduces_per_layer():
     assert sp["t_tp_comm_s"] == pytest.approx(8 * 2 * 5 * ar, rel=1e-9)
     overlapped = run(tp=2, sp=1, tp_overlap=1)
     assert overlapped["t_tp_comm_s"] < sp["t_tp_comm_s"] * 0.5
+
+
+def test_te_backward_collectives_hide_behind_the_column_parallel_gemms():
+    """Transformer Engine's column-parallel linears (QKV, fc1) launch their backward
+    collectives asynchronously: with SP the input re-gather behind the dgrad GEMM and the
+    dgrad reduce-scatter behind the wgrad GEMM, so of the backward's three all-reduce volumes
+    only the row-parallel gradients' gathers (one) wait, plus what outlasts those GEMMs;
+    without SP the dgrad all-reduces behind the wgrad GEMMs (half their backward)."""
+    job = dataclasses.replace(TINY, tp_async_bwd=True)
+    ar = 2 * 1 / 2 * 2 * TE / 100e9 + 2 * 1 * 1e-6
+    T, e, f = 1024, 1024, 4096
+    x = ctx(job)
+    # dgrad + wgrad of QKV (3e / 2 wide) and fc1 (f / 2 wide) on one of 2 TP ranks
+    col_b = sum(2 * float(gemm_s(T, n, e, x, 100e12, 0.5)) for n in (3 * e / 2, f / 2))
+    for sp, waits, hidden_by in ((1, 1, 1.0), (0, 0, 0.5)):
+        r = run(job, tp=2, sp=sp)
+        want = 2 * ar + waits * ar + max((2.0) * ar - hidden_by * col_b, 0.0)
+        assert r["t_tp_comm_s"] == pytest.approx(8 * 2 * want, rel=1e-9)
+        assert r["t_tp_comm_s"] < run(tp=2, sp=sp)["t_tp_comm_s"]
+    # userbuffers overlap replaces it
+    assert run(job, tp=2, sp=1, tp_overlap=1)["t_tp_comm_s"] == \
+        run(tp=2, sp=1, tp_overlap=1)["t_tp_comm_s"]
 
 
 def test_pipeline_bubble_is_p_minus_1_over_v_m():

@@ -49,6 +49,9 @@ def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
     if job.is_moe:
         return ("mixture-of-experts layers are not modelled by the nersc2024 profile "
                 f"({job.n_experts} experts, top-{job.top_k}); use the calibrated profile")
+    if job.is_hybrid:
+        return ("hybrid Mamba-2 / Transformer models are not modelled by the nersc2024 "
+                "profile; use the calibrated profile")
     if job.attention == "mla":
         return ("multi-head latent attention (MLA) is not modelled by the nersc2024 profile; "
                 "use the calibrated profile")

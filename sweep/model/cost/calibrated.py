@@ -207,6 +207,24 @@ def saved_input_bytes(job: Job) -> float:
 #: share of a TP collective left exposed when it is overlapped with GEMMs (the first chunk
 #: of a pipelined ring; Wang et al. 2023, "Overlap communication with dependent computation")
 TP_OVERLAP_RESIDUAL = 0.15
+#: the Mamba-2 SSD scan's rate as a fraction of the 16-bit tensor peak, for its FLOPs as
+#: Megatron counts them (7 d_inner N a token): the Triton chunk_scan kernel of mamba-ssm
+#: 2.2.6 runs 90 - 110 TFLOP/s on an H800 (batch 8, 80 heads of 64, N 128, chunk 256, 1K -
+#: 32K tokens; tile-ai/tilelang benchmark/mamba2/README.md @4d8e609), 2.6 MFLOP a token by
+#: that benchmark's count; with chunk_state (1.3 MFLOP a token at about the same rate) and
+#: the three lighter kernels, the forward runs ~4.6 MFLOP (Megatron's count) a token in the
+#: time of ~4.4 MFLOP at 100 TFLOP/s: ~0.10 of the 989 TFLOP/s peak (notes section 27)
+SSD_EFF = 0.10
+#: the SSD backward over its forward: ssd_combined.py's backward reruns four of the five
+#: forward kernels (cumsum, C B^T, chunk states, state passing) and then runs two gradient
+#: matmuls per forward one (state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py
+#: _mamba_chunk_scan_combined_bwd), as FlashAttention's backward does (FLASH_BWD_FACTOR)
+SSD_BWD_FACTOR = 2.5
+#: kernels of the fused convolution and scan: forward cumsum, C B^T, chunk states, state
+#: passing, chunk scan and the causal convolution; backward those rerun but the scan, and
+#: nine gradient kernels (ssd_combined.py)
+SSD_KERNELS_F = 6.0
+SSD_KERNELS_B = 14.0
 #: Adam with fp32 master weights: read grad, m, v, w (4 x 4 B), write m, v, w (3 x 4 B),
 #: write the 16-bit copy (2 B) (ZeRO paper section 3.1 state sizes)
 ADAM_BYTES_PER_PARAM = 30.0
@@ -259,7 +277,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         p_attn_rep = 0
     return {
         # job
-        "L": job.n_layers, "e": job.hidden, "f": job.ffn_hidden, "H": H,
+        "L": job.blocks, "e": job.hidden, "f": job.ffn_hidden, "H": H,
         "Kv": kv_heads, "d": d_attn, "V": job.vocab, "s": job.seq_len,
         # widths of the query/key/value projections' output and of the output projection's
         # input; weights of the attention block sharded over TP and replicated
@@ -268,6 +286,14 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "mla": float(mla), "q_lora": float(job.q_lora_rank), "kv_lora": float(job.kv_lora_rank),
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
+        # hybrid Mamba-2 / Transformer models: attention and Mamba-2 layers per block (a
+        # block: one FFN layer of the pattern; 1 and 0 for attention + FFN blocks) and the
+        # mixer's widths (_mamba_mixer)
+        "n_attn": job.attention_layers / job.blocks, "n_mamba": job.mamba_layers / job.blocks,
+        "hybrid": float(job.is_hybrid), "tp_async_bwd": float(job.tp_async_bwd),
+        "m_inner": float(job.mamba_inner), "m_heads": float(job.mamba_heads),
+        "m_gn": float(job.mamba_groups * job.mamba_state), "m_state": float(job.mamba_state),
+        "m_conv": float(job.mamba_conv),
         # mixture of experts (n_experts = 0: dense)
         "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
         "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
@@ -278,6 +304,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "last_moe": float(job.last_layer_is_moe),
         # cheap modules recomputed on top of the candidate's policy
         "rc_norm": float(job.recompute_norms), "rc_moe_act": float(job.recompute_moe_act),
+        "rc_moe": float(job.recompute_moe and job.is_moe),
         "rc_mla_up": float(job.recompute_mla_up and mla),
         "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
         "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
@@ -451,7 +478,7 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     return fwd, bwd, flops, up
 
 
-def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
+def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up, mixers=1.0):
     """Per-tensor fp8 casts of one block as Transformer Engine runs them (delayed or current
     scaling), per micro-batch: bytes and kernels of the forward and the backward, TP
     all-reduces of an amax, and whether the SP all-gathers move the fp8 copies.
@@ -480,7 +507,9 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     v = VALUE_BYTES["fp8"]
     tr = lp - v
     mlp = np.where(f > 0, 1.0, 0.0)  # a routed-only MoE block quantizes in its experts
-    n_fed = 1.0 + mlp  # norm-fed GEMM inputs: QKV, fc1
+    # norm-fed GEMM inputs: QKV, fc1 (a hybrid block: its mixers' QKV and in_proj, with
+    # w_qkv and w_o the mixers' summed widths)
+    n_fed = mixers + mlp
     amax = np.where(current, ab, 0.0)
     spb = np.asarray(sp, dtype=bool)
     # the norm's own fp8 write (delayed), or a cast of its 16-bit output (current; without
@@ -516,6 +545,51 @@ def _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up):
     return {"te": te, "te_stack": te_stack, "ao": ao, "bytes_f": bytes_f, "bytes_b": bytes_b,
             "kernels_f": kernels_f, "kernels_b": kernels_b, "amax_reduces_f": reduces,
             "amax_reduces_b": reduces, "fp8_gather": fp8_gather, "fp8_inputs": n_fed}
+
+
+def _hybrid(x) -> bool:
+    """Whether the context holds a hybrid job's blocks (_mamba_mixer; make_context n_attn,
+    n_mamba): decided on the context alone, so that an attention + FFN block's arithmetic
+    is untouched."""
+    return bool(np.any(as_array(x["n_mamba"]) > 0) or np.any(as_array(x["n_attn"]) != 1.0))
+
+
+def _mamba_mixer(x, T, t, peak, eff):
+    """One Mamba-2 mixer layer per micro-batch on T tokens of a TP rank, without its pre-norm
+    and residual (counted with the block's, _layer): (forward GEMM times [in_proj,
+    out_proj], their backward times, their FLOPs, scan forward and backward time, scan
+    FLOPs, forward elementwise bytes, forward kernels, in_proj's output width, d_inner).
+
+    Megatron-Core MambaMixer (megatron/core/ssm/mamba_mixer.py; Dao and Gu 2024, arXiv
+    2405.21060, section 7): in_proj h -> z, x, B, C, dt (2 d_inner + 2 G N + heads),
+    column-parallel over TP (heads and groups split); the causal depthwise convolution over
+    x, B, C with SiLU, the chunked SSD scan and the gating, one fused kernel sequence
+    (mamba_split_conv1d_scan_combined); the gated RMSNorm over d_inner; out_proj d_inner ->
+    h, row-parallel."""
+    e, d_in, heads, gn, n = x["e"], x["m_inner"], x["m_heads"], x["m_gn"], x["m_state"]
+    ob, ab = x["gemm_operand_bytes"], x["act_bytes"]
+    w_in = 2.0 * d_in + 2.0 * gn + heads
+    shapes = [(T, w_in / t, e), (T, e, d_in / t)]
+    gemm_f = [gemm_s(M, N, K, x, peak, eff, operand_bytes=ob) for M, N, K in shapes]
+    gemm_b = [gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
+              + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob) for M, N, K in shapes]
+    flops = [2.0 * M * N * K for M, N, K in shapes]
+    # the scan's FLOPs as Megatron counts them, 7 d_inner N a token (Megatron-Bridge
+    # training/utils/flop_utils.py, hybrid layers; notes section 27), on the TP rank's heads;
+    # the SSD kernels run them as chunked matmuls at SSD_EFF of the 16-bit peak, the
+    # backward SSD_BWD_FACTOR times the forward (notes section 27)
+    scan_flops = 7.0 * T * d_in / t * n
+    rate = x["peak16_flops_per_s"] * SSD_EFF
+    scan_f = scan_flops / rate + SSD_KERNELS_F * x["kernel_s"]
+    scan_b = SSD_BWD_FACTOR * scan_flops / rate + SSD_KERNELS_B * x["kernel_s"]
+    # HBM passes around the scan, per token of the rank's channels: the convolution reads
+    # and writes x, B, C; the scan reads x, B, C, dt and z and writes y; the gated RMSNorm
+    # reads y and z and writes its output (out_proj's input)
+    conv = 2.0 * (d_in + 2.0 * gn) / t
+    scan = (3.0 * d_in + 2.0 * gn + heads) / t
+    norm = 3.0 * d_in / t
+    elem_f = ab * T * (conv + scan + norm)
+    return gemm_f, gemm_b, flops, scan_f, scan_b, scan_flops, elem_f, 2.0, w_in, d_in
 
 
 def _layer(x, c, lay):
@@ -568,6 +642,24 @@ def _layer(x, c, lay):
         for i in (2, 3):
             gemm_each[i] = np.where(has_mlp, gemm_each[i], 0.0)
             gemm_b_each[i] = np.where(has_mlp, gemm_b_each[i], 0.0)
+    # a hybrid model's block (one FFN layer of its pattern) holds n_attn attention and
+    # n_mamba Mamba-2 mixer layers, each with its own pre-norm and residual (Megatron-Core
+    # hybrid stack: every pattern symbol is a layer; mamba_hybrid_layer_allocation.py);
+    # an attention + FFN block is 1 and 0 of them and its two norms
+    hybrid = _hybrid(x) and not summa
+    qa = x["n_attn"] if hybrid else 1.0
+    qm = x["n_mamba"] if hybrid else 0.0
+    n_sub = qa + qm + 1.0  # pre-norms (and residuals) of the block's layers
+    w_in_cast, w_out_cast = w_qkv, w_o  # widths of the mixers' GEMMs for the casts
+    if hybrid:
+        mix = _mamba_mixer(x, T, t, peak_lin, eff)
+        for i in (0, 1):
+            gemm_each[i], gemm_b_each[i], flops_each[i] = (
+                qa * gemm_each[i], qa * gemm_b_each[i], qa * flops_each[i])
+        gemm_each = gemm_each + [qm * g for g in mix[0]]
+        gemm_b_each = gemm_b_each + [qm * g for g in mix[1]]
+        flops_each = flops_each + [qm * v for v in mix[2]]
+        w_in_cast, w_out_cast = qa * w_qkv + qm * mix[8], qa * w_o + qm * mix[9]
     gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
     gemm_flops = sum(flops_each)
     # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
@@ -611,6 +703,8 @@ def _layer(x, c, lay):
     attn_f = np.where(flash, fa_f, mat_f)
     attn_b = np.where(flash, fa_b, mat_b)
     attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
+    if hybrid:
+        attn_f, attn_b, attn_flops = qa * attn_f, qa * attn_b, qa * attn_flops
     # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
     # (rotary embedding: on the query and key heads; MLA: on the dr-wide RoPE part of every
     # query head and the one shared RoPE key)
@@ -638,6 +732,11 @@ def _layer(x, c, lay):
     # read, write and its mask)
     elem_bytes_f = ab * (A * (norm_passes + resid_passes) + F * act_passes + Q * rope_passes) \
         + drop * 2 * A + x["mlp_drop"] * F * (2 * ab + 1)
+    if hybrid:  # (norm_passes, resid_passes and dropouts: two layers' worth)
+        elem_bytes_f = ab * (A * (norm_passes + resid_passes) * n_sub / 2.0 + F * act_passes
+                             + qa * Q * rope_passes) + drop * n_sub * A \
+            + x["mlp_drop"] * F * (2 * ab + 1) + qm * mix[6]
+        rope_b_extra = qa * rope_b_extra
     # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
     # copies with their scales), again for their gradients. Transformer Engine's
     # LayerNormLinear writes the norm output (the QKV and fc1 inputs) straight in the
@@ -651,7 +750,8 @@ def _layer(x, c, lay):
     # their own after the dispatch (moe.py)
     lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
     block = x["block_scaled"] > 0
-    pt = _per_tensor_casts(x, lay, ab, lp, current, w_qkv, w_o, f_up)
+    pt = _per_tensor_casts(x, lay, ab, lp, current, w_in_cast, w_out_cast, f_up,
+                           mixers=qa + qm)
     te, te_block = pt["te"], block & pt["te_stack"]
     n_fed = pt["fp8_inputs"]  # norm-fed GEMM inputs: QKV, and fc1 where the block has one
     # (TE's norms quantize their output for per-tensor and MXFP8 quantizers, not blockwise
@@ -661,10 +761,10 @@ def _layer(x, c, lay):
     norm_fed = np.where(norm_fused, (lp - ab) * np.where(sp, Ta, T), (ab + lp) * T) \
         * n_fed * e
     cast_in = ab * np.where(current, 2.0, 1.0) + lp  # the other two GEMM inputs
-    generic_f = norm_fed + cast_in * T * (w_o / t + f / t)
+    generic_f = norm_fed + cast_in * T * (w_out_cast / t + f / t)
     # elements of the four GEMMs' inputs and of their output gradients, per micro-batch
-    input_elems = T * (n_fed * e + w_o / t + f / t)
-    grad_elems = T * (w_qkv / t + f_up / t + n_fed * e)
+    input_elems = T * (n_fed * e + w_out_cast / t + f / t)
+    grad_elems = T * (w_in_cast / t + f_up / t + n_fed * e)
     # torchao's rowwise recipe (config.py ROWWISE; float8_linear.py
     # matmul_with_hp_or_float8_args): each GEMM operand quantized from 16 bits along the
     # axis that GEMM reads, so an input or output gradient is cast a second time, from a
@@ -707,6 +807,8 @@ def _layer(x, c, lay):
         te_block, n_fed * (np.where(norm_fused, 0.0, 1.0) + 1.0), 0.0))
     cast_kernels_b = np.where(te, pt["kernels_b"], np.where(te_block, 2.0 * n_fed, 0.0))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
+    if hybrid:
+        kernels_f = kernels_f * n_sub / 2.0 + qm * mix[7]
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
     elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
@@ -722,6 +824,8 @@ def _layer(x, c, lay):
         ar = collective_s("allreduce", T * e * ab, t, c["nv_tp"], x)
         tp_f = 2.0 * ar
         tp_b = (2.0 + np.where(sp, 1.0, 0.0)) * ar
+        # (a hybrid block: the same per layer, one all-reduce or AG + RS pair each; a Mamba
+        # mixer's in_proj and out_proj are column- and row-parallel as attention's)
         # per-tensor fp8 with SP: Transformer Engine quantizes the norm outputs and the
         # row-parallel output gradients on the local shard and all-gathers the fp8 copies
         # (module/base.py grad_output_preprocess; distributed.py gather_along_first_dim
@@ -731,16 +835,39 @@ def _layer(x, c, lay):
             ag_lp = collective_s("allgather", T * e * VALUE_BYTES["fp8"], t, c["nv_tp"], x)
             ag = collective_s("allgather", T * e * ab, t, c["nv_tp"], x)
             rs = collective_s("reducescatter", T * e * ab, t, c["nv_tp"], x)
-            # (one fp8 gather of the two where the block's MLP is all routed experts)
-            n8 = pt["fp8_inputs"]
+            # (one fp8 gather of the two where the block's MLP is all routed experts; a
+            # hybrid block's per pair of layers)
+            n8 = pt["fp8_inputs"] * 2.0 / n_sub if hybrid else pt["fp8_inputs"]
             tp_f = np.where(pt["fp8_gather"], 2.0 * rs + n8 * ag_lp + (2.0 - n8) * ag, tp_f)
             tp_b = np.where(pt["fp8_gather"], 2.0 * rs + 2.0 * (n8 * ag_lp + (2.0 - n8) * ag),
                             tp_b)
+        # the backward's collectives that wait on nothing but their own GEMM: without SP
+        # none; with SP the row-parallel linears' output-gradient all-gathers (16-bit, or
+        # per-tensor fp8 where TE gathers the fp8 copy), one all-reduce's volume
+        bwd_sync = np.where(sp, ar, 0.0)
+        if np.any(pt["fp8_gather"]):
+            bwd_sync = np.where(pt["fp8_gather"], n8 * ag_lp + (2.0 - n8) * ag, bwd_sync)
+        if hybrid:
+            tp_f, tp_b = tp_f * n_sub / 2.0, tp_b * n_sub / 2.0
+            bwd_sync = bwd_sync * n_sub / 2.0
         overlap = c["tp_overlap"] > 0
         tp_f_exp = np.where(overlap, np.maximum(tp_f - gemm_f, 0)
                             + TP_OVERLAP_RESIDUAL * tp_f, tp_f)
+        # without userbuffers overlap, Transformer Engine's column-parallel linears
+        # (QKV, fc1, a Mamba in_proj) launch their backward collectives asynchronously: the
+        # input's re-gather (SP) behind the dgrad GEMM, the dgrad reduce-scatter (SP) or
+        # all-reduce behind the wgrad GEMM (transformer_engine/pytorch/module/linear.py
+        # _Linear backward, gather_along_first_dim / reduce_scatter_along_first_dim /
+        # allreduce with async_op=True, @d0067d0 L979 - 1000, L1115 - 1135); the rest waits.
+        # Without SP only the dgrad all-reduce, behind the wgrad GEMM: half the backward
+        bwd_alone = tp_b
+        if np.any(x["tp_async_bwd"] > 0):
+            col_b = (gemm_b_each[0] + gemm_b_each[2] + (gemm_b_each[4] if hybrid else 0.0)) \
+                * np.where(sp, 1.0, 0.5)
+            bwd_alone = np.where(x["tp_async_bwd"] > 0, bwd_sync + np.maximum(
+                tp_b - bwd_sync - col_b, 0.0), tp_b)
         tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
-                            + TP_OVERLAP_RESIDUAL * tp_b, tp_b)
+                            + TP_OVERLAP_RESIDUAL * tp_b, bwd_alone)
         # current scaling's amax all-reduces over the TP group (one fp32 each, blocking:
         # quantizer.cpp quantize_with_amax) are latency, never hidden
         if np.any(pt["amax_reduces_f"] > 0):
@@ -764,9 +891,14 @@ def _layer(x, c, lay):
     cp_b_exp = np.where(split, np.where(lay["kv_allgather"], ag + rs, ring_b_exp), 0.0)
     fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp
     bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
+    ssm_f = ssm_b = ssm_flops = 0.0
+    if hybrid:  # (hybrid candidates have cp = 1: candidates._degree_combos)
+        ssm_f, ssm_b, ssm_flops = qm * mix[3], qm * mix[4], qm * mix[5]
+        fwd, bwd = fwd + ssm_f, bwd + ssm_b
     # activation recompute adds forward work to the backward pass (K22 section 5)
     r = c["recompute"]
-    core_recompute = np.where(flash, fa_f, mat_core_f)
+    core_recompute = qa * np.where(flash, fa_f, mat_core_f) if hybrid \
+        else np.where(flash, fa_f, mat_core_f)
     extra = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL, r == Recompute.OP_SAC],
                       [core_recompute, fwd, elem_f + op_sac_gemm], 0.0)
     # recompute_modules on top of the policy: the two norms, MLA's up-projections
@@ -780,15 +912,22 @@ def _layer(x, c, lay):
                             [np.where(flash, attn_flops, attn_flops / 2.0),  # (as timed:
                              # the whole flash forward, or the score GEMM and softmax)
                              gemm_flops + attn_flops, op_sac_flops], 0.0)
-    return {"fwd": fwd, "bwd": bwd, "recompute_full": fwd, "recompute_other": extra,
-            "gemm_f_each": gemm_each, "gemm_b_each": gemm_b_each, "attn_f": attn_f,
-            "attn_b": attn_b,
-            "compute_f": gemm_f + attn_f, "compute_b": gemm_b + attn_b,
-            "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
-            "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
-            "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
-            "recompute_flops": extra_flops,
-            "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
+    out = {"fwd": fwd, "bwd": bwd, "recompute_full": fwd, "recompute_other": extra,
+           "gemm_f_each": gemm_each, "gemm_b_each": gemm_b_each, "attn_f": attn_f,
+           "attn_b": attn_b,
+           "compute_f": gemm_f + attn_f, "compute_b": gemm_b + attn_b,
+           "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
+           "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
+           "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
+           "recompute_flops": extra_flops, "mlp_flops_f": flops_each[2] + flops_each[3],
+           "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
+    if hybrid:
+        out.update(ssm_f=ssm_f, ssm_b=ssm_b, compute_f=out["compute_f"] + ssm_f,
+                   compute_b=out["compute_b"] + ssm_b, flops_f=out["flops_f"] + ssm_flops,
+                   flops_b=out["flops_b"] + SSD_BWD_FACTOR * ssm_flops,
+                   recompute_flops=np.where(c["recompute"] == Recompute.FULL,
+                                            extra_flops + ssm_flops, extra_flops))
+    return out
 
 
 # ------------------------------------------------------------------------------ the step
@@ -925,17 +1064,24 @@ def _moe_block(x, c, lay, r):
         flops_b=lay["flops_b"] + r["flops_b"], routed_gemm_f=r["gemm_f"],
         routed_gemm_b=r["gemm_b"], permute_f=r["permute_f"], permute_b=r["permute_b"],
         expert_act_f=r["act_f"], expert_act_b=r["act_b"],
-        act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0, r["acts"]),
+        # (recompute_moe: the routed experts' tensors are recomputed from the layer input)
+        act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0,
+                                              r["acts"] * (1.0 - x["rc_moe"])),
         act_none=lay["act_none"] + r["acts"],
         # full recompute re-runs the whole block's forward: router, dispatch, experts and
         # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
         # included: transformer_block.py _checkpointed_forward); otherwise
         # recompute_moe_act re-runs the experts' activation function (recompute_modules
-        # moe_act)
+        # moe_act), recompute_moe the whole MoE layer: router, dispatch, routed and shared
+        # experts, combine (recompute_modules moe: MoELayer checkpointed,
+        # transformer_layer.py)
         recompute_other=np.where(policy == Recompute.FULL, fwd, lay["recompute_other"]
-                                 + x["rc_moe_act"] * r["act_f"]),
+                                 + x["rc_moe_act"] * r["act_f"] + x["rc_moe"] * (
+                                     lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
+                                     + lay["gemm_f_each"][2] + lay["gemm_f_each"][3])),
         recompute_flops=np.where(policy == Recompute.FULL, lay["flops_f"] + r["flops_f"],
-                                 lay["recompute_flops"]))
+                                 lay["recompute_flops"] + x["rc_moe"] * (
+                                     r["flops_f"] + lay["mlp_flops_f"])))
     return out
 
 
@@ -1031,6 +1177,18 @@ def _params_per_layer(x, t):
     gemm = x["p_attn_tp"] + e * f_up + f * e
     biases = x["bias"] * (x["w_qkv"] + np.where(f > 0, f_up, 0.0))
     norms = 2.0 * e * (2.0 - x["rmsnorm"]) + x["bias"] * 2 * e
+    if _hybrid(x):
+        # a hybrid block: n_attn attention and n_mamba Mamba-2 layers, a pre-norm each
+        # (Job.mamba_params: in_proj, convolution, A_log, D, dt_bias, gated norm, out_proj;
+        # all split over TP with the heads and groups)
+        qa, qm = x["n_attn"], x["n_mamba"]
+        d_in, gn, heads = x["m_inner"], x["m_gn"], x["m_heads"]
+        mamba = e * (2.0 * d_in + 2.0 * gn + heads) + (d_in + 2.0 * gn) * (x["m_conv"] + 1.0) \
+            + 3.0 * heads + d_in + d_in * e
+        gemm = qa * x["p_attn_tp"] + e * f_up + f * e + qm * mamba
+        biases = x["bias"] * (qa * x["w_qkv"] + np.where(f > 0, f_up, 0.0))
+        norms = (qa + qm + 1.0) * (e * (2.0 - x["rmsnorm"]) + x["bias"] * e)
+        return (gemm + biases) / t, norms + qa * x["p_attn_rep"]
     return (gemm + biases) / t, norms + x["p_attn_rep"]
 
 
@@ -1038,6 +1196,11 @@ def _tensors_per_layer(x):
     """Parameter tensors of one block: four (SwiGLU: five) weight matrices, their biases,
     two norms (weight, and bias for LayerNorm)."""
     mats = 4.0 + x["swiglu"]
+    if _hybrid(x):  # (a Mamba-2 layer: in_proj, conv weight and bias, A_log, D, dt_bias,
+        # gated norm, out_proj)
+        qa, qm = x["n_attn"], x["n_mamba"]
+        return (2.0 * qa + 2.0 + x["swiglu"]) * (1.0 + x["bias"]) + 8.0 * qm \
+            + (qa + qm + 1.0) * (2.0 - x["rmsnorm"])
     return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
 
 
@@ -1595,9 +1758,12 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
         other = moe_lay[key] if i is None else moe_lay[key][i]
         return dense_reps * dense + moe_reps * other
 
-    names = ("QKV projection", "attention output projection", "MLP up (and gate)", "MLP down")
-    for i, name in enumerate(names):
+    names = ("QKV projection", "attention output projection", "MLP up (and gate)", "MLP down",
+             "Mamba in_proj", "Mamba out_proj")
+    for i, name in enumerate(names[:len(lay["gemm_f_each"])]):
         add(name, both("gemm_f_each", i) + bwd * both("gemm_b_each", i))
+    if "ssm_f" in lay:
+        add("Mamba convolution and SSD scan", both("ssm_f") + bwd * both("ssm_b"))
     if moe_on:
         for name, key, kind in (("MoE router", "router", "compute_s"),
                                 ("MoE token permute / unpermute", "permute", "memory_s"),
@@ -1670,6 +1836,24 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     op_sac = checkpoint + q_v + T * x["w_o"] / t * ab \
         + np.where(flash, batch * (s / cp) * 4.0, 0.0) \
         + mlp_saved
+    if _hybrid(x):
+        # a hybrid block: n_attn attention layers' tensors, each layer's norm input and
+        # output, and per Mamba-2 layer what mamba_split_conv1d_scan_combined saves (its
+        # input, the in_proj output z x B C dt, and the scan output; the convolution and
+        # chunk states are recomputed in its backward) and out_proj's input
+        qa, qm = x["n_attn"], x["n_mamba"]
+        n_sub = qa + qm + 1.0
+        d_in = x["m_inner"]
+        w_in = 2.0 * d_in + 2.0 * x["m_gn"] + x["m_heads"]
+        mamba = T * (w_in / t * ab + d_in / t * ab + d_in / t * sb)
+        full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
+            + mlp + qm * mamba
+        selective = full - qa * np.where(flash, 0.0, core)
+        # (a hybrid's layers are checkpointed one by one: every layer's input; torchtitan's
+        # per-op policy is not a hybrid stack's: all kept)
+        hybrid_row = x["hybrid"] > 0
+        checkpoint = np.where(hybrid_row, n_sub, 1.0) * Ta * e * ab
+        op_sac = np.where(hybrid_row, full, op_sac)
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 

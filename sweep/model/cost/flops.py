@@ -54,14 +54,24 @@ def _core_flops_per_token(job: Job) -> float:
 def model_flops_per_token(job: Job, training: bool = True) -> float:
     """FLOPs per token of one iteration (3 x forward when training)."""
     moe_layers = job.moe_layers
-    dense_layers = job.n_layers - moe_layers
+    dense_layers = job.blocks - moe_layers
     last_is_moe = job.last_layer_is_moe
     mtp = job.mtp_layers
     moe_total = moe_layers + (mtp if last_is_moe else 0)
     dense_total = dense_layers + (0 if last_is_moe else mtp)
     fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
                  + moe_total * matmul_params_per_layer(job, moe=True))
-    fwd += (job.n_layers + mtp) * _core_flops_per_token(job)
+    fwd += (job.attention_layers + mtp) * _core_flops_per_token(job)
+    if job.is_hybrid:
+        # a hybrid's FFN layers hold no attention, its attention layers stand alone
+        # (counted above as blocks); a Mamba-2 layer as Megatron-Bridge counts it
+        # (training/utils/flop_utils.py, hybrid models): in_proj 2 h (2 d_in + 2 G N +
+        # heads), the scan 7 d_in N, out_proj 2 d_in h - with the mixer's own d_in, where
+        # Megatron-Bridge's formula takes d_in = 2 h
+        d_in, gn = job.mamba_inner, job.mamba_groups * job.mamba_state
+        fwd += 2.0 * (job.attention_layers - job.blocks) * job.attention_params()
+        fwd += job.mamba_layers * (2.0 * job.hidden * (2 * d_in + 2 * gn + job.mamba_heads)
+                                   + 7.0 * d_in * job.mamba_state + 2.0 * d_in * job.hidden)
     fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
     fwd += 2.0 * job.hidden * job.vocab * (1 + mtp)  # LM head(s)
     return (3.0 if training else 1.0) * fwd
