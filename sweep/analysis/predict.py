@@ -174,11 +174,10 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),
         (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
-        (cp == 1 or not job.is_hybrid, "a hybrid Mamba-2 model runs cp = 1 (context "
-                                       "parallelism of its Mamba layers is not modelled)"),
+        (cp == 1 or not job.is_hybrid,
+         "a hybrid Mamba-2 model runs cp = 1 (Mamba context parallelism is not modelled)"),
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
-         f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} "
-         f"groups"),
+         f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} groups"),
         (last_stage_layers(job, pp) >= 1,
          f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
          f" / {pp}) {'blocks' if job.is_hybrid else 'layers'} leave the last without one"),

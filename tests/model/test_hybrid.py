@@ -6,8 +6,6 @@ candidate space and the refusals."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 

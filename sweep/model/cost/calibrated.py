@@ -293,7 +293,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "hybrid": float(job.is_hybrid), "tp_async_bwd": float(job.tp_async_bwd),
         "m_inner": float(job.mamba_inner), "m_heads": float(job.mamba_heads),
         "m_gn": float(job.mamba_groups * job.mamba_state), "m_state": float(job.mamba_state),
-        "m_conv": float(job.mamba_conv),
+        # one Mamba-2 mixer's weights without its layer's pre-norm (Job.mamba_params)
+        "p_mamba": float(job.mamba_params() - (2 if job.norm == "layernorm" else 1)
+                         * job.hidden if job.mamba_layers else 0),
         # mixture of experts (n_experts = 0: dense)
         "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
         "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
@@ -556,9 +558,11 @@ def _hybrid(x) -> bool:
 
 def _mamba_mixer(x, T, t, peak, eff):
     """One Mamba-2 mixer layer per micro-batch on T tokens of a TP rank, without its pre-norm
-    and residual (counted with the block's, _layer): (forward GEMM times [in_proj,
-    out_proj], their backward times, their FLOPs, scan forward and backward time, scan
-    FLOPs, forward elementwise bytes, forward kernels, in_proj's output width, d_inner).
+    and residual (counted with the block's, _layer): the forward and backward times and
+    FLOPs of its GEMMs [in_proj, out_proj] (``gemm_f``, ``gemm_b``, ``flops``), of its scan
+    (``scan_f``, ``scan_b``, ``scan_flops``), its forward elementwise bytes and kernels
+    (``elem_bytes``, ``kernels``) and the GEMMs' widths (``w_in``: in_proj's output,
+    ``d_in``: out_proj's input).
 
     Megatron-Core MambaMixer (megatron/core/ssm/mamba_mixer.py; Dao and Gu 2024, arXiv
     2405.21060, section 7): in_proj h -> z, x, B, C, dt (2 d_inner + 2 G N + heads),
@@ -589,7 +593,9 @@ def _mamba_mixer(x, T, t, peak, eff):
     scan = (3.0 * d_in + 2.0 * gn + heads) / t
     norm = 3.0 * d_in / t
     elem_f = ab * T * (conv + scan + norm)
-    return gemm_f, gemm_b, flops, scan_f, scan_b, scan_flops, elem_f, 2.0, w_in, d_in
+    return {"gemm_f": gemm_f, "gemm_b": gemm_b, "flops": flops, "scan_f": scan_f,
+            "scan_b": scan_b, "scan_flops": scan_flops, "elem_bytes": elem_f,
+            "kernels": 2.0, "w_in": w_in, "d_in": d_in}  # (kernels: convolution, gated norm)
 
 
 def _layer(x, c, lay):
@@ -656,10 +662,10 @@ def _layer(x, c, lay):
         for i in (0, 1):
             gemm_each[i], gemm_b_each[i], flops_each[i] = (
                 qa * gemm_each[i], qa * gemm_b_each[i], qa * flops_each[i])
-        gemm_each = gemm_each + [qm * g for g in mix[0]]
-        gemm_b_each = gemm_b_each + [qm * g for g in mix[1]]
-        flops_each = flops_each + [qm * v for v in mix[2]]
-        w_in_cast, w_out_cast = qa * w_qkv + qm * mix[8], qa * w_o + qm * mix[9]
+        gemm_each = gemm_each + [qm * g for g in mix["gemm_f"]]
+        gemm_b_each = gemm_b_each + [qm * g for g in mix["gemm_b"]]
+        flops_each = flops_each + [qm * v for v in mix["flops"]]
+        w_in_cast, w_out_cast = qa * w_qkv + qm * mix["w_in"], qa * w_o + qm * mix["d_in"]
     gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
     gemm_flops = sum(flops_each)
     # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
@@ -735,7 +741,7 @@ def _layer(x, c, lay):
     if hybrid:  # (norm_passes, resid_passes and dropouts: two layers' worth)
         elem_bytes_f = ab * (A * (norm_passes + resid_passes) * n_sub / 2.0 + F * act_passes
                              + qa * Q * rope_passes) + drop * n_sub * A \
-            + x["mlp_drop"] * F * (2 * ab + 1) + qm * mix[6]
+            + x["mlp_drop"] * F * (2 * ab + 1) + qm * mix["elem_bytes"]
         rope_b_extra = qa * rope_b_extra
     # fp8 / MXFP8 / NVFP4: inputs of the four GEMMs cast (read 2 B, write the low-precision
     # copies with their scales), again for their gradients. Transformer Engine's
@@ -808,7 +814,7 @@ def _layer(x, c, lay):
     cast_kernels_b = np.where(te, pt["kernels_b"], np.where(te_block, 2.0 * n_fed, 0.0))
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     if hybrid:
-        kernels_f = kernels_f * n_sub / 2.0 + qm * mix[7]
+        kernels_f = kernels_f * n_sub / 2.0 + qm * mix["kernels"]
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
     elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
@@ -893,7 +899,7 @@ def _layer(x, c, lay):
     bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
     ssm_f = ssm_b = ssm_flops = 0.0
     if hybrid:  # (hybrid candidates have cp = 1: candidates._degree_combos)
-        ssm_f, ssm_b, ssm_flops = qm * mix[3], qm * mix[4], qm * mix[5]
+        ssm_f, ssm_b, ssm_flops = qm * mix["scan_f"], qm * mix["scan_b"], qm * mix["scan_flops"]
         fwd, bwd = fwd + ssm_f, bwd + ssm_b
     # activation recompute adds forward work to the backward pass (K22 section 5)
     r = c["recompute"]
@@ -1182,10 +1188,7 @@ def _params_per_layer(x, t):
         # (Job.mamba_params: in_proj, convolution, A_log, D, dt_bias, gated norm, out_proj;
         # all split over TP with the heads and groups)
         qa, qm = x["n_attn"], x["n_mamba"]
-        d_in, gn, heads = x["m_inner"], x["m_gn"], x["m_heads"]
-        mamba = e * (2.0 * d_in + 2.0 * gn + heads) + (d_in + 2.0 * gn) * (x["m_conv"] + 1.0) \
-            + 3.0 * heads + d_in + d_in * e
-        gemm = qa * x["p_attn_tp"] + e * f_up + f * e + qm * mamba
+        gemm = qa * x["p_attn_tp"] + e * f_up + f * e + qm * x["p_mamba"]
         biases = x["bias"] * (qa * x["w_qkv"] + np.where(f > 0, f_up, 0.0))
         norms = (qa + qm + 1.0) * (e * (2.0 - x["rmsnorm"]) + x["bias"] * e)
         return (gemm + biases) / t, norms + qa * x["p_attn_rep"]
