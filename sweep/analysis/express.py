@@ -109,7 +109,10 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: gradients reduced in fp32 (recipes/deepseek.py; scripts/performance/utils.py turns it off
 #: for fp8). dgxc-benchmarking's Nemotron-H 56B (v25.05.04 nemotronh/launch.sh L70 - 121, the
 #: same NeMo) runs scripts/performance/llm/pretrain_nemotronh_56b.py, whose recipe has no
-#: comm-overlap callback (L150 - 152) and no recompute. Megatron-Bridge's FP8-CS Llama runs on GB200 / GB300 with Megatron FSDP offload
+#: comm-overlap callback (L150 - 152) and no recompute, in fp8 with NeMo's default "ds" recipe
+#: (scripts/performance/utils.py L426 - 437: bf16_with_fp8_mixed, whose
+#: recipes/precision/mixed_precision.py L56 - 71 sets fp8_param_gather). Megatron-Bridge's
+#: FP8-CS Llama runs on GB200 / GB300 with Megatron FSDP offload
 #: activations to the Grace host (cpu_offloading_num_layers), which the table leaves out and
 #: the rows' batch size kept the matcher from finding (the layout is the config's; the batch
 #: only sets the micro-batch count): 25.09 (v0.1.0rc4 scripts/performance/configs/llama3/
@@ -132,7 +135,7 @@ RELEASE_RUNS = [
      "token-drop; w/ MTP; TP comm overlap disabled; grad_reduce_in_fp32=True; " + UNEVEN_64
      + "; " + UNFUSED_MLA, "selective"),
     (r"^NVIDIA dgxc-benchmarking", r"\(NeMo 25\.04\)", r"^Nemotron-H-56B$", r"^H100$", r"^FP8$",
-     "TP comm overlap disabled", "none"),
+     "TP comm overlap disabled; fp8_param_gather=True", "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.(09|11) ", r"^Llama3-70B$", r"^GB200$",
      r"^FP8-CS", "use_megatron_fsdp=True; cpu_offloading_num_layers=40", "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.11 ", r"^Llama3-70B$", r"^GB300$",
@@ -472,7 +475,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         buffers_GiB=stack.buffers_GiB,
         zero3_live_params=stack.zero3_live_params, grad_bucket_params=stack.grad_bucket_params,
         fused_loss=stack.fused_loss or compiled_loss,
-        lp_params=stack.lp_params, lp_saved_inputs=stack.lp_saved_inputs,
+        lp_params=stack.lp_params or bool(re.search(r"fp8_param_gather\s*=\s*true", flags)),
+        lp_saved_inputs=stack.lp_saved_inputs,
         lp_norm_cast=stack.lp_norm_cast, tp_async_bwd=stack.tp_async_bwd,
         fp8_scaling=("rowwise" if run.precision == "fp8-rowwise" else
                      "blockwise" if run.precision == "fp8-blockwise" else

@@ -819,6 +819,10 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
                 panels = summa_nb_options(tp, second, e) if tp * second > 1 else [1]
             for pp in _divisors_tuple(n // (tp * second)):
                 dp = n // (tp * second * pp)
+                # a hybrid's stages split its pattern's layers evenly (Megatron-Core
+                # hybrid_layer_allocation: the pattern's length a multiple of pp)
+                if job.is_hybrid and job.n_layers % pp:
+                    continue
                 if B % dp == 0 and last_stage_layers(job, pp) >= 1:
                     rows.extend((tp, second, pp, dp, nb) for nb in panels)
     return rows
@@ -873,10 +877,15 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         # (Megatron-Core's pipeline_model_parallel_layout places any layer count per
         # virtual stage, e.g. DeepSeek-V3's 61 layers on 4 x 4 virtual stages of 4 and a
         # last one of 1 in Megatron-Bridge's recipes)
-        vpps = list(_divisors_tuple(stage)) if pp > 1 and job.training else [1]
+        # (a hybrid pattern without stage separators is not interleaved: Megatron-Core
+        # hybrid_layer_allocation select_pipeline_segment)
+        vpps = list(_divisors_tuple(stage)) if pp > 1 and job.training \
+            and not job.is_hybrid else [1]
         policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
         if job.training:
-            policies += [(Recompute.SELECTIVE, 0), (Recompute.OP_SAC, 0), (Recompute.FULL, 0)]
+            # (torchtitan's per-op policy is not a hybrid stack's)
+            policies += [(Recompute.SELECTIVE, 0)] + ([] if job.is_hybrid else [
+                (Recompute.OP_SAC, 0)]) + [(Recompute.FULL, 0)]
             policies += [(Recompute.FIRST_K, k) for k in first_k_layers(stage)]
         pol = np.array(policies, dtype=np.int64)
         for v in vpps:

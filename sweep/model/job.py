@@ -344,14 +344,15 @@ class Job:
         """Weights of one Mamba-2 mixer layer (Megatron-Core mamba_mixer.py MambaMixer):
         in_proj h -> (z, x, B, C, dt) = 2 d_inner + 2 G N + heads, the depthwise causal
         convolution over x, B, C (weight d_conv wide, and a bias), A_log, D and dt_bias per
-        head, the gated RMSNorm over d_inner, out_proj d_inner -> h; and the layer's
-        pre-norm."""
+        head, the gated RMSNorm over d_inner, out_proj d_inner -> h (with biases, their
+        biases); and the layer's pre-norm."""
         e, d_in = self.hidden, self.mamba_inner
         gn = self.mamba_groups * self.mamba_state
+        w_in = 2 * d_in + 2 * gn + self.mamba_heads
         conv = (d_in + 2 * gn) * (self.mamba_conv + 1)
         pre_norm = (2 if self.norm == "layernorm" else 1) * e
-        return (e * (2 * d_in + 2 * gn + self.mamba_heads) + conv + 3 * self.mamba_heads
-                + d_in + d_in * e + pre_norm)
+        biases = (w_in + e) if self.bias else 0  # (in_proj's and out_proj's)
+        return e * w_in + conv + 3 * self.mamba_heads + d_in + d_in * e + pre_norm + biases
 
     @property
     def is_moe(self) -> bool:
@@ -665,6 +666,8 @@ def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str
         del raw["head_dim"]
     if "n_kv_heads" not in overrides and "n_heads" in overrides and job.n_kv_heads == job.n_heads:
         del raw["n_kv_heads"]
+    if "n_layers" not in overrides and "hybrid_pattern" in overrides:
+        del raw["n_layers"]  # (a hybrid's layer count is its pattern's length)
     raw.update(overrides)
     try:
         return parse_job(raw, source, job.name)

@@ -443,20 +443,22 @@ def test_tensor_parallel_all_reduces_per_layer():
 
 def test_te_backward_collectives_hide_behind_the_column_parallel_gemms():
     """Transformer Engine's column-parallel linears (QKV, fc1) launch their backward
-    collectives asynchronously: with SP the input re-gather behind the dgrad GEMM and the
-    dgrad reduce-scatter behind the wgrad GEMM, so of the backward's three all-reduce volumes
-    only the row-parallel gradients' gathers (one) wait, plus what outlasts those GEMMs;
-    without SP the dgrad all-reduces behind the wgrad GEMMs (half their backward)."""
+    collectives asynchronously: with SP the input re-gathers behind the dgrad GEMMs and the
+    dgrad reduce-scatters behind the wgrad GEMMs (each half of the two linears' backward), so
+    of the backward's three all-reduce volumes only the row-parallel gradients' gathers (one)
+    wait, plus what outlasts those GEMMs; without SP the dgrad all-reduces (two volumes)
+    behind the wgrad GEMMs."""
     job = dataclasses.replace(TINY, tp_async_bwd=True)
     ar = 2 * 1 / 2 * 2 * TE / 100e9 + 2 * 1 * 1e-6
     T, e, f = 1024, 1024, 4096
     x = ctx(job)
-    # dgrad + wgrad of QKV (3e / 2 wide) and fc1 (f / 2 wide) on one of 2 TP ranks
-    col_b = sum(2 * float(gemm_s(T, n, e, x, 100e12, 0.5)) for n in (3 * e / 2, f / 2))
-    for sp, waits, hidden_by in ((1, 1, 1.0), (0, 0, 0.5)):
+    # dgrad (= wgrad) of QKV (3e / 2 wide) and fc1 (f / 2 wide) on one of 2 TP ranks
+    half = sum(float(gemm_s(T, n, e, x, 100e12, 0.5)) for n in (3 * e / 2, f / 2))
+    sp_bwd = ar + max(ar - half, 0.0) + max(ar - half, 0.0)
+    plain_bwd = max(2 * ar - half, 0.0)
+    for sp, bwd in ((1, sp_bwd), (0, plain_bwd)):
         r = run(job, tp=2, sp=sp)
-        want = 2 * ar + waits * ar + max((2.0) * ar - hidden_by * col_b, 0.0)
-        assert r["t_tp_comm_s"] == pytest.approx(8 * 2 * want, rel=1e-9)
+        assert r["t_tp_comm_s"] == pytest.approx(8 * 2 * (2 * ar + bwd), rel=1e-9)
         assert r["t_tp_comm_s"] < run(tp=2, sp=sp)["t_tp_comm_s"]
     # userbuffers overlap replaces it
     assert run(job, tp=2, sp=1, tp_overlap=1)["t_tp_comm_s"] == \

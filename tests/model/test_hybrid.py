@@ -6,6 +6,8 @@ candidate space and the refusals."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -156,13 +158,51 @@ def test_the_op_table_names_the_mamba_ops_and_adds_up():
 
 # ------------------------------------------------------------------------------ search
 
-def test_candidates_split_mamba_heads_and_groups_and_keep_cp_one():
-    j = job("M-*-M-", mamba_groups=2)
-    space = enumerate_calibrated(j, 16, 8)
-    base = space.base
+def test_candidates_follow_megatrons_hybrid_rules():
+    # TP splits the Mamba heads and groups; no context parallelism (not modelled); stages
+    # split the pattern's layers evenly, without interleaving (Megatron-Core
+    # hybrid_layer_allocation); no torchtitan per-op recompute
+    j = job("M-*-M-", mamba_groups=2, global_batch=64)
+    base = enumerate_calibrated(j, 16, 8).base
     assert set(np.unique(base["cp"]).tolist()) == {1}
     assert set(np.unique(base["tp"]).tolist()) <= {1, 2}  # 2 groups; 4 heads of attention
+    assert set(np.unique(base["pp"]).tolist()) == {1, 2}  # 6 layers: not 4, 8 or 16
+    assert set(np.unique(base["vpp"]).tolist()) == {1}
+    assert 4 not in set(np.unique(base["recompute"]).tolist())
     assert unmodelled(j, "nersc2024") is not None and unmodelled(j) is None
+
+
+def test_a_shipped_hybrid_takes_another_pattern_by_override():
+    from sweep.model.job import override_job
+    j = override_job(load_job("nemotron_h_56b"), {"hybrid_pattern": "M-M-*-"}, "spec.yaml")
+    assert (j.n_layers, j.blocks, j.mamba_layers) == (6, 3, 2)
+    with pytest.raises(SpecError, match="n_layers: 7, but hybrid_pattern has 6 layers"):
+        override_job(load_job("nemotron_h_56b"), {"hybrid_pattern": "M-M-*-", "n_layers": 7},
+                     "spec.yaml")
+
+
+def test_recompute_moe_keeps_none_of_the_moe_layers_tensors():
+    # Megatron's recompute_modules 'moe' re-runs the MoE layer, shared expert included, from
+    # its input: none of its routed or shared tensors kept, their forward run again
+    nano = load_job("nemotron_3_nano")
+    c = candidate_block(1, ep=8, mbs=1)
+    c["dp"] = np.array([8])
+    b200 = load_hardware("B200")
+    plain = calibrated.evaluate(calibrated.make_context(nano, b200, b200.calibration), c)
+    again = dataclasses.replace(nano, recompute_moe=True)
+    rc = calibrated.evaluate(calibrated.make_context(again, b200, b200.calibration), c)
+    x = calibrated.make_context(nano, b200, b200.calibration)
+    lay, routed = calibrated.layer_terms(x, c)
+    shared = {k[len("shared:"):]: v for k, v in lay.items() if k.startswith("shared:")}
+    def kept(f):  # one block's tensors with a shared expert of width f, 8192 tokens
+        return float(calibrated._activation_bytes_per_layer(dict(x, f=f), 8192.0, 8192.0, 1.0,
+                                                            False, 1.0, 0))
+
+    per_block = float(routed["acts"][0]) + kept(x["fs"]) - kept(0.0)
+    assert shared["act_layer"][0] > 0
+    assert float(plain["mem_activations_bytes"][0] - rc["mem_activations_bytes"][0]) == \
+        pytest.approx(23 * per_block, rel=1e-9)
+    assert rc["step_time_s"][0] > plain["step_time_s"][0]
 
 
 def test_a_block_beside_a_hybrid_row_is_unchanged():

@@ -864,14 +864,18 @@ def _layer(x, c, lay):
         # input's re-gather (SP) behind the dgrad GEMM, the dgrad reduce-scatter (SP) or
         # all-reduce behind the wgrad GEMM (transformer_engine/pytorch/module/linear.py
         # _Linear backward, gather_along_first_dim / reduce_scatter_along_first_dim /
-        # allreduce with async_op=True, @d0067d0 L979 - 1000, L1115 - 1135); the rest waits.
-        # Without SP only the dgrad all-reduce, behind the wgrad GEMM: half the backward
+        # allreduce with async_op=True, @d0067d0 L979 - 1000, L1115 - 1135); the rest waits
+        # (with SP the re-gathers move what the row-parallel gathers do, bwd_sync; the
+        # reduce-scatters the rest); dgrad and wgrad of a GEMM are equal halves of its
+        # backward
         bwd_alone = tp_b
         if np.any(x["tp_async_bwd"] > 0):
-            col_b = (gemm_b_each[0] + gemm_b_each[2] + (gemm_b_each[4] if hybrid else 0.0)) \
-                * np.where(sp, 1.0, 0.5)
-            bwd_alone = np.where(x["tp_async_bwd"] > 0, bwd_sync + np.maximum(
-                tp_b - bwd_sync - col_b, 0.0), tp_b)
+            half_b = (gemm_b_each[0] + gemm_b_each[2] + (gemm_b_each[4] if hybrid else 0.0)) / 2.0
+            regather = np.where(sp, bwd_sync, 0.0)
+            reduce = tp_b - bwd_sync - regather
+            bwd_alone = np.where(x["tp_async_bwd"] > 0, bwd_sync
+                                 + np.maximum(regather - half_b, 0.0)
+                                 + np.maximum(reduce - half_b, 0.0), tp_b)
         tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
                             + TP_OVERLAP_RESIDUAL * tp_b, bwd_alone)
         # current scaling's amax all-reduces over the TP group (one fp32 each, blocking:
@@ -1039,8 +1043,14 @@ def _shared_block(x, c, lo):
     lay = _layer(xs, c, lo)
     router_f, router_b = moe.router_s(x, Ta)
     policy = as_array(c["recompute"])
+    # the shared expert's own tensors (recompute_moe re-runs them): what its MLP adds
+    shared_mlp = 0.0
+    if np.any(x["rc_moe"] > 0):
+        shared_mlp = _activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE) \
+            - _activation_bytes_per_layer(dict(xs, f=0.0), T, Ta, t, sp, q_split,
+                                          Recompute.NONE)
     lay.update(
-        router_f=router_f, router_b=router_b,
+        router_f=router_f, router_b=router_b, act_shared_mlp=shared_mlp,
         act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
         act_none=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE),
         act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL))
@@ -1071,8 +1081,10 @@ def _moe_block(x, c, lay, r):
         routed_gemm_b=r["gemm_b"], permute_f=r["permute_f"], permute_b=r["permute_b"],
         expert_act_f=r["act_f"], expert_act_b=r["act_b"],
         # (recompute_moe: the routed experts' tensors are recomputed from the layer input)
+        # and the shared expert's: the whole MoE layer is re-run from its input
         act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0,
-                                              r["acts"] * (1.0 - x["rc_moe"])),
+                                              r["acts"] * (1.0 - x["rc_moe"])
+                                              - x["rc_moe"] * lay["act_shared_mlp"]),
         act_none=lay["act_none"] + r["acts"],
         # full recompute re-runs the whole block's forward: router, dispatch, experts and
         # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
@@ -1082,7 +1094,8 @@ def _moe_block(x, c, lay, r):
         # experts, combine (recompute_modules moe: MoELayer checkpointed,
         # transformer_layer.py)
         recompute_other=np.where(policy == Recompute.FULL, fwd, lay["recompute_other"]
-                                 + x["rc_moe_act"] * r["act_f"] + x["rc_moe"] * (
+                                 + x["rc_moe_act"] * (1.0 - x["rc_moe"]) * r["act_f"]
+                                 + x["rc_moe"] * (
                                      lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
                                      + lay["gemm_f_each"][2] + lay["gemm_f_each"][3])),
         recompute_flops=np.where(policy == Recompute.FULL, lay["flops_f"] + r["flops_f"],
@@ -1202,7 +1215,7 @@ def _tensors_per_layer(x):
     if _hybrid(x):  # (a Mamba-2 layer: in_proj, conv weight and bias, A_log, D, dt_bias,
         # gated norm, out_proj)
         qa, qm = x["n_attn"], x["n_mamba"]
-        return (2.0 * qa + 2.0 + x["swiglu"]) * (1.0 + x["bias"]) + 8.0 * qm \
+        return (2.0 * qa + 2.0 + x["swiglu"]) * (1.0 + x["bias"]) + (8.0 + 2.0 * x["bias"]) * qm \
             + (qa + qm + 1.0) * (2.0 - x["rmsnorm"])
     return mats * (1.0 + x["bias"]) + 2.0 * (2.0 - x["rmsnorm"])
 
@@ -1841,14 +1854,15 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         + mlp_saved
     if _hybrid(x):
         # a hybrid block: n_attn attention layers' tensors, each layer's norm input and
-        # output, and per Mamba-2 layer what mamba_split_conv1d_scan_combined saves (its
-        # input, the in_proj output z x B C dt, and the scan output; the convolution and
-        # chunk states are recomputed in its backward) and out_proj's input
+        # output, and per Mamba-2 layer what mamba_split_conv1d_scan_combined saves (the
+        # in_proj output z x B C dt and the scan output; the convolution and chunk states
+        # are recomputed in its backward: ssd_combined.py), the gated RMSNorm's input
+        # (layernorm_gated.py LayerNormFn) and out_proj's input
         qa, qm = x["n_attn"], x["n_mamba"]
         n_sub = qa + qm + 1.0
         d_in = x["m_inner"]
         w_in = 2.0 * d_in + 2.0 * x["m_gn"] + x["m_heads"]
-        mamba = T * (w_in / t * ab + d_in / t * ab + d_in / t * sb)
+        mamba = T * (w_in / t * ab + 2.0 * d_in / t * ab + d_in / t * sb)
         full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
             + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
