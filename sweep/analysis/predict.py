@@ -177,8 +177,7 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (cp == 1 or not job.is_hybrid,
          "a hybrid Mamba-2 model runs cp = 1 (Mamba context parallelism is not modelled)"),
         (not job.is_hybrid or (job.n_layers % pp == 0 and vpp == 1 and rec != 4),
-         f"a hybrid model's pp must divide its {job.n_layers} pattern layers, with vpp = 1 "
-         f"and no per-op recompute (4)"),
+         f"a hybrid's pp divides its {job.n_layers} layers; vpp 1, no per-op recompute (4)"),
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
          f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} groups"),
         (last_stage_layers(job, pp) >= 1,
