@@ -20,6 +20,7 @@ from ..model.candidates import (
     enumerate_space,
     first_k_layers,
     last_stage_layers,
+    mamba_cp_ok,
     summa_models,
 )
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
@@ -174,8 +175,9 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),
         (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
-        (cp == 1 or not job.is_hybrid,
-         "a hybrid Mamba-2 model runs cp = 1 (Mamba context parallelism is not modelled)"),
+        (mamba_cp_ok(job, tp, cp),
+         f"cp = {cp} must divide the {job.mamba_heads // max(tp, 1)} Mamba heads of a TP rank "
+         f"and divide or be a multiple of its groups"),
         (not job.is_hybrid or (job.n_layers % pp == 0 and vpp == 1 and rec != 4),
          f"a hybrid's pp divides its {job.n_layers} layers; vpp 1, no per-op recompute (4)"),
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),

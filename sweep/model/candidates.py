@@ -28,7 +28,7 @@ __all__ = ["CandidateSpace", "InnerAxis", "to_records", "enumerate_space", "divi
            "ordered_factorizations", "enumerate_nersc", "enumerate_calibrated",
            "last_stage_layers", "stage_layers", "FIRST_K_FRACTIONS", "first_k_layers",
            "summa_nb_options", "NERSC_STRATEGIES", "NERSC_FIELDS", "summa_models",
-           "block_kind"]
+           "block_kind", "mamba_cp_ok"]
 
 NERSC_STRATEGIES = ("1d", "2d", "2d-seqp")
 _NV_DEGREE = {"nv_tp": "tp", "nv_tp2": "tp2", "nv_cp": "cp", "nv_dp": "dp", "nv_pp": "pp"}
@@ -801,9 +801,10 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
         if job.mamba_layers and (job.mamba_heads % tp or job.mamba_groups % tp):
             continue
         for second in _divisors_tuple(n // tp):
-            # (a hybrid's Mamba layers under context parallelism, Megatron-Core's all-to-alls
-            # to head shards, are not modelled: cp = 1)
-            if job.is_hybrid and second > 1 and strategy == "1d":
+            # a Mamba-2 layer under context parallelism holds a head shard of the whole
+            # sequence: cp divides its heads on the TP rank, and its groups there or cp
+            # theirs (Megatron-Core mamba_context_parallel.py)
+            if strategy == "1d" and second > 1 and not mamba_cp_ok(job, tp, second):
                 continue
             if strategy == "1d":
                 # ring attention splits each sequence into 2 cp load-balanced chunks
@@ -826,6 +827,18 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
                 if B % dp == 0 and last_stage_layers(job, pp) >= 1:
                     rows.extend((tp, second, pp, dp, nb) for nb in panels)
     return rows
+
+
+def mamba_cp_ok(job: Job, tp: int, cp: int) -> bool:
+    """Whether a job's Mamba-2 layers split over cp context-parallel ranks at tensor
+    parallelism tp (Megatron-LM d98e8a6 megatron/core/ssm/mamba_context_parallel.py L106 -
+    133: the TP rank's heads a multiple of cp; its groups a multiple or a divisor of cp)."""
+    if not job.mamba_layers or cp == 1:
+        return True
+    heads, groups = job.mamba_heads // tp, job.mamba_groups // tp
+    if not groups:  # (tp does not divide the groups: the TP rule's to say)
+        return True
+    return heads % cp == 0 and (groups % cp == 0 or cp % groups == 0)
 
 
 def stage_layers(n_layers: int, pp: int, slots: bool) -> tuple[int, int, int]:

@@ -50,6 +50,7 @@ SPECS = {
     "nersc-b200-hbm-grid": ("nersc-b200-hbm-grid", (), True),
     "scale-80k-variants": ("scale-80k-variants", (), True),
     "moe-nvlink-domain-64": ("moe-nvlink-domain", ("gpus=64",), True),
+    "hybrid-long-context": ("hybrid-long-context", (), False),
 }
 
 

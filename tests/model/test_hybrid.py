@@ -159,12 +159,11 @@ def test_the_op_table_names_the_mamba_ops_and_adds_up():
 # ------------------------------------------------------------------------------ search
 
 def test_candidates_follow_megatrons_hybrid_rules():
-    # TP splits the Mamba heads and groups; no context parallelism (not modelled); stages
-    # split the pattern's layers evenly, without interleaving (Megatron-Core
-    # hybrid_layer_allocation); no torchtitan per-op recompute
+    # TP splits the Mamba heads and groups; stages split the pattern's layers evenly,
+    # without interleaving (Megatron-Core hybrid_layer_allocation); no torchtitan per-op
+    # recompute
     j = job("M-*-M-", mamba_groups=2, global_batch=64)
     base = enumerate_calibrated(j, 16, 8).base
-    assert set(np.unique(base["cp"]).tolist()) == {1}
     assert set(np.unique(base["tp"]).tolist()) <= {1, 2}  # 2 groups; 4 heads of attention
     assert set(np.unique(base["pp"]).tolist()) == {1, 2}  # 6 layers: not 4, 8 or 16
     assert set(np.unique(base["vpp"]).tolist()) == {1}
@@ -218,3 +217,34 @@ def test_a_block_beside_a_hybrid_row_is_unchanged():
         alone = calibrated.evaluate(dense, {k: v[:1] for k, v in c.items()})
         for key in ("step_time_s", "mem_bytes", "mem_activations_bytes", "hardware_flops"):
             assert both[key][0] == alone[key][0], (policy, key)
+
+
+def test_mamba_context_parallel_all_to_alls_by_hand():
+    # one Mamba-2 layer (no attention) on cp = 2 ranks of one NVLink domain: z, x, B, C, dt
+    # to head shards and the scan output back (Megatron-Core mamba_context_parallel.py),
+    # half of each tensor over NVLink at a2a_eff, six latencies, a read and a write of the
+    # tensors to undo / redo the load-balanced chunks; the same in the backward
+    j = job("M-", global_batch=2)
+    h100 = load_hardware("H100-SXM")
+    x = calibrated.make_context(j, h100, h100.calibration)
+    c = candidate_block(1, cp=2, mbs=1)
+    rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x, c)}
+    T = 512 / 2  # tokens of a rank
+    groups_sent = max(2 / 1, 2) * 16  # 2 groups of state 16, at least cp of them
+    into = T * 2 * (2 * 512 + 2 * groups_sent + 8)
+    back = T * 2 * 512
+    a2a = (into + back) / 2 / (x["nvl_Bps"] * x["a2a_eff"]) + 6 * x["nvl_lat_s"]
+    passes = 2 * (into + back) / (x["hbm_Bps"] * x["hbm_eff"]) + 6 * x["kernel_s"]
+    micro_batches = 2  # global batch 2 on dp = 1, mbs = 1
+    assert rows["CP communication (exposed)"] == pytest.approx(
+        micro_batches * 2 * (a2a + passes), rel=1e-9)
+
+
+def test_context_parallelism_of_a_hybrid_follows_its_heads_and_groups():
+    from sweep.model.candidates import mamba_cp_ok
+    j = job("M-*-M-", mamba_heads=8, mamba_groups=2)
+    assert mamba_cp_ok(j, 1, 2) and mamba_cp_ok(j, 1, 4) and mamba_cp_ok(j, 2, 4)
+    assert not mamba_cp_ok(j, 1, 16)  # 8 heads
+    assert not mamba_cp_ok(job("M-*-M-", mamba_heads=12, mamba_groups=3), 1, 2)  # 3 groups
+    space = enumerate_calibrated(job("M-*-M-", mamba_groups=2, seq_len=4096), 16, 8).base
+    assert set(np.unique(space["cp"]).tolist()) == {1, 2, 4, 8}

@@ -293,6 +293,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "hybrid": float(job.is_hybrid), "tp_async_bwd": float(job.tp_async_bwd),
         "m_inner": float(job.mamba_inner), "m_heads": float(job.mamba_heads),
         "m_gn": float(job.mamba_groups * job.mamba_state), "m_state": float(job.mamba_state),
+        "m_groups": float(job.mamba_groups),
         # one Mamba-2 mixer's weights without its layer's pre-norm (Job.mamba_params)
         "p_mamba": float(job.mamba_params() - (2 if job.norm == "layernorm" else 1)
                          * job.hidden if job.mamba_layers else 0),
@@ -709,6 +710,8 @@ def _layer(x, c, lay):
     attn_f = np.where(flash, fa_f, mat_f)
     attn_b = np.where(flash, fa_b, mat_b)
     attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
+    attn_layer_f, attn_layer_b = attn_f, attn_b  # (one attention layer's: the CP ring hides
+    # behind its own layer's attention)
     if hybrid:
         attn_f, attn_b, attn_flops = qa * attn_f, qa * attn_b, qa * attn_flops
     # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
@@ -892,19 +895,36 @@ def _layer(x, c, lay):
     kv_full = 2.0 * b * Kvl * d * s * ab
     step = p2p_s(kv_full / group, domain >= group, x)
     ring_f = (group - 1) * step
-    ring_f_exp = np.maximum(ring_f - attn_f, 0) + step
-    ring_b_exp = np.maximum(2 * ring_f - attn_b, 0) + step
+    ring_f_exp = np.maximum(ring_f - attn_layer_f, 0) + step
+    ring_b_exp = np.maximum(2 * ring_f - attn_layer_b, 0) + step
     ag = collective_s("allgather", kv_full, group, domain, x)
     rs = collective_s("reducescatter", kv_full, group, domain, x)
     split = group > 1
     cp_f_exp = np.where(split, np.where(lay["kv_allgather"], ag, ring_f_exp), 0.0)
     cp_b_exp = np.where(split, np.where(lay["kv_allgather"], ag + rs, ring_b_exp), 0.0)
-    fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp
-    bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp
     ssm_f = ssm_b = ssm_flops = 0.0
-    if hybrid:  # (hybrid candidates have cp = 1: candidates._degree_combos)
+    if hybrid:
         ssm_f, ssm_b, ssm_flops = qm * mix["scan_f"], qm * mix["scan_b"], qm * mix["scan_flops"]
-        fwd, bwd = fwd + ssm_f, bwd + ssm_b
+        # context parallelism: the block's attention layers exchange K / V as above; a
+        # Mamba-2 layer trades its sequence shard for a head shard of the whole sequence
+        # before the convolution and back after the scan, all-to-alls over the CP group
+        # (Megatron-LM d98e8a6 megatron/core/ssm/mamba_context_parallel.py: z, x, B, C, dt
+        # in, L159 - 193, the scan output out, L208; B and C repeated to cp groups when
+        # the rank holds fewer, L119 - 133), exposed, the same in the backward; each moves
+        # (cp - 1) / cp of its tensor, NVLink peers' share over NVLink (sweep.model.cost.moe
+        # a2a_s), plus a permutation of the load-balanced chunks (a read and a write)
+        groups_sent = np.maximum(x["m_groups"] / t, group) * x["m_state"]
+        into = T * ab * (2.0 * x["m_inner"] / t + 2.0 * groups_sent + x["m_heads"] / t)
+        back = T * ab * x["m_inner"] / t
+        moved = (into + back) / np.maximum(group, 1.0)
+        a2a = moe.a2a_s(moved * (np.minimum(domain, group) - 1.0),
+                        moved * np.maximum(group - domain, 0.0), group, domain, x) \
+            + 5.0 * np.where(group > domain, x["net_lat_s"], x["nvl_lat_s"])
+        mamba_cp = np.where(split, a2a + memory_s(2.0 * (into + back), x, 6.0), 0.0)
+        cp_f_exp = qa * cp_f_exp + qm * mamba_cp
+        cp_b_exp = qa * cp_b_exp + qm * mamba_cp
+    fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp + ssm_f
+    bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp + ssm_b
     # activation recompute adds forward work to the backward pass (K22 section 5)
     r = c["recompute"]
     core_recompute = qa * np.where(flash, fa_f, mat_core_f) if hybrid \
