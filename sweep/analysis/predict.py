@@ -168,6 +168,8 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
     vpp, rec, zero = cfg.get("vpp", 1), cfg.get("recompute", 0), cfg.get("zero", 0)
     ep, etp = cfg.get("ep", 1), cfg.get("etp", 1)
     group = cfg.get("shard_group", 0)
+    mamba_cp_rule = (f"cp = {cp} must divide the {job.mamba_heads // max(tp, 1)} Mamba heads "
+                     f"of a TP rank and divide or be a multiple of its groups")
     checks = [
         (dp * model == n, f"dp x tp x tp2 x cp x pp = {dp * model}, not {n} GPUs"),
         (tp2 == 1 or cp == 1, "2d (tp2 > 1) has no separate context parallelism"),
@@ -175,13 +177,11 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (Kv % tp == 0 or tp % Kv == 0, f"tp = {tp} must divide or be a multiple of the "
                                        f"{Kv} KV heads"),
         (cp == 1 or s % (2 * cp) == 0, f"2 x cp = {2 * cp} must divide the sequence ({s})"),
-        (mamba_cp_ok(job, tp, cp),
-         f"cp = {cp} must divide the {job.mamba_heads // max(tp, 1)} Mamba heads of a TP rank "
-         f"and divide or be a multiple of its groups"),
         (not job.is_hybrid or (job.n_layers % pp == 0 and vpp == 1 and rec != 4),
          f"a hybrid's pp divides its {job.n_layers} layers; vpp 1, no per-op recompute (4)"),
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
          f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} groups"),
+        (mamba_cp_ok(job, tp, cp), mamba_cp_rule),
         (last_stage_layers(job, pp) >= 1,
          f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
          f" / {pp}) {'blocks' if job.is_hybrid else 'layers'} leave the last without one"),
@@ -272,12 +272,18 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         matches += len(sub["index"])
         # the fastest that fits (ties: lowest index); if none fits, the one that needs the
         # least memory (what comes closest to running), and of those the fastest (NVLink
-        # placements need the same memory: the worst one would answer "if it fit" wrongly)
+        # placements need the same memory: the worst one would answer "if it fit" wrongly);
+        # a layout the stack cannot run (Reason.NOT_EXPRESSIBLE) only if no other matches
         pos = best_positions(metrics["samples_per_s"], metrics["feasible"], sub["index"], 1)
         if len(pos) == 0:
             mem = np.asarray(metrics["mem_bytes"], dtype=np.float64)
-            least = mem <= mem.min() * (1.0 + MEMORY_TIE)
-            pos = best_positions(metrics["samples_per_s"], least, sub["index"], 1)
+            runnable = runs(sub)
+            # (none runnable: the fastest of those that would fit, if any)
+            fits_only = np.asarray(metrics["reason"]) == Reason.NOT_EXPRESSIBLE
+            pool = runnable if runnable.any() else np.ones_like(runnable)
+            least = pool & (mem <= mem[pool].min() * (1.0 + MEMORY_TIE))
+            pos = best_positions(metrics["samples_per_s"], fits_only if not runnable.any()
+                                 and fits_only.any() else least, sub["index"], 1)
         cand = pack_results(sub, metrics, pos)[0]
         if best is None or _closer(cand, best):
             best = cand
@@ -331,12 +337,22 @@ def _matching(space, config: Mapping[str, int]):
         yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
 
 
+def runs(c) -> np.ndarray:
+    """Whether candidates (columns, or one packed row) are layouts the stack can run: not
+    TP communication overlap with the TP group across NVLink domains (the cost model's
+    Reason.NOT_EXPRESSIBLE, which an out-of-memory row reports first)."""
+    return ~((np.asarray(c["tp_overlap"]) > 0) & (np.asarray(c["nv_tp"]) < np.asarray(c["tp"])))
+
+
 def _closer(a, b) -> bool:
     """Whether candidate row ``a`` is a better answer than ``b``: one that fits before one
     that does not; among those that fit the faster, among the others the smaller (of equal
     memory, within MEMORY_TIE, the faster)."""
     if a["feasible"] != b["feasible"]:
         return bool(a["feasible"])
+    runs_a, runs_b = bool(runs(a)), bool(runs(b))
+    if runs_a != runs_b:
+        return runs_a
     if a["feasible"]:
         return bool(a["samples_per_s"] > b["samples_per_s"])
     if abs(a["mem_bytes"] - b["mem_bytes"]) <= MEMORY_TIE * min(a["mem_bytes"], b["mem_bytes"]):

@@ -9,10 +9,23 @@ import re
 import yaml
 
 from ..analysis import fmt
+from ..analysis.predict import runs
 from ..engine.catalog import check_generation, load_hardware, load_job, parse_value
 from ..errors import SweepError
 from ..model.cost import PROFILES
 from ..model.cost.calibrated import LOW_PRECISION
+from ..model.schema import Reason
+
+#: what an infeasible answer's reason code says (the fastest of the matching candidates
+#: that need the least memory, runnable ones first: analysis.predict)
+INFEASIBLE = {
+    Reason.OUT_OF_MEMORY: "out of memory (none of the matching candidates fits: of those "
+                          "needing least memory, the fastest)",
+    Reason.OFFLOAD_CAPACITY: "the offloaded state exceeds the host memory tier (none of the "
+                             "matching candidates fits)",
+    Reason.NOT_EXPRESSIBLE: "not runnable: TP communication overlap with the TP group across "
+                            "NVLink domains (Transformer Engine's userbuffers need nv_tp = tp)",
+}
 from ..model.hardware import apply_overrides
 from ..model.job import override_job
 from ._common import DEFAULT_PROFILE, gpu_count, positive_int, strict_json
@@ -168,9 +181,8 @@ def _format_prediction(p, choice: str | None = None) -> str:
         f"{fmt.gigabytes(float(r['mem_optimizer_bytes']))}, activations "
         f"{fmt.gigabytes(float(r['mem_activations_bytes']))}, other "
         f"{fmt.gigabytes(float(r['mem_other_bytes']))})   "
-        + ("feasible" if r["feasible"] else "INFEASIBLE: out of memory (none of the matching "
-                                              "candidates fits: of those needing least memory, "
-                                              "the fastest)"),
+        + ("feasible" if r["feasible"] else "INFEASIBLE: " + INFEASIBLE[
+            Reason.NOT_EXPRESSIBLE if not runs(r) else int(r["reason"])]),
         "",
         "time per iteration by op (each op summed over its micro-batches and the stage's layers)",
     ]

@@ -358,3 +358,25 @@ def test_predict_prints_how_context_parallelism_exchanges_k_and_v(capsys):
         assert code == 0
         lines[comm] = next(x for x in out.splitlines() if x.startswith("config:"))
     assert lines[0].endswith("cp_comm=0") and lines[1].endswith("cp_comm=1")
+
+
+def test_tp_overlap_needs_the_tp_group_inside_one_nvlink_domain(capsys):
+    """Transformer Engine's userbuffers overlap runs between the TP group's GPUs over NVLink
+    (TE issue #1071, PR #1470): a layout that pins TP across domains with the overlap is
+    not runnable (Reason.NOT_EXPRESSIBLE), the search never returns it, and predict says so;
+    left free, the placement keeps the TP pair inside a domain."""
+    argv = ("predict", "--job", "llama3_8b", "--hardware", "B200", "--gpus", "16", "--json",
+            "--config")
+    code, out, _ = run(capsys, *argv, "tp=2,sp=1,tp_overlap=1,mbs=1,nv_tp=1,nv_dp=8")
+    assert code == 0
+    row = json.loads(out)["result"]
+    assert not row["feasible"] and row["reason"] == "not_expressible"
+    code, text, _ = run(capsys, *argv[:-2], "--config",
+                        "tp=2,sp=1,tp_overlap=1,mbs=1,nv_tp=1,nv_dp=8")
+    assert "INFEASIBLE: not runnable: TP communication overlap" in text
+    code, out, _ = run(capsys, *argv, "tp=2,sp=1,tp_overlap=1,mbs=1")
+    row = json.loads(out)["result"]
+    assert row["feasible"] and row["nv_tp"] == 2
+    # without the overlap TP may cross the NICs (NCCL): runnable
+    code, out, _ = run(capsys, *argv, "tp=2,sp=1,tp_overlap=0,mbs=1,nv_tp=1,nv_dp=8")
+    assert json.loads(out)["result"]["reason"] == "ok"

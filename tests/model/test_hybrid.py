@@ -248,3 +248,20 @@ def test_context_parallelism_of_a_hybrid_follows_its_heads_and_groups():
     assert not mamba_cp_ok(job("M-*-M-", mamba_heads=12, mamba_groups=3), 1, 2)  # 3 groups
     space = enumerate_calibrated(job("M-*-M-", mamba_groups=2, seq_len=4096), 16, 8).base
     assert set(np.unique(space["cp"]).tolist()) == {1, 2, 4, 8}
+
+
+def test_context_parallel_mamba_keeps_b_and_c_repeated_to_cp_groups():
+    # after the all-to-alls a rank keeps z x B C dt of its heads over the whole sequence, B
+    # and C repeated up to cp groups when it holds fewer (mamba_context_parallel.py): with one
+    # group, cp = 4 keeps more than a quarter of cp = 1's Mamba tensors
+    j = job("M-", mamba_groups=1, global_batch=4)
+    h100 = load_hardware("H100-SXM")
+    x = calibrated.make_context(j, h100, h100.calibration)
+
+    def acts(cp):
+        T = 512 / cp
+        return float(calibrated._activation_bytes_per_layer(x, T, T, 1.0, False, float(cp), 0))
+
+    n = 16  # the state size
+    repeat = 512 / 4 * 2 * 2 * (4 - 1) * n  # B and C: 4 groups instead of 1, 2 bytes
+    assert acts(4) - acts(1) / 4 == pytest.approx(repeat, rel=1e-12)

@@ -1747,8 +1747,15 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     over_host = mem.pop("host_bytes") > x["host_cap_bytes"]
     for k in reported_kinds:
         out[k] = mem.pop(k)
+    # Transformer Engine's userbuffers TP overlap runs over CUDA IPC / multicast between the
+    # TP group's GPUs: the group inside one NVLink domain (TE issue #1071, "only possible
+    # with single-node tensor-parallelism"; multi-node NVLink domains since TE 2.2, PR #1470)
+    tp_overlap_split = (as_array(c["tp_overlap"]) > 0) \
+        & (as_array(c["nv_tp"], dtype=np.float64) < t)
     out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
-                             np.where(over_host, Reason.OFFLOAD_CAPACITY, Reason.OK))
+                             np.where(over_host, Reason.OFFLOAD_CAPACITY,
+                                      np.where(tp_overlap_split, Reason.NOT_EXPRESSIBLE,
+                                               Reason.OK)))
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
              "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
@@ -1881,8 +1888,11 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         qa, qm = x["n_attn"], x["n_mamba"]
         n_sub = qa + qm + 1.0
         d_in = x["m_inner"]
-        w_in = 2.0 * d_in + 2.0 * x["m_gn"] + x["m_heads"]
-        mamba = T * (w_in / t * ab + 2.0 * d_in / t * ab + d_in / t * sb)
+        # (under context parallelism after the all-to-alls: B and C repeated up to cp
+        # groups, mamba_context_parallel.py)
+        bc = 2.0 * np.maximum(x["m_groups"] / t, cp) * x["m_state"]
+        mamba = T * ((2.0 * d_in / t + bc + x["m_heads"] / t) * ab + 2.0 * d_in / t * ab
+                     + d_in / t * sb)
         full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
             + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
