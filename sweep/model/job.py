@@ -340,16 +340,20 @@ class Job:
         """d_inner of a Mamba-2 mixer: heads x head width."""
         return self.mamba_heads * self.mamba_head_dim
 
+    @property
+    def mamba_in_width(self) -> int:
+        """Output width of a Mamba-2 mixer's in_proj: z and x (d_inner each), B and C (G N
+        each) and dt (a value per head) (Megatron-Core mamba_mixer.py)."""
+        return 2 * self.mamba_inner + 2 * self.mamba_groups * self.mamba_state + self.mamba_heads
+
     def mamba_params(self) -> int:
         """Weights of one Mamba-2 mixer layer (Megatron-Core mamba_mixer.py MambaMixer):
         in_proj h -> (z, x, B, C, dt) = 2 d_inner + 2 G N + heads, the depthwise causal
         convolution over x, B, C (weight d_conv wide, and a bias), A_log, D and dt_bias per
         head, the gated RMSNorm over d_inner, out_proj d_inner -> h (with biases, their
         biases); and the layer's pre-norm."""
-        e, d_in = self.hidden, self.mamba_inner
-        gn = self.mamba_groups * self.mamba_state
-        w_in = 2 * d_in + 2 * gn + self.mamba_heads
-        conv = (d_in + 2 * gn) * (self.mamba_conv + 1)
+        e, d_in, w_in = self.hidden, self.mamba_inner, self.mamba_in_width
+        conv = (d_in + 2 * self.mamba_groups * self.mamba_state) * (self.mamba_conv + 1)
         pre_norm = (2 if self.norm == "layernorm" else 1) * e
         biases = (w_in + e) if self.bias else 0  # (in_proj's and out_proj's)
         return e * w_in + conv + 3 * self.mamba_heads + d_in + d_in * e + pre_norm + biases

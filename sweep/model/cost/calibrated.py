@@ -292,8 +292,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "n_attn": job.attention_layers / job.blocks, "n_mamba": job.mamba_layers / job.blocks,
         "hybrid": float(job.is_hybrid), "tp_async_bwd": float(job.tp_async_bwd),
         "m_inner": float(job.mamba_inner), "m_heads": float(job.mamba_heads),
-        "m_gn": float(job.mamba_groups * job.mamba_state), "m_state": float(job.mamba_state),
-        "m_groups": float(job.mamba_groups),
+        "m_state": float(job.mamba_state), "m_groups": float(job.mamba_groups),
+        "m_in_width": float(job.mamba_in_width),
         # one Mamba-2 mixer's weights without its layer's pre-norm (Job.mamba_params)
         "p_mamba": float(job.mamba_params() - (2 if job.norm == "layernorm" else 1)
                          * job.hidden if job.mamba_layers else 0),
@@ -557,6 +557,13 @@ def _hybrid(x) -> bool:
     return bool(np.any(as_array(x["n_mamba"]) > 0) or np.any(as_array(x["n_attn"]) != 1.0))
 
 
+def _mamba_bc_width(x, t, cp):
+    """Channels of B and C a Mamba-2 layer's TP rank holds per token: its G / t groups of
+    state N each, or under context parallelism at least cp groups, repeated before the
+    all-to-alls to head shards (Megatron-LM d98e8a6 mamba_context_parallel.py L119 - 133)."""
+    return 2.0 * np.maximum(x["m_groups"] / t, cp) * x["m_state"]
+
+
 def _mamba_mixer(x, T, t, peak, eff):
     """One Mamba-2 mixer layer per micro-batch on T tokens of a TP rank, without its pre-norm
     and residual (counted with the block's, _layer): the forward and backward times and
@@ -571,9 +578,10 @@ def _mamba_mixer(x, T, t, peak, eff):
     x, B, C with SiLU, the chunked SSD scan and the gating, one fused kernel sequence
     (mamba_split_conv1d_scan_combined); the gated RMSNorm over d_inner; out_proj d_inner ->
     h, row-parallel."""
-    e, d_in, heads, gn, n = x["e"], x["m_inner"], x["m_heads"], x["m_gn"], x["m_state"]
+    e, d_in, heads, n = x["e"], x["m_inner"], x["m_heads"], x["m_state"]
+    gn = x["m_groups"] * n
     ob, ab = x["gemm_operand_bytes"], x["act_bytes"]
-    w_in = 2.0 * d_in + 2.0 * gn + heads
+    w_in = x["m_in_width"]  # (z, x, B, C, dt: Job.mamba_in_width)
     shapes = [(T, w_in / t, e), (T, e, d_in / t)]
     gemm_f = [gemm_s(M, N, K, x, peak, eff, operand_bytes=ob) for M, N, K in shapes]
     gemm_b = [gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
@@ -593,9 +601,9 @@ def _mamba_mixer(x, T, t, peak, eff):
     conv = 2.0 * (d_in + 2.0 * gn) / t
     scan = (3.0 * d_in + 2.0 * gn + heads) / t
     norm = 3.0 * d_in / t
-    elem_f = ab * T * (conv + scan + norm)
+    elem_bytes = ab * T * (conv + scan + norm)
     return {"gemm_f": gemm_f, "gemm_b": gemm_b, "flops": flops, "scan_f": scan_f,
-            "scan_b": scan_b, "scan_flops": scan_flops, "elem_bytes": elem_f,
+            "scan_b": scan_b, "scan_flops": scan_flops, "elem_bytes": elem_bytes,
             "kernels": 2.0, "w_in": w_in, "d_in": d_in}  # (kernels: convolution, gated norm)
 
 
@@ -913,14 +921,15 @@ def _layer(x, c, lay):
         # the rank holds fewer, L119 - 133), exposed, the same in the backward; each moves
         # (cp - 1) / cp of its tensor, NVLink peers' share over NVLink (sweep.model.cost.moe
         # a2a_s), plus a permutation of the load-balanced chunks (a read and a write)
-        groups_sent = np.maximum(x["m_groups"] / t, group) * x["m_state"]
-        into = T * ab * (2.0 * x["m_inner"] / t + 2.0 * groups_sent + x["m_heads"] / t)
-        back = T * ab * x["m_inner"] / t
-        moved = (into + back) / np.maximum(group, 1.0)
-        a2a = moe.a2a_s(moved * (np.minimum(domain, group) - 1.0),
-                        moved * np.maximum(group - domain, 0.0), group, domain, x) \
+        into_bytes = T * ab * (2.0 * x["m_inner"] / t + _mamba_bc_width(x, t, group)
+                               + x["m_heads"] / t)
+        back_bytes = T * ab * x["m_inner"] / t
+        share_bytes = (into_bytes + back_bytes) / np.maximum(group, 1.0)  # (to each peer)
+        a2a = moe.a2a_s(share_bytes * (np.minimum(domain, group) - 1.0),
+                        share_bytes * np.maximum(group - domain, 0.0), group, domain, x) \
             + 5.0 * np.where(group > domain, x["net_lat_s"], x["nvl_lat_s"])
-        mamba_cp = np.where(split, a2a + memory_s(2.0 * (into + back), x, 6.0), 0.0)
+        mamba_cp = np.where(split, a2a + memory_s(2.0 * (into_bytes + back_bytes), x, 6.0),
+                            0.0)
         cp_f_exp = qa * cp_f_exp + qm * mamba_cp
         cp_b_exp = qa * cp_b_exp + qm * mamba_cp
     fwd = gemm_f + attn_f + elem_f + tp_f_exp + cp_f_exp + ssm_f
@@ -1889,10 +1898,9 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         n_sub = qa + qm + 1.0
         d_in = x["m_inner"]
         # (under context parallelism after the all-to-alls: B and C repeated up to cp
-        # groups, mamba_context_parallel.py)
-        bc = 2.0 * np.maximum(x["m_groups"] / t, cp) * x["m_state"]
-        mamba = T * ((2.0 * d_in / t + bc + x["m_heads"] / t) * ab + 2.0 * d_in / t * ab
-                     + d_in / t * sb)
+        # groups)
+        mamba = T * ((2.0 * d_in / t + _mamba_bc_width(x, t, cp) + x["m_heads"] / t) * ab
+                     + 2.0 * d_in / t * ab + d_in / t * sb)
         full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
             + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)

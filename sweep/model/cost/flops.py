@@ -68,9 +68,9 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
         # (training/utils/flop_utils.py, hybrid models): in_proj 2 h (2 d_in + 2 G N +
         # heads), the scan 7 d_in N, out_proj 2 d_in h - with the mixer's own d_in, where
         # Megatron-Bridge's formula takes d_in = 2 h
-        d_in, gn = job.mamba_inner, job.mamba_groups * job.mamba_state
+        d_in = job.mamba_inner
         fwd += 2.0 * (job.attention_layers - job.blocks) * job.attention_params()
-        fwd += job.mamba_layers * (2.0 * job.hidden * (2 * d_in + 2 * gn + job.mamba_heads)
+        fwd += job.mamba_layers * (2.0 * job.hidden * job.mamba_in_width
                                    + 7.0 * d_in * job.mamba_state + 2.0 * d_in * job.hidden)
     fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
     fwd += 2.0 * job.hidden * job.vocab * (1 + mtp)  # LM head(s)
