@@ -24,7 +24,7 @@ from ..model.candidates import (
     summa_models,
 )
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
-from ..model.cost.calibrated import unsupported_precision
+from ..model.cost.calibrated import tp_overlap_split, unsupported_precision
 from ..model.hardware import Hardware
 from ..model.job import Job
 from ..model.schema import CANDIDATE_DTYPE, Reason, empty_candidates
@@ -278,12 +278,14 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
         if len(pos) == 0:
             mem = np.asarray(metrics["mem_bytes"], dtype=np.float64)
             runnable = runs(sub)
-            # (none runnable: the fastest of those that would fit, if any)
-            fits_only = np.asarray(metrics["reason"]) == Reason.NOT_EXPRESSIBLE
-            pool = runnable if runnable.any() else np.ones_like(runnable)
-            least = pool & (mem <= mem[pool].min() * (1.0 + MEMORY_TIE))
-            pos = best_positions(metrics["samples_per_s"], fits_only if not runnable.any()
-                                 and fits_only.any() else least, sub["index"], 1)
+            would_fit = np.asarray(metrics["reason"]) == Reason.NOT_EXPRESSIBLE
+            if runnable.any():  # the runnable ones needing the least memory
+                pick = runnable & (mem <= mem[runnable].min() * (1.0 + MEMORY_TIE))
+            elif would_fit.any():  # none runnable: those that would fit
+                pick = would_fit
+            else:
+                pick = mem <= mem.min() * (1.0 + MEMORY_TIE)
+            pos = best_positions(metrics["samples_per_s"], pick, sub["index"], 1)
         cand = pack_results(sub, metrics, pos)[0]
         if best is None or _closer(cand, best):
             best = cand
@@ -338,10 +340,10 @@ def _matching(space, config: Mapping[str, int]):
 
 
 def runs(c) -> np.ndarray:
-    """Whether candidates (columns, or one packed row) are layouts the stack can run: not
-    TP communication overlap with the TP group across NVLink domains (the cost model's
-    Reason.NOT_EXPRESSIBLE, which an out-of-memory row reports first)."""
-    return ~((np.asarray(c["tp_overlap"]) > 0) & (np.asarray(c["nv_tp"]) < np.asarray(c["tp"])))
+    """Whether candidates (columns, or one packed row) are layouts the stack can run
+    (calibrated.tp_overlap_split: its Reason.NOT_EXPRESSIBLE, which an out-of-memory row
+    reports first)."""
+    return ~tp_overlap_split(c)
 
 
 def _closer(a, b) -> bool:

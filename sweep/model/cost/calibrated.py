@@ -1756,14 +1756,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     over_host = mem.pop("host_bytes") > x["host_cap_bytes"]
     for k in reported_kinds:
         out[k] = mem.pop(k)
-    # Transformer Engine's userbuffers TP overlap runs over CUDA IPC / multicast between the
-    # TP group's GPUs: the group inside one NVLink domain (TE issue #1071, "only possible
-    # with single-node tensor-parallelism"; multi-node NVLink domains since TE 2.2, PR #1470)
-    tp_overlap_split = (as_array(c["tp_overlap"]) > 0) \
-        & (as_array(c["nv_tp"], dtype=np.float64) < t)
     out["reason"] = np.where(over_hbm, Reason.OUT_OF_MEMORY,
                              np.where(over_host, Reason.OFFLOAD_CAPACITY,
-                                      np.where(tp_overlap_split, Reason.NOT_EXPRESSIBLE,
+                                      np.where(tp_overlap_split(c), Reason.NOT_EXPRESSIBLE,
                                                Reason.OK)))
     parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
@@ -1773,6 +1768,16 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
              "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
              "multi": multi, "mem_first_bytes": mem_first}
     return out, parts
+
+
+def tp_overlap_split(c: Mapping) -> np.ndarray:
+    """Candidates (columns, or one row) that overlap TP communication with the TP group
+    across NVLink domains, which the stacks cannot run (Reason.NOT_EXPRESSIBLE): Transformer
+    Engine's userbuffers move the data over CUDA IPC / multicast between the TP group's GPUs
+    (TE issue #1071, "only possible with single-node tensor-parallelism"; NVLink domains
+    larger than a node since TE 2.2, PR #1470)."""
+    return (as_array(c["tp_overlap"]) > 0) \
+        & (as_array(c["nv_tp"], dtype=np.float64) < as_array(c["tp"], dtype=np.float64))
 
 
 def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
