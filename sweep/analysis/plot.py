@@ -160,16 +160,24 @@ def _fit_labels(fig, labels: list) -> None:
     for _, text in labels:  # (the layout must not shrink a panel around a label that
         text.set_in_layout(False)  # overflows it: then its size would depend on the labels)
     canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    renderer = canvas.get_renderer()
-    need: dict = {}
-    for ax, text in labels:
-        height = text.get_window_extent(renderer).height / ax.get_window_extent(renderer).height
-        start = text.get_position()[1]
-        # start + height x top <= 0.97 x top: the label ends below the panel's top edge
-        need[ax] = max(need.get(ax, ax.get_ylim()[1]), start / max(0.97 - height, 0.05))
-    for ax, top in need.items():
-        ax.set_ylim(0, top)
+    # (a new y range relabels the y axis, and the layout may then give the panels a little
+    # less height: measured again until every label fits, three times at most)
+    for _ in range(3):
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        need: dict = {}
+        for ax, text in labels:
+            panel = ax.get_window_extent(renderer)
+            if text.get_window_extent(renderer).y1 <= panel.y1 - 0.01 * panel.height:
+                continue
+            height = text.get_window_extent(renderer).height / panel.height
+            start = text.get_position()[1]
+            # start + height x top <= 0.97 x top: the label ends below the panel's top edge
+            need[ax] = max(need.get(ax, ax.get_ylim()[1]), start / max(0.97 - height, 0.05))
+        if not need:
+            return
+        for ax, top in need.items():
+            ax.set_ylim(0, top)
 
 
 def _label(best, job: str, variant: int) -> str:
@@ -390,6 +398,16 @@ MAX_BARS = 40
 SLIVER = 0.01
 
 
+def _labels_fit_level(ax, labels, fontsize: float) -> bool:
+    """Whether tick labels drawn level fit their slots along the axes' width: a character
+    taken as 0.6 em wide (DejaVu Sans' mean advance is about 0.55 em), every slot the axes'
+    width over the labels."""
+    fig = ax.get_figure()
+    width_pt = ax.get_position().width * fig.get_size_inches()[0] * 72.0
+    widest = max((len(str(t)) for t in labels), default=0) * 0.6 * fontsize
+    return widest <= 0.9 * width_pt / max(len(labels), 1)
+
+
 def _layout_text(r) -> str:
     """The chosen strategy and layout of a best row, short: '2d tp8x4 pp4 dp16'."""
     tp = f"tp{int(r['tp'])}" + (f"x{int(r['tp2'])}" if int(r.get("tp2", 1)) > 1 else "")
@@ -516,7 +534,12 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
     if by_variant:  # one GPU count: the hardware variants along x
         panels, note = _variant_panels(res, best, opts)
         widest = max(len(p[2]) for p in panels)
-        fig, axes = _grid(Figure, len(panels), max(4.6, 0.28 * widest + 2), 4.6)
+        width = max(4.6, 0.28 * widest + 2)
+        # labels drawn at 80 degrees take their length in height: the panel keeps its own
+        # (about 0.8 of the figure's width is the panel's)
+        longest = max((len(t) for p in panels for t in p[2]), default=0) * 0.6 * 7 / 72.0
+        tilted = widest > 6 or longest > 0.9 * 0.8 * width / widest
+        fig, axes = _grid(Figure, len(panels), width, 4.6 + (longest if tilted else 0.0))
     else:
         keys, note = _top_panels(best)
         panels = []
@@ -562,7 +585,7 @@ def _stacked(res: Results, opts: PlotOptions, parts: dict[str, str], what: str):
             if fractions:
                 ax.set_yticks(np.linspace(0, 1, 6))
         ax.set_xticks(np.arange(len(ticks)))
-        tilt = by_variant and len(ticks) > 6
+        tilt = by_variant and (len(ticks) > 6 or not _labels_fit_level(ax, ticks, 7))
         ax.set_xticklabels(ticks, rotation=80 if tilt else (0 if by_variant else 45),
                            fontsize=7, ha="right" if tilt else "center")
         ax.set_xlim(-0.6, len(ticks) - 0.4)

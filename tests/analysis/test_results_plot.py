@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import h5py
@@ -799,6 +800,24 @@ def test_bar_labels_end_inside_their_panels(grid, monkeypatch):
             top = ax.get_window_extent(renderer).y1
             for text in ax.texts:
                 assert text.get_window_extent(renderer).y1 <= top + 0.5, text.get_text()
+
+
+def test_hardware_variant_labels_do_not_run_into_each_other(grid):
+    """The x tick labels of a breakdown by hardware variant do not overlap, as saved (four
+    variants of two swept axes, "hbm_GBps=2000 hbm_GiB=40": drawn level they ran into each
+    other; a study's "nvlink_domain=8 scaleout_Gbps=400" more so)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, _ = draw(open_results(grid), "breakdown", PlotOptions(n_gpus=16))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in (a for a in fig.axes if a.patches):
+        boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels()
+                        if t.get_text()), key=lambda b: b.x0)
+        assert len(boxes) >= 4
+        for left, right in pairwise(boxes):
+            assert left.x1 <= right.x0 + 0.5 or left.y0 >= right.y1 or right.y0 >= left.y1
 
 
 def test_large_grids_become_small_multiples_along_the_swept_axes(grid, monkeypatch):
