@@ -54,6 +54,9 @@ _INT_FIELDS = {
     "moe_layer_step": "after the dense layers, every moe_layer_step-th layer is MoE (1 = all)",
     "router_groups": "expert groups of group-limited routing; 0 = none",
     "router_group_topk": "groups one token may route to",
+    "moe_latent_size": "latent MoE (Nemotron 3 Super): the width tokens are projected down to "
+                       "before the dispatch and the routed experts, and back up after the "
+                       "combine; 0 = the routed experts work at the model width",
     # multi-head latent attention (DeepSeek-V2/V3); 0 = not MLA
     "q_lora_rank": "MLA query compression rank; 0 = queries not compressed",
     "kv_lora_rank": "MLA key/value compression rank",
@@ -79,13 +82,13 @@ _INT_FIELDS = {
 }
 #: integer fields that may be 0
 _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
-            "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
+            "moe_latent_size", "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
             "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
             "sliding_window", "full_attention_every", "mamba_heads", "mamba_head_dim",
             "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
-MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "first_k_dense",
-              "moe_layer_step", "router_groups", "router_group_topk", "router",
+MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "moe_latent_size",
+              "first_k_dense", "moe_layer_step", "router_groups", "router_group_topk", "router",
               "capacity_factor", "moe_imbalance", "moe_dispatcher")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
               "v_head_dim")
@@ -102,7 +105,7 @@ INT_MAX = {
     "n_layers": 2**16, "hidden": 2**20, "ffn_hidden": 2**22, "n_heads": 2**16,
     "n_kv_heads": 2**16, "head_dim": 2**16, "vocab": 2**24, "seq_len": 2**24,
     "global_batch": 2**24, "n_experts": 2**16, "top_k": 2**16, "moe_ffn_hidden": 2**22,
-    "shared_ffn_hidden": 2**22, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
+    "shared_ffn_hidden": 2**22, "moe_latent_size": 2**20, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
     "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
     "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
@@ -176,12 +179,18 @@ _BOOL_FIELDS = {
     "lp_params": "fp8 / MXFP8 jobs hold their weights only in the low-precision format, "
                  "without a 16-bit copy (Megatron fp8_param_gather, TE fp8_model_init); the "
                  "fp32 master copy stays in the optimizer",
+    "mtp_shared": "the mtp_layers depths share one depth's weights, each still run forward "
+                  "and backward (Megatron-Core mtp_use_repeated_layer)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
                 "hybrid_pattern": "a hybrid Mamba-2 / Transformer model's layers in order, one "
                                   "symbol each (Megatron-Core hybrid_override_pattern): M "
-                                  "Mamba-2, * attention, - MLP, E MoE; n_layers is its length"}
+                                  "Mamba-2, * attention, - MLP, E MoE; n_layers is its length",
+                "mtp_pattern": "a hybrid model's multi-token-prediction depth, in "
+                               "hybrid_pattern's symbols with one MLP or MoE layer "
+                               "(Megatron-Core mtp_hybrid_override_pattern: Nemotron 3 "
+                               "Super's *E)"}
 _FLOAT_FIELDS = {
     "buffers_GiB": "fixed framework buffers (e.g. DeepSpeed ZeRO buckets), GiB",
     "zero3_live_params": "ZeRO-3: most gathered parameters held at once (DeepSpeed "
@@ -261,6 +270,7 @@ class Job:
     top_k: int = 0
     moe_ffn_hidden: int = 0  # one routed expert
     shared_ffn_hidden: int = 0  # all shared experts together
+    moe_latent_size: int = 0  # routed experts' width (latent MoE); 0 = hidden
     first_k_dense: int = 0
     moe_layer_step: int = 1
     router: str = "softmax"
@@ -284,6 +294,8 @@ class Job:
     # hybrid Mamba-2 / Transformer models: the layer pattern ("" = every layer an attention
     # + FFN block) and the Mamba-2 mixer's dimensions
     hybrid_pattern: str = ""
+    mtp_pattern: str = ""  # a hybrid's MTP depth (one FFN layer and its mixers)
+    mtp_shared: bool = False  # MTP depths share one depth's weights
     mamba_heads: int = 0
     mamba_head_dim: int = 64
     mamba_state: int = 0
@@ -326,6 +338,14 @@ class Job:
         return sum(self.hybrid_pattern.count(k) for k in "-E")
 
     @property
+    def mtp_mixers(self) -> tuple[int, int]:
+        """(attention layers, Mamba-2 layers) of one multi-token-prediction depth: its
+        mtp_pattern's in a hybrid model, else one attention layer (a block)."""
+        if not self.mtp_pattern:
+            return 1, 0
+        return self.mtp_pattern.count("*"), self.mtp_pattern.count("M")
+
+    @property
     def mamba_layers(self) -> int:
         """Mamba-2 layers of a hybrid pattern."""
         return self.hybrid_pattern.count("M")
@@ -364,6 +384,21 @@ class Job:
         return self.n_experts > 0
 
     @property
+    def moe_width(self) -> int:
+        """Width of the tokens the routed experts see and the all-to-alls move: the latent
+        size of a latent MoE (Megatron-Core moe_layer.py: fc1_latent_proj before the
+        dispatch, fc2_latent_proj after the combine; experts.py: the experts' input and
+        output are moe_latent_size wide), else the model width."""
+        return self.moe_latent_size or self.hidden
+
+    def latent_projection_params(self) -> int:
+        """Weights of a latent MoE layer's two projections, hidden -> latent and back
+        (Megatron-Core moe_layer.py fc1_latent_proj / fc2_latent_proj, TELinear with the
+        model's bias setting); 0 without a latent size."""
+        L = self.moe_latent_size
+        return (2 * self.hidden * L + ((L + self.hidden) if self.bias else 0)) if L else 0
+
+    @property
     def moe_layers(self) -> int:
         """MoE layers: after the first_k_dense dense ones, the last of every moe_layer_step
         layers (layers k + step - 1, k + 2 step - 1, ...: Llama 4 Maverick's odd layers,
@@ -395,15 +430,17 @@ class Job:
             return q + kv + H * dv * e
         return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
 
-    def ffn_params(self, width: int) -> int:
-        """Weights of an FFN of inner width ``width``: 3 matrices with SwiGLU, else 2."""
-        return (3 if self.mlp == "swiglu" else 2) * self.hidden * width
+    def ffn_params(self, width: int, model_width: int = 0) -> int:
+        """Weights of an FFN of inner width ``width`` on tokens ``model_width`` wide (default
+        the hidden size): 3 matrices with SwiGLU, else 2."""
+        return (3 if self.mlp == "swiglu" else 2) * (model_width or self.hidden) * width
 
     def _attention_biases(self) -> int:
         return (self.attention_width + 2 * self.kv_width + self.hidden) if self.bias else 0
 
-    def _ffn_biases(self, width: int) -> int:
-        return ((2 if self.mlp == "swiglu" else 1) * width + self.hidden) if self.bias else 0
+    def _ffn_biases(self, width: int, model_width: int = 0) -> int:
+        return ((2 if self.mlp == "swiglu" else 1) * width + (model_width or self.hidden)) \
+            if self.bias else 0
 
     def params_per_layer(self) -> int:
         """Weights of one dense block: attention projections + MLP + norms (+ biases)."""
@@ -413,20 +450,24 @@ class Job:
 
     def routed_expert_params(self, experts: int | None = None) -> int:
         """Weights of ``experts`` routed experts of one block (default all of them): their
-        FFN matrices and, with biases (GPT-OSS), their biases."""
+        FFN matrices (moe_width wide on the token side) and, with biases (GPT-OSS), their
+        biases."""
         n = self.n_experts if experts is None else experts
-        return n * (self.ffn_params(self.moe_ffn_hidden) + self._ffn_biases(self.moe_ffn_hidden))
+        w = self.moe_width
+        return n * (self.ffn_params(self.moe_ffn_hidden, w)
+                    + self._ffn_biases(self.moe_ffn_hidden, w))
 
     def params_per_moe_layer(self, active: bool = False) -> int:
         """Weights of one MoE block: attention, the router (n_experts x hidden), the routed
         experts (all of them, or the top_k a token uses when ``active``), the shared
-        expert(s) and the norms (expert biases, GPT-OSS, counted per expert)."""
+        expert(s), a latent MoE's two projections and the norms (expert biases, GPT-OSS,
+        counted per expert)."""
         e = self.hidden
         norms = (4 if self.norm == "layernorm" else 2) * e
         return (self.attention_params() + self._attention_biases() + norms
                 + self.n_experts * e  # the router
                 + self.routed_expert_params(self.top_k if active else None)
-                + self.ffn_params(self.shared_ffn_hidden))
+                + self.ffn_params(self.shared_ffn_hidden) + self.latent_projection_params())
 
     def params_total(self) -> int:
         """All weights: blocks, embedding (and LM head unless tied) and the final norm
@@ -592,13 +633,20 @@ def _check_moe(values: dict[str, Any], source: str) -> None:
 def _check_hybrid(values: dict[str, Any], source: str) -> None:
     """A hybrid pattern is made of HYBRID_SYMBOLS with at least one FFN layer, MLP or MoE
     layers but not both, and its length is n_layers (set from it when not given); Mamba
-    layers need the mixer's dimensions, which only they use."""
+    layers need the mixer's dimensions, which only they use. Multi-token prediction in a
+    hybrid names its depth's layers (mtp_pattern: one FFN layer of the pattern's kind)."""
     pattern = values.get("hybrid_pattern", "")
     defaults = {f.name: f.default for f in dataclasses.fields(Job)}
     given = [k for k in MAMBA_FIELDS if values.get(k, defaults[k]) != defaults[k]]
+    if values.get("mtp_shared") and not values.get("mtp_layers"):
+        raise _fail(source, "mtp_shared", "needs mtp_layers (the depths that share weights)")
+    mtp = values.get("mtp_pattern", "")
     if not pattern:
         if given:
             raise _fail(source, given[0], "is a Mamba-2 setting; give hybrid_pattern too")
+        if mtp:
+            raise _fail(source, "mtp_pattern", "needs hybrid_pattern (a depth of any other "
+                                               "model is one block of its last block's kind)")
         return
     bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
     if bad:
@@ -619,12 +667,12 @@ def _check_hybrid(values: dict[str, Any], source: str) -> None:
                     "for MoE layers")
     for key, why in (("first_k_dense", "the pattern places the MoE layers"),
                      ("moe_layer_step", "the pattern places the MoE layers"),
-                     ("sliding_window", "not modelled for hybrid models"),
-                     ("mtp_layers", "not modelled for hybrid models")):
+                     ("sliding_window", "not modelled for hybrid models")):
         default = 1 if key == "moe_layer_step" else 0
         if values.get(key, default) != default:
             raise _fail(source, key, f"cannot be set with hybrid_pattern: {why}")
-    if "M" in pattern:
+    _check_mtp_pattern(values, source, pattern, mtp)
+    if "M" in pattern + mtp:
         for key in ("mamba_heads", "mamba_state"):
             if not values.get(key):
                 raise _fail(source, key, "missing (hybrid_pattern has Mamba layers)")
@@ -638,6 +686,27 @@ def _check_hybrid(values: dict[str, Any], source: str) -> None:
     elif given:
         raise _fail(source, given[0], "is a Mamba-2 setting; hybrid_pattern has no Mamba layer "
                                       "(M)")
+
+
+def _check_mtp_pattern(values: dict[str, Any], source: str, pattern: str, mtp: str) -> None:
+    """A hybrid's MTP depths (mtp_layers) each follow mtp_pattern: HYBRID_SYMBOLS with
+    exactly one FFN layer, of the main pattern's kind (the cost model costs a depth as one
+    block: that FFN layer with the depth's mixers)."""
+    if not values.get("mtp_layers"):
+        if mtp:
+            raise _fail(source, "mtp_pattern", "needs mtp_layers (the depths it describes)")
+        return
+    if not mtp:
+        raise _fail(source, "mtp_layers", "needs mtp_pattern in a hybrid model (the layers of "
+                                          "one depth, e.g. *E)")
+    bad = sorted(set(mtp) - set(HYBRID_SYMBOLS))
+    if bad:
+        raise _fail(source, "mtp_pattern", f"unknown symbol {bad[0]!r}; expected "
+                    + ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items()))
+    ffn = "E" if "E" in pattern else "-"
+    if mtp.count("-") + mtp.count("E") != 1 or ffn not in mtp:
+        raise _fail(source, "mtp_pattern", f"{mtp!r} must hold exactly one FFN layer, {ffn} "
+                                           f"as in hybrid_pattern")
 
 
 def _check_mla(values: dict[str, Any], source: str) -> None:

@@ -274,6 +274,15 @@ def test_unmodelled_precisions_and_models_are_refused_with_their_reasons(moe):
     assert express(moe["mb_291"]).job.fp8_scaling == "blockwise"
     hybrid = express(moe["dg_022"]).job  # Nemotron-H 56B: 54 Mamba-2 layers
     assert (hybrid.mamba_layers, hybrid.blocks, hybrid.mlp) == (54, 54, "relu2")
+    # a latent MoE with hybrid MTP depths (Nemotron 3 Super, a Nano row's layout on 64 GPUs);
+    # its depths go with "w/o MTP"
+    row = dict(moe["mb_197"], model="Nemotron-3-Super-120B-A12B", n_gpus="64", tp="2",
+               ep="64", global_batch_seqs="512", micro_batch="1")
+    sup = express(row).job
+    assert (sup.moe_latent_size, sup.mtp_layers, sup.mtp_pattern, sup.mtp_shared) == \
+        (1024, 2, "*E", True)
+    dropped = express(dict(row, notes=row["notes"] + " | w/o MTP")).job
+    assert (dropped.mtp_layers, dropped.mtp_pattern, dropped.mtp_shared) == (0, "", False)
     on_a100 = dict(moe["mb_171"], gpu="A100-SXM4-80GB", system="", precision="FP8-CS")
     assert "fp8 needs fp8 tensor cores; hardware 'A100-80GB' has no fp8 peak" in \
         str(express(on_a100))

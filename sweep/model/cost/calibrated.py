@@ -301,9 +301,17 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "moe": float(job.is_moe), "E": float(job.n_experts), "topk": float(job.top_k),
         "fe": float(job.moe_ffn_hidden), "fs": float(job.shared_ffn_hidden),
         "p_experts": float(job.routed_expert_params()),  # one block's, all experts
+        # a latent MoE (moe.py _latent_projections): the experts' token width, the latent
+        # size (0: none) and the two projections' weights
+        "em": float(job.moe_width), "latent": float(job.moe_latent_size),
+        "p_latent": float(job.latent_projection_params()),
         "first_dense": float(job.first_k_dense), "moe_step": float(job.moe_layer_step),
         "capacity": job.capacity_factor, "imbalance": max(job.moe_imbalance, 1.0),
         "flex": float(job.moe_dispatcher == "flex"), "mtp": float(job.mtp_layers),
+        # a hybrid's MTP depth: its attention and Mamba-2 layers (Job.mtp_mixers); one
+        # depth's weights shared by all (mtp_shared)
+        "mtp_attn": float(job.mtp_mixers[0]), "mtp_mamba": float(job.mtp_mixers[1]),
+        "mtp_shared": float(job.mtp_shared),
         "last_moe": float(job.last_layer_is_moe),
         # cheap modules recomputed on top of the candidate's policy
         "rc_norm": float(job.recompute_norms), "rc_moe_act": float(job.recompute_moe_act),
@@ -1048,11 +1056,39 @@ def _layer_terms(x, c):
         act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
     if _has_moe(x):
         lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
+    if _hybrid_mtp(x):
+        # a hybrid's MTP depth: a block of its own mixers (mtp_pattern), not the main
+        # pattern's share of them (Megatron-Core multi_token_prediction.py builds a
+        # HybridStack of the depth's pattern)
+        xm = _mtp_context(x)
+        depth = _layer(xm, c, lo)
+        depth.update(
+            act_layer=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, c["recompute"]),
+            act_none=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, Recompute.NONE),
+            act_ckpt=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, Recompute.FULL))
+        if _has_moe(x):
+            depth.update({SHARED_PREFIX + k: v for k, v in _shared_block(xm, c, lo).items()})
+        lay.update({MTP_PREFIX + k: v for k, v in depth.items()})
     return lay
+
+
+def _hybrid_mtp(x) -> bool:
+    """Whether the context holds a hybrid job with multi-token prediction, whose depths are
+    blocks of their own pattern (MTP_PREFIX terms)."""
+    return _hybrid(x) and bool(np.any(as_array(x["mtp"]) > 0))
+
+
+def _mtp_context(x):
+    """The context of a hybrid's MTP depth: a block with the depth's attention and Mamba-2
+    layers (an attention + FFN block's are 1 and 0: the same context)."""
+    return dict(x, n_attn=x["mtp_attn"], n_mamba=x["mtp_mamba"])
 
 
 #: keys of an MoE block's terms in the per-layer dict (the plain keys are a dense block's)
 MOE_PREFIX = "moe:"
+#: keys of a hybrid's MTP depth's terms (its own block: _layer_terms), MoE ones MTP_PREFIX +
+#: MOE_PREFIX
+MTP_PREFIX = "mtp:"
 
 
 def _has_moe(x) -> bool:
@@ -1108,7 +1144,8 @@ def _moe_block(x, c, lay, r):
         ep_f=ep_f, ep_b=ep_b, flops_f=lay["flops_f"] + r["flops_f"],
         flops_b=lay["flops_b"] + r["flops_b"], routed_gemm_f=r["gemm_f"],
         routed_gemm_b=r["gemm_b"], permute_f=r["permute_f"], permute_b=r["permute_b"],
-        expert_act_f=r["act_f"], expert_act_b=r["act_b"],
+        expert_act_f=r["act_f"], expert_act_b=r["act_b"], latent_f=r["latent_f"],
+        latent_b=r["latent_b"],
         # (recompute_moe: the routed experts' tensors are recomputed from the layer input)
         # and the shared expert's: the whole MoE layer is re-run from its input
         act_layer=lay["act_layer"] + np.where(policy == Recompute.FULL, 0.0,
@@ -1138,6 +1175,12 @@ def _with_moe(x, c, lay, routed):
     shared = {k[len(SHARED_PREFIX):]: v for k, v in lay.items() if k.startswith(SHARED_PREFIX)}
     out = {k: v for k, v in lay.items() if not k.startswith(SHARED_PREFIX)}
     out.update({MOE_PREFIX + k: v for k, v in _moe_block(x, c, shared, routed).items()})
+    mtp_shared = MTP_PREFIX + SHARED_PREFIX
+    if any(k.startswith(mtp_shared) for k in lay):  # (a hybrid's MTP depth: its MoE block)
+        depth = {k[len(mtp_shared):]: v for k, v in lay.items() if k.startswith(mtp_shared)}
+        out = {k: v for k, v in out.items() if not k.startswith(mtp_shared)}
+        out.update({MTP_PREFIX + MOE_PREFIX + k: v
+                    for k, v in _moe_block(x, c, depth, routed).items()})
     return out
 
 
@@ -1452,22 +1495,27 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             return dense * n
         return dense * (n - nm) + moe_block * nm
 
-    def per(key, n, nm):
-        """Per-block term ``key`` of _layer_terms summed over n blocks, nm of them MoE."""
-        return mix(lay[key], lay.get(MOE_PREFIX + key, 0.0), n, nm)
+    # a hybrid's MTP depths are blocks of their own (MTP_PREFIX terms), any other job's
+    # blocks of its last block's kind
+    depth_prefix = MTP_PREFIX if MTP_PREFIX + "fwd" in lay else ""
 
-    def recompute_s(n, nm):
+    def per(key, n, nm, prefix=""):
+        """Per-block term ``key`` of _layer_terms summed over n blocks, nm of them MoE (an
+        MTP depth's blocks: ``prefix`` depth_prefix)."""
+        return mix(lay[prefix + key], lay.get(prefix + MOE_PREFIX + key, 0.0), n, nm)
+
+    def recompute_s(n, nm, prefix=""):
         """Recompute time of n layers (first-k: the first k of them in full, the others'
         recompute modules)."""
         k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
         nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
-        return per("recompute_other", n - k_full, nm - nm_k) \
-            + per("recompute_full", k_full, nm_k)
+        return per("recompute_other", n - k_full, nm - nm_k, prefix) \
+            + per("recompute_full", k_full, nm_k, prefix)
 
-    def body_s(n, nm):
+    def body_s(n, nm, prefix=""):
         """Forward and backward (with recompute) of n layers, per micro-batch."""
-        return per("fwd", n, nm) + np.where(training, per("bwd", n, nm) + recompute_s(n, nm),
-                                            0.0)
+        return per("fwd", n, nm, prefix) + np.where(
+            training, per("bwd", n, nm, prefix) + recompute_s(n, nm, prefix), 0.0)
 
     rec = recompute_s(layers, nm_mid)
     fwd_mid = per("fwd", layers, nm_mid)
@@ -1498,7 +1546,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         ep = as_array(c["ep"], dtype=np.float64)
         etp = as_array(c["etp"], dtype=np.float64)
         w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
-        p_layer_moe = w_moe + norms_moe + x["E"] * e
+        # (a latent MoE's projections: whole on every TP rank, Megatron-Core "duplicated")
+        p_layer_moe = w_moe + norms_moe + x["E"] * e + x["p_latent"]
         p_exp_layer = x["p_experts"] / (ep * etp)
         edp = dp * cp * t / (ep * etp)
         d_in = as_array(c["nv_tp"], dtype=np.float64) * as_array(c["nv_cp"], np.float64) \
@@ -1553,7 +1602,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # block's kind, the projection of [h; emb] (2e -> e, column-parallel) and one more LM
     # head and loss
     if np.any(x["mtp"] > 0):
-        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"]) + x["mtp"] * (
+        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"], depth_prefix) + x["mtp"] * (
             head_f + head_b + lay["eh_f"] + lay["eh_b"])
     else:
         mtp_s = 0.0
@@ -1618,13 +1667,25 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # model): per depth, on the stage with the LM head, one block of the last block's kind
     # (its routed experts: nm_mtp), the projection [h; emb] 2e -> e (column-parallel) and
     # three norms
+    # (a hybrid's depth: its own mixers' weights; mtp_shared: one depth's weights for all,
+    # Megatron-Core mtp_use_repeated_layer builds one layer and runs it mtp_layers times)
     if has_mtp:
         last_moe = x["last_moe"] if moe_on else 0.0
-        p_mtp = x["mtp"] * (mix(p_layer, p_layer_moe, 1.0, last_moe) + 2.0 * e * e / t + 3.0 * e)
+        p_depth, p_depth_moe = p_layer, p_layer_moe
+        if depth_prefix:
+            xm = _mtp_context(x)
+            p_depth = sum(_params_per_layer(xm, t * t2))
+            if moe_on:
+                p_depth_moe = sum(_params_per_layer(dict(xm, f=xm["fs"]), t * t2)) \
+                    + x["E"] * e + x["p_latent"]
+        weight_sets = np.where(x["mtp_shared"] > 0, np.minimum(x["mtp"], 1.0), x["mtp"])
+        p_mtp = weight_sets * (mix(p_depth, p_depth_moe, 1.0, last_moe) + 2.0 * e * e / t
+                               + 3.0 * e)
         nm_mtp = x["mtp"] * last_moe if moe_on else 0.0
+        nm_mtp_weights = weight_sets * last_moe if moe_on else 0.0
         p_stage = np.maximum(p_stage, np.where(multi, p_last, p_edge) + p_mtp)
     else:
-        p_mtp = nm_mtp = 0.0
+        p_mtp = nm_mtp = nm_mtp_weights = 0.0
     grad_vol = p_stage * x["grad_comm_bytes"]
     replicas = dpc / shard
     replica_domain = np.maximum(dpc_domain / shard, 1.0)
@@ -1641,8 +1702,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         # reduce-scattered and the updated weights all-gathered (distributed optimizer)
         p_exp_stage = np.maximum(np.maximum(nm_first, nm_mid), nm_last) * p_exp_layer
         if has_mtp:
-            p_exp_stage = np.maximum(p_exp_stage, (np.where(multi, nm_last, nm_first) + nm_mtp)
-                                     * p_exp_layer)
+            p_exp_stage = np.maximum(p_exp_stage, (np.where(multi, nm_last, nm_first)
+                                                   + nm_mtp_weights) * p_exp_layer)
         exp_vol = p_exp_stage * x["grad_comm_bytes"]
         t_grad = t_grad + np.where(
             zero == 0, collective_s("allreduce", exp_vol, edp, edp_domain, x),
@@ -1705,22 +1766,29 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0), 0.0)
     k_mtp = np.minimum(k, x["mtp"])  # (first-k re-runs MTP blocks too, as body_s does)
     mtp_flops = x["mtp"] * (
-        per("flops_f", 1.0, x["last_moe"]) + np.where(
-            training, per("flops_b", 1.0, x["last_moe"])
-            + per("recompute_flops", 1.0, x["last_moe"]), 0.0)
+        per("flops_f", 1.0, x["last_moe"], depth_prefix) + np.where(
+            training, per("flops_b", 1.0, x["last_moe"], depth_prefix)
+            + per("recompute_flops", 1.0, x["last_moe"], depth_prefix), 0.0)
         + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training)) \
-        + np.where(training, per("flops_f", k_mtp, k_mtp * x["last_moe"]), 0.0)
+        + np.where(training, per("flops_f", k_mtp, k_mtp * x["last_moe"], depth_prefix), 0.0)
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (the embedding; one stage: the LM head and the logits too, and
     # the MTP depths and their logits while the losses run); with embedding slots a middle
     # stage holds one layer more and no vocabulary, and may be the larger; the last stage
     # holds the LM head and the logits (Megatron-Core: the output layer on the last stage)
     on_one = np.where(multi, 0.0, 1.0) if has_mtp else 0.0
+    # (a hybrid's MTP depths keep their own blocks' activations: what they keep beyond a
+    # main block's, in the hybrid's rows of the context)
+    depth_acts = 0.0
+    if depth_prefix:
+        kind = MOE_PREFIX if moe_on else ""
+        depth_acts = np.where(x["hybrid"] > 0, x["mtp"] * (
+            lay[MTP_PREFIX + kind + "act_layer"] - lay[kind + "act_layer"]), 0.0)
     mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
                   p_edge + on_one * p_mtp, shard, lay, ~multi, nm_first + on_one * nm_mtp,
-                  (nm_first + on_one * nm_mtp) * p_exp_layer, exp_shard,
+                  (nm_first + on_one * nm_mtp_weights) * p_exp_layer, exp_shard,
                   heads=1.0 + on_one * x["mtp"], p_vocab=vocab_params,
-                  p_layer_moe=p_layer_moe)
+                  p_layer_moe=p_layer_moe, extra_acts=on_one * depth_acts)
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
@@ -1737,9 +1805,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         # depths and their logits
         mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
                            shard, lay, True, nm_last + nm_mtp,
-                           (nm_last + nm_mtp) * p_exp_layer, exp_shard, last_stage=True,
-                           heads=1.0 + x["mtp"], p_vocab=vocab_params,
-                           p_layer_moe=p_layer_moe)
+                           (nm_last + nm_mtp_weights) * p_exp_layer, exp_shard,
+                           last_stage=True, heads=1.0 + x["mtp"], p_vocab=vocab_params,
+                           p_layer_moe=p_layer_moe, extra_acts=depth_acts)
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -1825,7 +1893,10 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
         for name, key, kind in (("MoE router", "router", "compute_s"),
                                 ("MoE token permute / unpermute", "permute", "memory_s"),
                                 ("MoE expert GEMMs (grouped)", "routed_gemm", "compute_s"),
-                                ("MoE expert activation and casts", "expert_act", "memory_s")):
+                                ("MoE expert activation and casts", "expert_act", "memory_s"),
+                                ("MoE latent projections", "latent", "compute_s")):
+            if key == "latent" and not np.any(as_array(x["latent"]) > 0):
+                continue
             add(name, moe_reps * (moe_lay[key + "_f"] + bwd * moe_lay[key + "_b"]), kind)
         add("EP all-to-all and ETP collectives (exposed)",
             moe_reps * (moe_lay["ep_f"] + bwd * moe_lay["ep_b"]), "ep_comm_s")
@@ -1985,7 +2056,7 @@ def _boxes_max_sum(boxes):
 
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
             p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
-            p_layer_moe=0.0, middle_stage=False):
+            p_layer_moe=0.0, middle_stage=False, extra_acts=0.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as its pipeline rank holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
@@ -1993,7 +2064,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     routed experts add ``p_exp`` weights with gradients and optimizer state sharded
     ``exp_shard`` ways (the expert data-parallel group); an MoE block's other weights are
     ``p_layer_moe`` (a dense block's ``p_layer``). Of ``p_stage``, ``p_vocab`` are the
-    embedding's or the LM head's, kept in 16 bits alone."""
+    embedding's or the LM head's, kept in 16 bits alone. ``extra_acts``: activation bytes
+    per micro-batch kept beyond ``layers`` blocks of ``lay`` (a hybrid's MTP depths)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
@@ -2066,7 +2138,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the
     # last layer's stay, its backward starts at once
     offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0)) * act_layer
-    stored = stored - offloaded
+    stored = stored - offloaded + extra_acts
     # backward: the gradients of one layer's activations, and for recomputed layers the
     # recomputed activations themselves, which replace their checkpoint while they are live
     working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),

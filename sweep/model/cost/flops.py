@@ -25,10 +25,15 @@ __all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_
 
 def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     """Weights that take part in a GEMM per token in one block (no norms, no biases): a
-    dense block, or an MoE block's top_k routed and its shared experts (no router). MLA's
-    two LoRA norms are counted, as Megatron counts them."""
-    width = (job.top_k * job.moe_ffn_hidden + job.shared_ffn_hidden) if moe else job.ffn_hidden
-    return job.attention_params() + job.ffn_params(width)
+    dense block, or an MoE block's top_k routed and its shared experts (no router) and a
+    latent MoE's two projections (Megatron-Bridge v0.6.0 training/utils/flop_utils.py L526 -
+    536: routed experts on moe_latent_size, plus 4 b s h L for the projections). MLA's two
+    LoRA norms are counted, as Megatron counts them."""
+    if not moe:
+        return job.attention_params() + job.ffn_params(job.ffn_hidden)
+    return (job.attention_params() + job.ffn_params(job.shared_ffn_hidden)
+            + job.top_k * job.ffn_params(job.moe_ffn_hidden, job.moe_width)
+            + 2 * job.hidden * job.moe_latent_size)
 
 
 def _core_flops_per_token(job: Job) -> float:
@@ -61,18 +66,26 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
     dense_total = dense_layers + (0 if last_is_moe else mtp)
     fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
                  + moe_total * matmul_params_per_layer(job, moe=True))
-    fwd += (job.attention_layers + mtp) * _core_flops_per_token(job)
-    if job.is_hybrid:
+    if not job.is_hybrid:
+        fwd += (job.attention_layers + mtp) * _core_flops_per_token(job)
+        fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
+    else:
         # a hybrid's FFN layers hold no attention, its attention layers stand alone
         # (counted above as blocks); a Mamba-2 layer as Megatron-Bridge counts it
         # (training/utils/flop_utils.py, hybrid models): in_proj 2 h (2 d_in + 2 G N +
         # heads), the scan 7 d_in N, out_proj 2 d_in h - with the mixer's own d_in, where
-        # Megatron-Bridge's formula takes d_in = 2 h
+        # Megatron-Bridge's formula takes d_in = 2 h. An MTP depth adds its mtp_pattern's
+        # layers and an LM head, not its projection and norms (Megatron-Bridge v0.6.0
+        # flop_utils.py: Megatron-Core get_hybrid_layer_counts adds the MTP pattern's
+        # layers per depth; eh_proj is counted in the transformer path alone)
         d_in = job.mamba_inner
-        fwd += 2.0 * (job.attention_layers - job.blocks) * job.attention_params()
-        fwd += job.mamba_layers * (2.0 * job.hidden * job.mamba_in_width
-                                   + 7.0 * d_in * job.mamba_state + 2.0 * d_in * job.hidden)
-    fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
+        mtp_attention, mtp_mamba = job.mtp_mixers
+        attention = job.attention_layers + mtp * mtp_attention
+        fwd += attention * _core_flops_per_token(job)
+        fwd += 2.0 * (attention - job.blocks - mtp) * job.attention_params()
+        fwd += (job.mamba_layers + mtp * mtp_mamba) * (
+            2.0 * job.hidden * job.mamba_in_width + 7.0 * d_in * job.mamba_state
+            + 2.0 * d_in * job.hidden)
     fwd += 2.0 * job.hidden * job.vocab * (1 + mtp)  # LM head(s)
     return (3.0 if training else 1.0) * fwd
 

@@ -11,7 +11,8 @@ formula's derivation: docs/notes/moe-research.md (sections cited as "notes 3.2" 
 
 Symbols: T_l tokens entering the block on one GPU (the sequence-parallel shard), k experts
 per token, E experts, f_e one expert's FFN width, ep / etp the expert-parallel and expert
-tensor-parallel degrees, g the EP ranks inside one NVLink domain.
+tensor-parallel degrees, g the EP ranks inside one NVLink domain, h_m the width of the
+tokens the experts see (the model width, or a latent MoE's latent size: Job.moe_width).
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ def a2a_bytes(x: Mapping, T_l, ep, g, value_bytes) -> tuple[np.ndarray, np.ndarr
     domains. The flex dispatchers (DeepEP, HybridEP) send one copy per destination domain
     over the NICs and one per destination GPU inside a domain (DeepEP tests/legacy
     test_internode.py num_rdma_token_sent, test_intranode.py recv_x)."""
-    e, k, E = x["e"], x["topk"], x["E"]
-    row = e * value_bytes
+    k, E = x["topk"], x["E"]
+    row = x["em"] * value_bytes  # (a latent MoE moves latent-wide rows)
     domains = np.maximum(ep / np.maximum(g, 1.0), 1.0)
     sent = rows_sent(x, T_l)
     nccl_nvl = sent * row * (g - 1.0) / ep
@@ -145,7 +146,8 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     expert GEMMs and their activation function. ``lay`` holds ``Ta``, the tokens entering the
     block (calibrated._tokens); ``peak`` the GEMM peak of the job's format."""
     T_l = lay["Ta"]  # tokens entering the block on this GPU (its sequence-parallel shard)
-    ab, sb, e = x["act_bytes"], x["saved_in_bytes"], x["e"]
+    # (e: the width of the rows the experts see and the all-to-alls move, h_m)
+    ab, sb, e = x["act_bytes"], x["saved_in_bytes"], x["em"]
     ep = as_array(c["ep"], dtype=np.float64)
     etp = as_array(c["etp"], dtype=np.float64)
     g = as_array(c["nv_ep"], dtype=np.float64)
@@ -213,15 +215,56 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     comm_f = 2.0 * one + etp_comm
     comm_b = 2.0 * one + etp_comm
     memory_f, memory_b = perm_f + act_f, perm_b + act_b
+    latent = _latent_projections(x, T_l, peak)
     # kept for the backward (no recompute): router scores, the dispatched rows (fc1 input),
     # fc1 output, fc2 input (activation output), probabilities (notes 6.2)
     # (recompute_moe_act: the activation output, fc2's input, is recomputed from fc1's)
     acts = ROUTER_BYTES_PER_SCORE * T_l * E + rows * (e * sb + w1 * ab
                                                       + w2 * sb * (1.0 - x["rc_moe_act"]) + 4.0)
-    return {"compute_f": gemm_f, "compute_b": gemm_b, "memory_f": memory_f,
-            "memory_b": memory_b, "ep_f": comm_f, "ep_b": comm_b,
-            "gemm_f": gemm_f, "gemm_b": gemm_b, "permute_f": perm_f, "permute_b": perm_b,
-            "act_f": act_f, "act_b": act_b,
-            # the router's (T_l x h)(h x E) GEMM: forward, and dgrad + wgrad
-            "flops_f": gemm_flops + 2.0 * T_l * E * e,
-            "flops_b": 2.0 * gemm_flops + 4.0 * T_l * E * e, "acts": acts}
+    h = x["e"]  # (the router reads the model-wide tokens)
+    out = {"compute_f": gemm_f, "compute_b": gemm_b, "memory_f": memory_f,
+           "memory_b": memory_b, "ep_f": comm_f, "ep_b": comm_b,
+           "gemm_f": gemm_f, "gemm_b": gemm_b, "permute_f": perm_f, "permute_b": perm_b,
+           "act_f": act_f, "act_b": act_b,
+           # the router's (T_l x h)(h x E) GEMM: forward, and dgrad + wgrad
+           "flops_f": gemm_flops + 2.0 * T_l * E * h,
+           "flops_b": 2.0 * gemm_flops + 4.0 * T_l * E * h, "acts": acts,
+           "latent_f": 0.0, "latent_b": 0.0}
+    if latent is not None:
+        for k in ("compute_f", "compute_b", "flops_f", "flops_b", "acts"):
+            out[k] = out[k] + latent[k]
+        out["memory_f"] = out["memory_f"] + latent["memory_f"]
+        out["memory_b"] = out["memory_b"] + latent["memory_b"]
+        # (their GEMMs; the casts join the block's other elementwise work)
+        out["latent_f"], out["latent_b"] = latent["compute_f"], latent["compute_b"]
+    return out
+
+
+def _latent_projections(x: Mapping, T_l, peak) -> dict | None:
+    """A latent MoE's two projections on the T_l tokens entering the block, or None without
+    them: fc1_latent_proj h -> L before the dispatch and fc2_latent_proj L -> h after the
+    combine (Megatron-Core d98e8a6 moe_layer.py L265 - 300, preprocess L489,
+    postprocess L591), Transformer Engine Linears in the job's GEMM format with
+    parallel_mode "duplicated" - the whole matrices on every TP rank, on its own
+    sequence-parallel shard, no TP collective. Their inputs are cast as a linear's are (2 B
+    read, the low-precision copy written; twice in the backward) and kept for the backward.
+    Not modelled: the all-reduce of their weight gradients over the TP group (2 h L a layer,
+    a few MB)."""
+    if not np.any(as_array(x["latent"]) > 0):
+        return None
+    has = np.where(as_array(x["latent"]) > 0, 1.0, 0.0)  # (a stacked context's other jobs)
+    h, L = x["e"], x["latent"]
+    ab, sb, ob = x["act_bytes"], x["saved_in_bytes"], x["gemm_operand_bytes"]
+    eff = x["gemm_eff"] * x["gemm_sustained"]
+    shapes = [(T_l, L, h), (T_l, h, L)]
+    gemm_f = sum(gemm_s(m, n, kk, x, peak, eff, operand_bytes=ob) for m, n, kk in shapes)
+    gemm_b = sum(gemm_s(m, kk, n, x, peak, eff, operand_bytes=ob)
+                 + gemm_s(kk, n, m, x, peak, eff, operand_bytes=ob) for m, n, kk in shapes)
+    cast_bytes = x["fp8"] * (ab + x["lp_copy_bytes"]) * T_l * (h + L)
+    cast_kernels = 2.0 * x["fp8"]
+    flops = 2.0 * 2.0 * T_l * h * L
+    return {"compute_f": has * gemm_f, "compute_b": has * gemm_b,
+            "memory_f": has * memory_s(cast_bytes, x, cast_kernels),
+            "memory_b": has * memory_s(2.0 * cast_bytes, x, 2.0 * cast_kernels),
+            "flops_f": has * flops, "flops_b": has * 2.0 * flops,
+            "acts": has * T_l * (h + L) * sb}
