@@ -51,6 +51,7 @@ SPECS = {
     "scale-80k-variants": ("scale-80k-variants", (), True),
     "moe-nvlink-domain-64": ("moe-nvlink-domain", ("gpus=64",), True),
     "hybrid-long-context": ("hybrid-long-context", (), False),
+    "latent-moe-nvlink": ("latent-moe-nvlink", (), True),
 }
 
 
