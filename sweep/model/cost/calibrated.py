@@ -1026,11 +1026,11 @@ def _layer_terms(x, c):
     """Per-micro-batch times of one layer (_layer), the embedding and the LM head, and the
     activation bytes a layer keeps."""
     lo = _layout(x, c)
-    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    t, T, Ta = lo["t"], lo["T"], lo["Ta"]
     e, ab = x["e"], x["act_bytes"]
     V = padded_vocab(x["V"], t)
     training = x["training"] > 0
-    lay = _layer(x, c, lo)
+    lay = _block_terms(x, c, lo)
     # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
     # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
     has_vocab = V > 0
@@ -1049,26 +1049,27 @@ def _layer_terms(x, c):
         lay.update(eh_f=gemm_s(T, e / t, 2.0 * e, x, peak, eff), eh_b=np.where(
             training, gemm_s(T, 2.0 * e, e / t, x, peak, eff)
             + gemm_s(2.0 * e, e / t, T, x, peak, eff), 0.0))
-    # activations one layer keeps: under the candidate's policy, none, full recompute
+    if _hybrid_mtp(x):
+        # a hybrid's MTP depth: a block of its own mixers (mtp_pattern), not the main
+        # pattern's share of them (Megatron-Core multi_token_prediction.py builds a
+        # HybridStack of the depth's pattern)
+        depth = _block_terms(_mtp_context(x), c, lo)
+        lay.update({MTP_PREFIX + k: v for k, v in depth.items()})
+    return lay
+
+
+def _block_terms(x, c, lo):
+    """One block's per-micro-batch terms (_layer), the activations it keeps under the
+    candidate's policy, none and full recompute, and in an MoE job its MoE block's shared
+    part (SHARED_PREFIX keys)."""
+    t, T, Ta, sp, q_split = lo["t"], lo["T"], lo["Ta"], lo["sp"], lo["q_split"]
+    lay = _layer(x, c, lo)
     lay.update(
         act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
         act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
         act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
     if _has_moe(x):
         lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
-    if _hybrid_mtp(x):
-        # a hybrid's MTP depth: a block of its own mixers (mtp_pattern), not the main
-        # pattern's share of them (Megatron-Core multi_token_prediction.py builds a
-        # HybridStack of the depth's pattern)
-        xm = _mtp_context(x)
-        depth = _layer(xm, c, lo)
-        depth.update(
-            act_layer=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, c["recompute"]),
-            act_none=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, Recompute.NONE),
-            act_ckpt=_activation_bytes_per_layer(xm, T, Ta, t, sp, q_split, Recompute.FULL))
-        if _has_moe(x):
-            depth.update({SHARED_PREFIX + k: v for k, v in _shared_block(xm, c, lo).items()})
-        lay.update({MTP_PREFIX + k: v for k, v in depth.items()})
     return lay
 
 
