@@ -476,11 +476,13 @@ DIMENSIONS_BASE_JOB = "gpt3"
 
 def _yaml_value(v) -> str:
     """A job field's value as ``name[key=value]`` parses it back (YAML scalars)."""
+    from ..engine.catalog import label_value
+
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
         return repr(int(v)) if v.is_integer() else repr(v)
-    return str(v)
+    return label_value(v)
 
 
 def predict_command(case, row: Mapping) -> str:

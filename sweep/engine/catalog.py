@@ -14,6 +14,7 @@ a one-line SpecError.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from functools import lru_cache
@@ -28,7 +29,7 @@ from ..model.job import Job, parse_job
 from ..model.units import brief
 
 __all__ = ["load_hardware", "check_generation", "load_job", "read_yaml", "load_checked",
-           "parse_value", "search_roots", "list_names", "load_calibration", "REPO_ROOT",
+           "parse_value", "label_value", "search_roots", "list_names", "load_calibration", "REPO_ROOT",
            "CALIBRATION_FILE", "RANGES_FILE", "MAX_YAML_BYTES", "MAX_YAML_NODES",
            "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 
@@ -211,6 +212,19 @@ def parse_value(text: str) -> Any:
         return _load(text)
     except _Refused as exc:
         raise yaml.YAMLError(str(exc)) from None
+
+
+def label_value(value: Any, text: str | None = None) -> str:
+    """``value`` in a ``name[key=value,...]`` label: ``text`` (default ``str(value)``) when
+    parse_value reads it back as the value, else a double-quoted YAML string (an MTP
+    pattern ``*E`` would read as a YAML alias, an empty one as null)."""
+    text = str(value) if text is None else text
+    try:
+        if parse_value(text) == value:
+            return text
+    except yaml.YAMLError:
+        pass
+    return json.dumps(str(value))
 
 
 def read_yaml(path: Path) -> Any:

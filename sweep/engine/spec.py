@@ -53,7 +53,8 @@ from ..model.hardware import (MAX_NVLINK_DOMAIN, Hardware, apply_overrides, is_p
                               override_field, parse_hardware, quantity_dimension)
 from ..model.job import Job, override_job, parse_job
 from ..model.units import brief, finite_float, integral, parse_quantity
-from .catalog import check_generation, load_hardware, load_job, parse_value, read_yaml
+from .catalog import (check_generation, label_value, load_hardware, load_job, parse_value,
+                      read_yaml)
 
 __all__ = ["SweepSpec", "HardwareGroup", "GridAxis", "load_spec", "parse_spec", "resolved_yaml",
            "spec_hash", "TOP_KEYS", "INTERPOLATABLE", "DEFAULT_MAX_VARIANTS",
@@ -262,7 +263,7 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
                            else load_job(name, source, key, near))
         job = bases[name]
         if overrides:
-            label = f"{job.name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"
+            label = f"{job.name}[{','.join(f'{k}={label_value(v)}' for k, v in overrides.items())}]"
             job = dataclasses.replace(override_job(job, overrides, source, key), name=label)
         out.append(job)
     if len({j.name for j in out}) != len(out):

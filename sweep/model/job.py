@@ -728,7 +728,8 @@ def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str
     n_heads is recomputed when ``hidden`` or ``n_heads`` is overridden (and refused if hidden
     is then not a multiple of n_heads), and ``n_kv_heads`` equal to ``n_heads`` (multi-head
     attention) follows an override of ``n_heads``. A head_dim or n_kv_heads that differs
-    (Qwen3, Gemma; GQA) is kept unless overridden itself.
+    (Qwen3, Gemma; GQA) is kept unless overridden itself. ``mtp_layers: 0`` drops the
+    depths' pattern and sharing unless they are overridden too.
     """
     raw = {k: v for k, v in dataclasses.asdict(job).items()}
     for key in overrides:
@@ -741,6 +742,10 @@ def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str
         del raw["n_kv_heads"]
     if "n_layers" not in overrides and "hybrid_pattern" in overrides:
         del raw["n_layers"]  # (a hybrid's layer count is its pattern's length)
+    if overrides.get("mtp_layers", None) == 0:  # (no depths: no depth pattern or sharing)
+        for key in ("mtp_pattern", "mtp_shared"):
+            if key not in overrides:
+                del raw[key]
     raw.update(overrides)
     try:
         return parse_job(raw, source, job.name)

@@ -100,3 +100,85 @@ def test_inconsistent_mtp_depths_are_refused_naming_the_key(raw, key):
     with pytest.raises(SpecError) as err:
         parse_job(raw, "bad.yaml", "bad")
     assert err.value.key == key and "bad.yaml" in str(err.value)
+
+
+def _parts(j, n=2, **config):
+    """(results, per-block terms, micro-batches) of one candidate of job ``j``."""
+    c = candidate_block(1, **config)
+    c["dp"] = np.array([n // (c["tp"][0] * c["pp"][0])])
+    hw = load_hardware("H100-SXM")
+    x = calibrated.make_context(j, hw, hw.calibration)
+    out, parts = calibrated._step(x, c)
+    lay = {k: np.asarray(v, dtype=float).ravel()[0] for k, v in parts["lay"].items()
+           if not isinstance(v, list)}
+    lay["mtp_s"] = float(np.asarray(parts["mtp"]).ravel()[0])
+    return out, lay, float(parts["m"][0])
+
+
+def test_an_attention_and_mlp_depth_of_a_mamba_model_costs_a_dense_block():
+    """The depth of a Mamba hybrid, *-, costs what a block of the dense model with the same
+    dimensions costs: its time, its executed FLOPs and its activations, plus the depth's
+    projection and LM head (one stage, one micro-batch in flight)."""
+    with_mtp, plain = job("M*-M*-", mtp_layers=1, mtp_pattern="*-"), job("M*-M*-")
+    dense = job(n_layers=2)
+    a, lay, m = _parts(with_mtp)
+    b, _, _ = _parts(plain)
+    _, block, _ = _parts(dense)
+    extra = lay["eh_f"] + lay["eh_b"] + lay["head_f"] + lay["head_b"]
+    assert lay["mtp_s"] == pytest.approx(block["fwd"] + block["bwd"] + extra, rel=1e-12)
+    # the step: that a micro-batch, and the depth's weights' optimizer step and gradients
+    others = sum(float(a[k][0] - b[k][0]) for k in ("t_optimizer_s", "t_dp_comm_s"))
+    assert float(a["step_time_s"][0] - b["step_time_s"][0]) == pytest.approx(
+        m * lay["mtp_s"] + others, rel=1e-9)
+    # activations: the dense block's, and the depth's fp32 logits kept while the loss runs
+    # (the job's vocab over 1 TP rank, one sequence of 512 tokens a micro-batch)
+    logits = 512 * BASE["vocab"] * 4.0
+    assert float(a["mem_activations_bytes"][0] - b["mem_activations_bytes"][0]) == \
+        pytest.approx(float(block["act_layer"]) + logits, rel=1e-9)
+    # executed FLOPs: the block's forward and backward, the [h; emb] projection and one more
+    # LM head, each 3 x forward, over the 2 GPUs
+    e, v = BASE["hidden"], BASE["vocab"]
+    head = 3 * 2.0 * 512 * e * (v + 2 * e)
+    want = m * (block["flops_f"] + block["flops_b"] + head) / 1.0
+    assert float(a["hardware_flops"][0] - b["hardware_flops"][0]) == pytest.approx(
+        float(want), rel=1e-9)
+
+
+def test_model_flops_of_a_depth_with_a_mamba_layer_by_hand():
+    e, d_in, gn, n, heads = 256, 512, 32, 16, 8
+    mamba_fwd = 2 * e * (2 * d_in + 2 * gn + heads) + 7 * d_in * n + 2 * d_in * e
+    a = job("M*-M*-", mtp_layers=2, mtp_pattern="M*-")
+    b = job("M*-M*-", mtp_layers=2, mtp_pattern="*-")
+    assert model_flops_per_token(a) - model_flops_per_token(b) == pytest.approx(
+        3.0 * 2 * mamba_fwd)
+
+
+def test_a_depth_beside_another_hybrids_depth_is_unchanged():
+    """sweep validate and the calibration stack every row's context: Nemotron 3 Super's *E
+    depth costs the same beside a hybrid whose depth holds a Mamba layer (which sends every
+    depth through the hybrid path), under every recompute policy - full recompute
+    checkpoints a depth's two layer inputs either way."""
+    b200 = load_hardware("B200")
+    sup = calibrated.make_context(load_job("nemotron_3_super"), b200, b200.calibration)
+    other = calibrated.make_context(
+        parse_job({**BASE, **MAMBA, "hybrid_pattern": "M*-M*-", "mtp_layers": 1,
+                   "mtp_pattern": "M*-"}, "t.yaml", "t"), b200, b200.calibration)
+    for policy in (0, 1, 2):
+        c = candidate_block(2, tp=2, sp=1, mbs=1, ep=8)
+        c["dp"] = np.array([32, 32])
+        c["recompute"] = np.array([policy, policy])
+        both = calibrated.evaluate(calibrated.stack_contexts([sup, other]), c)
+        alone = calibrated.evaluate(sup, {k: v[:1] for k, v in c.items()})
+        for key in ("step_time_s", "mem_bytes", "mem_activations_bytes", "hardware_flops"):
+            assert both[key][0] == pytest.approx(alone[key][0], rel=1e-12), (policy, key)
+
+
+def test_an_override_without_depths_drops_their_pattern():
+    from sweep.model.job import override_job
+
+    sup = load_job("nemotron_3_super")
+    none = override_job(sup, {"mtp_layers": 0}, "spec.yaml", "jobs[0]")
+    assert (none.mtp_layers, none.mtp_pattern, none.mtp_shared) == (0, "", False)
+    with pytest.raises(SpecError) as err:  # (a pattern kept by hand still needs depths)
+        override_job(sup, {"mtp_layers": 0, "mtp_pattern": "*E"}, "spec.yaml", "jobs[0]")
+    assert err.value.key == "jobs[0].mtp_pattern"

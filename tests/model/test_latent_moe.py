@@ -17,7 +17,7 @@ from sweep.errors import SpecError
 from sweep.model.cost import calibrated, moe
 from sweep.model.cost.flops import model_flops_per_token
 from sweep.model.job import parse_job
-from tests.model.test_moe_cost import TINY, cand, ctx, layout
+from tests.model.test_moe_cost import TINY, TOY, cand, ctx, layout
 
 LATENT = dataclasses.replace(TINY, name="latent", moe_latent_size=256)
 
@@ -139,3 +139,17 @@ def test_nemotron_3_ultra_has_its_published_size():
         (108, 48, 48, 12)
     assert job.params_total() / 1e9 == pytest.approx(549.3, abs=0.1)
     assert job.params_active() / 1e9 == pytest.approx(56.1, abs=0.1)
+
+
+def test_the_projections_keep_their_inputs_by_hand():
+    """fc2's latent-wide input is kept; fc1's model-wide one only where the stack keeps a
+    low-precision copy of its own (in 16 bits it is the norm output the shared block keeps)."""
+    bf16 = moe._latent_projections(ctx(LATENT), 1024.0, 100e12)
+    assert bf16["acts"] == pytest.approx(1024 * 256 * 2.0)
+    mx = dataclasses.replace(LATENT, dtype="mxfp8")
+    x = ctx(mx, hw=dataclasses.replace(TOY, matrix_flops_per_s={
+        **TOY.matrix_flops_per_s, "fp4": 400e12}))
+    sb = x["saved_in_bytes"]
+    assert sb == pytest.approx(1.0 + 1.0 / 32.0)  # one byte and an E8M0 scale per 32
+    assert moe._latent_projections(x, 1024.0, 100e12)["acts"] == \
+        pytest.approx(1024 * (1024 + 256) * sb)

@@ -1505,18 +1505,19 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         MTP depth's blocks: ``prefix`` depth_prefix)."""
         return mix(lay[prefix + key], lay.get(prefix + MOE_PREFIX + key, 0.0), n, nm)
 
-    def recompute_s(n, nm, prefix=""):
+    def recompute_s(n, nm, prefix="", first_k=True):
         """Recompute time of n layers (first-k: the first k of them in full, the others'
-        recompute modules)."""
-        k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], n), 0.0)
+        recompute modules; ``first_k`` False: none in full)."""
+        k_full = np.where((r == Recompute.FIRST_K) & first_k,
+                          np.minimum(c["recompute_layers"], n), 0.0)
         nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
         return per("recompute_other", n - k_full, nm - nm_k, prefix) \
             + per("recompute_full", k_full, nm_k, prefix)
 
-    def body_s(n, nm, prefix=""):
+    def body_s(n, nm, prefix="", first_k=True):
         """Forward and backward (with recompute) of n layers, per micro-batch."""
         return per("fwd", n, nm, prefix) + np.where(
-            training, per("bwd", n, nm, prefix) + recompute_s(n, nm, prefix), 0.0)
+            training, per("bwd", n, nm, prefix) + recompute_s(n, nm, prefix, first_k), 0.0)
 
     rec = recompute_s(layers, nm_mid)
     fwd_mid = per("fwd", layers, nm_mid)
@@ -1601,10 +1602,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core
     # multi_token_prediction.py): on the last stage, per depth one more block of the last
     # block's kind, the projection of [h; emb] (2e -> e, column-parallel) and one more LM
-    # head and loss
+    # head and loss; first-k recompute leaves the depths alone (Megatron-Core d98e8a6
+    # multi_token_prediction.py L1630 - 1634: recompute_method block "is not supported for
+    # MTP yet. Skipping recompute.")
     if np.any(x["mtp"] > 0):
-        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"], depth_prefix) + x["mtp"] * (
-            head_f + head_b + lay["eh_f"] + lay["eh_b"])
+        mtp_s = body_s(x["mtp"], x["mtp"] * x["last_moe"], depth_prefix, first_k=False) \
+            + x["mtp"] * (head_f + head_b + lay["eh_f"] + lay["eh_b"])
     else:
         mtp_s = 0.0
     body_last = body_s(layers_last, nm_last) \
@@ -1765,13 +1768,11 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     blocks_flops = per("flops_f", L, nm_all) + np.where(
         training, per("flops_b", L, nm_all) + per("recompute_flops", L, nm_all)
         + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0), 0.0)
-    k_mtp = np.minimum(k, x["mtp"])  # (first-k re-runs MTP blocks too, as body_s does)
-    mtp_flops = x["mtp"] * (
+    mtp_flops = x["mtp"] * (  # (first-k does not re-run them: mtp_s)
         per("flops_f", 1.0, x["last_moe"], depth_prefix) + np.where(
             training, per("flops_b", 1.0, x["last_moe"], depth_prefix)
             + per("recompute_flops", 1.0, x["last_moe"], depth_prefix), 0.0)
-        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training)) \
-        + np.where(training, per("flops_f", k_mtp, k_mtp * x["last_moe"], depth_prefix), 0.0)
+        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training))
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (the embedding; one stage: the LM head and the logits too, and
     # the MTP depths and their logits while the losses run); with embedding slots a middle
@@ -1789,7 +1790,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
                   p_edge + on_one * p_mtp, shard, lay, ~multi, nm_first + on_one * nm_mtp,
                   (nm_first + on_one * nm_mtp_weights) * p_exp_layer, exp_shard,
                   heads=1.0 + on_one * x["mtp"], p_vocab=vocab_params,
-                  p_layer_moe=p_layer_moe, extra_acts=on_one * depth_acts)
+                  p_layer_moe=p_layer_moe, extra_acts=on_one * depth_acts,
+                  recomputable=layers_first if has_mtp else None,
+                  nm_weights=nm_first + on_one * nm_mtp_weights if has_mtp else None)
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
@@ -1808,7 +1811,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
                            shard, lay, True, nm_last + nm_mtp,
                            (nm_last + nm_mtp_weights) * p_exp_layer, exp_shard,
                            last_stage=True, heads=1.0 + x["mtp"], p_vocab=vocab_params,
-                           p_layer_moe=p_layer_moe, extra_acts=depth_acts)
+                           p_layer_moe=p_layer_moe, extra_acts=depth_acts,
+                           recomputable=layers_last if has_mtp else None,
+                           nm_weights=nm_last + nm_mtp_weights if has_mtp else None)
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -1981,10 +1986,13 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
             + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
-        # (a hybrid's layers are checkpointed one by one: every layer's input; torchtitan's
-        # per-op policy is not a hybrid stack's: all kept)
+    if np.any(as_array(x["hybrid"]) > 0):
+        # (a hybrid's layers are checkpointed one by one: every layer's input, an MTP
+        # depth of one attention and one FFN layer too - Megatron-Core checkpoints a depth's
+        # hidden states and decoder input, multi_token_prediction.py L1606 - 1619;
+        # torchtitan's per-op policy is not a hybrid stack's: all kept)
         hybrid_row = x["hybrid"] > 0
-        checkpoint = np.where(hybrid_row, n_sub, 1.0) * Ta * e * ab
+        checkpoint = np.where(hybrid_row, x["n_attn"] + x["n_mamba"] + 1.0, 1.0) * Ta * e * ab
         op_sac = np.where(hybrid_row, full, op_sac)
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
@@ -2057,7 +2065,8 @@ def _boxes_max_sum(boxes):
 
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
             p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
-            p_layer_moe=0.0, middle_stage=False, extra_acts=0.0):
+            p_layer_moe=0.0, middle_stage=False, extra_acts=0.0, recomputable=None,
+            nm_weights=None):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as its pipeline rank holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
@@ -2066,7 +2075,10 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     ``exp_shard`` ways (the expert data-parallel group); an MoE block's other weights are
     ``p_layer_moe`` (a dense block's ``p_layer``). Of ``p_stage``, ``p_vocab`` are the
     embedding's or the LM head's, kept in 16 bits alone. ``extra_acts``: activation bytes
-    per micro-batch kept beyond ``layers`` blocks of ``lay`` (a hybrid's MTP depths)."""
+    per micro-batch kept beyond ``layers`` blocks of ``lay`` (a hybrid's MTP depths);
+    ``recomputable``: the blocks first-k recompute may checkpoint (default all; not the MTP
+    depths); ``nm_weights``: the MoE blocks whose routed weights ``p_exp`` holds (default nm;
+    MTP depths sharing one set count once)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
@@ -2102,7 +2114,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
         # pipeline parallelism, else two blocks' as for the other weights; their gradients
         # under PP accumulate unsharded over the micro-batches, as the other weights')
-        exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm, 1.0)) * ab
+        nm_w = nm if nm_weights is None else nm_weights
+        exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm_w, 1.0)) * ab
         weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
                                      p_exp * w_b)
         grads = grads + np.where((zero >= 2) & ~fsdp_pp, p_exp * g_b / exp_shard, p_exp * g_b)
@@ -2119,7 +2132,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # layer's full working set (Megatron-LM theoretical_memory_usage.py)
     in_flight = _in_flight(pp, v, m, pp - 1.0 if last_stage else (1.0 if middle_stage else 0.0))
     r = as_array(c["recompute"])
-    k_full = np.where(r == Recompute.FIRST_K, np.minimum(c["recompute_layers"], layers), 0.0)
+    k_full = np.where(r == Recompute.FIRST_K, np.minimum(
+        c["recompute_layers"], layers if recomputable is None else recomputable), 0.0)
     act_layer, none_layer, ckpt_layer = lay["act_layer"], lay["act_none"], lay["act_ckpt"]
     if moe_on:
         # per block, the mean over the stage's dense and MoE blocks; the backward's working

@@ -247,9 +247,12 @@ def _latent_projections(x: Mapping, T_l, peak) -> dict | None:
     postprocess L591), Transformer Engine Linears in the job's GEMM format with
     parallel_mode "duplicated" - the whole matrices on every TP rank, on its own
     sequence-parallel shard, no TP collective. Their inputs are cast as a linear's are (2 B
-    read, the low-precision copy written; twice in the backward) and kept for the backward.
-    Not modelled: the all-reduce of their weight gradients over the TP group (2 h L a layer,
-    a few MB)."""
+    read, the low-precision copy written; twice in the backward) and kept for the backward:
+    fc2's L-wide input its own tensor, fc1's h-wide one (the norm output the router and the
+    shared expert read too) only where the stack keeps a low-precision copy of its own (in
+    16 bits autograd keeps that one tensor once: calibrated._activation_bytes_per_layer
+    counts it). Not modelled: the all-reduce of their weight gradients over the TP group (2
+    h L gradients a layer once a step: 17 - 34 MB for Nemotron 3 Super)."""
     if not np.any(as_array(x["latent"]) > 0):
         return None
     has = np.where(as_array(x["latent"]) > 0, 1.0, 0.0)  # (a stacked context's other jobs)
@@ -263,8 +266,9 @@ def _latent_projections(x: Mapping, T_l, peak) -> dict | None:
     cast_bytes = x["fp8"] * (ab + x["lp_copy_bytes"]) * T_l * (h + L)
     cast_kernels = 2.0 * x["fp8"]
     flops = 2.0 * 2.0 * T_l * h * L
+    own_copy = np.where(sb < ab, 1.0, 0.0)  # (fc1's input a quantized copy of its own)
     return {"compute_f": has * gemm_f, "compute_b": has * gemm_b,
             "memory_f": has * memory_s(cast_bytes, x, cast_kernels),
             "memory_b": has * memory_s(2.0 * cast_bytes, x, 2.0 * cast_kernels),
             "flops_f": has * flops, "flops_b": has * 2.0 * flops,
-            "acts": has * T_l * (h + L) * sb}
+            "acts": has * T_l * (own_copy * h + L) * sb}
