@@ -380,3 +380,24 @@ def test_tp_overlap_needs_the_tp_group_inside_one_nvlink_domain(capsys):
     # without the overlap TP may cross the NICs (NCCL): runnable
     code, out, _ = run(capsys, *argv, "tp=2,sp=1,tp_overlap=0,mbs=1,nv_tp=1,nv_dp=8")
     assert json.loads(out)["result"]["reason"] == "ok"
+
+
+def test_a_label_quotes_what_yaml_would_misread(tmp_path, capsys):
+    """A spec's override ``mtp_pattern: "*E"`` (a YAML alias unquoted) and an empty string
+    (null unquoted) are labelled quoted, and sweep predict takes the label as printed."""
+    from sweep.engine.spec import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text('name: s\njobs: [{name: nemotron_3_nano, mtp_layers: 1, mtp_pattern: "*E",'
+                    ' mtp_shared: true}, {name: nemotron_3_super, mtp_layers: 0}]\n'
+                    'gpus: [8]\nhardware: {base: B200}\nstrategies: [1d]\n')
+    jobs = load_spec(str(spec)).jobs
+    assert jobs[0].name == 'nemotron_3_nano[mtp_layers=1,mtp_pattern="*E",mtp_shared=True]'
+    out = json.loads(run(capsys, "predict", "--job", jobs[0].name, "--hardware", "B200",
+                         "--gpus", "8", "--config", "dp=8,tp=1,pp=1,mbs=1,ep=8", "--json")[1])
+    assert out["job"] == jobs[0].name and out["result"]["step_time_s"] > 0
+    from sweep.engine.catalog import label_value, parse_value
+
+    for value in ("", "*E", "M-*", "null", 8192, True, "mxfp8"):
+        assert parse_value(label_value(value)) == value, value
+    assert label_value("mxfp8") == "mxfp8" and label_value(8192) == "8192"  # (unquoted)
