@@ -185,7 +185,8 @@ MODEL_ALIASES = {"Llama3.1-8B": "llama3_8b", "Llama3.1-70B": "llama3_70b",
                  "Llama4-Maverick-400B": "llama4_maverick", "Llama4-Scout-109B": "llama4_scout",
                  "Llama4-Scout (2-layer debug)": "llama4_scout",
                  "Nemotron-3-Super-120B-A12B": "nemotron_3_super",
-                 "Nemotron-3-Ultra-550B-A55B": "nemotron_3_ultra"}
+                 "Nemotron-3-Ultra-550B-A55B": "nemotron_3_ultra",
+                 "Nemotron-3.5-Lightning-30B-A3B": "nemotron_3_5_lightning"}
 
 
 @dataclass(frozen=True)

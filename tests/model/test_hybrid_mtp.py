@@ -182,3 +182,13 @@ def test_an_override_without_depths_drops_their_pattern():
     with pytest.raises(SpecError) as err:  # (a pattern kept by hand still needs depths)
         override_job(sup, {"mtp_layers": 0, "mtp_pattern": "*E"}, "spec.yaml", "jobs[0]")
     assert err.value.key == "jobs[0].mtp_pattern"
+
+
+def test_nemotron_3_5_lightning_is_nano_with_two_shared_depths():
+    # Megatron-Bridge's Lightning performance recipes: Nano's model, MTP 2 x *E, repeated
+    nano, light = load_job("nemotron_3_nano"), load_job("nemotron_3_5_lightning")
+    fields = ("hybrid_pattern", "hidden", "n_heads", "n_kv_heads", "mamba_heads", "n_experts",
+              "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "vocab")
+    assert all(getattr(nano, k) == getattr(light, k) for k in fields)
+    assert (light.mtp_layers, light.mtp_pattern, light.mtp_shared) == (2, "*E", True)
+    assert light.params_total() == nano.params_total()  # (model cards leave MTP out)

@@ -153,3 +153,4 @@ def test_the_projections_keep_their_inputs_by_hand():
     assert sb == pytest.approx(1.0 + 1.0 / 32.0)  # one byte and an E8M0 scale per 32
     assert moe._latent_projections(x, 1024.0, 100e12)["acts"] == \
         pytest.approx(1024 * (1024 + 256) * sb)
+
