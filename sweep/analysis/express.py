@@ -497,7 +497,7 @@ MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "fi
                 "qk_rope_head_dim", "v_head_dim", "mtp_layers", "sliding_window",
                 "full_attention_every", "rope_mscale", "swiglu_clamp", "hybrid_pattern",
                 "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv",
-                "moe_latent_size", "mtp_pattern", "mtp_shared")
+                "moe_latent_size", "mtp_pattern", "mtp_shared", "mtp_bf16")
 
 
 def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:
@@ -523,7 +523,7 @@ def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str
                         and layers == m.n_layers)
     out["mtp_layers"] = m.mtp_layers if keep else 0
     if not keep:  # (a hybrid's depth pattern and sharing go with its depths)
-        out.update(mtp_pattern="", mtp_shared=False)
+        out.update(mtp_pattern="", mtp_shared=False, mtp_bf16=False)
     if re.search(r"capacity-factor 1\b|token-drop(?!less)", text, re.I):
         out["capacity_factor"] = 1.0
         assumptions.append("token-drop MoE costed at capacity factor 1, padded")

@@ -181,6 +181,8 @@ _BOOL_FIELDS = {
                  "fp32 master copy stays in the optimizer",
     "mtp_shared": "the mtp_layers depths share one depth's weights, each still run forward "
                   "and backward (Megatron-Core mtp_use_repeated_layer)",
+    "mtp_bf16": "fp8 / MXFP8 / NVFP4 jobs run the MTP depths' GEMMs in 16 bits "
+                "(Megatron-Core keep_mtp_spec_in_bf16)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
@@ -296,6 +298,7 @@ class Job:
     hybrid_pattern: str = ""
     mtp_pattern: str = ""  # a hybrid's MTP depth (one FFN layer and its mixers)
     mtp_shared: bool = False  # MTP depths share one depth's weights
+    mtp_bf16: bool = False  # MTP depths' GEMMs in 16 bits under a low-precision recipe
     mamba_heads: int = 0
     mamba_head_dim: int = 64
     mamba_state: int = 0
@@ -638,8 +641,9 @@ def _check_hybrid(values: dict[str, Any], source: str) -> None:
     pattern = values.get("hybrid_pattern", "")
     defaults = {f.name: f.default for f in dataclasses.fields(Job)}
     given = [k for k in MAMBA_FIELDS if values.get(k, defaults[k]) != defaults[k]]
-    if values.get("mtp_shared") and not values.get("mtp_layers"):
-        raise _fail(source, "mtp_shared", "needs mtp_layers (the depths that share weights)")
+    for key in ("mtp_shared", "mtp_bf16"):
+        if values.get(key) and not values.get("mtp_layers"):
+            raise _fail(source, key, "needs mtp_layers (the depths it describes)")
     mtp = values.get("mtp_pattern", "")
     if not pattern:
         if given:
@@ -729,7 +733,7 @@ def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str
     is then not a multiple of n_heads), and ``n_kv_heads`` equal to ``n_heads`` (multi-head
     attention) follows an override of ``n_heads``. A head_dim or n_kv_heads that differs
     (Qwen3, Gemma; GQA) is kept unless overridden itself. ``mtp_layers: 0`` drops the
-    depths' pattern and sharing unless they are overridden too.
+    depths' pattern, sharing and format unless they are overridden too.
     """
     raw = {k: v for k, v in dataclasses.asdict(job).items()}
     for key in overrides:
@@ -743,7 +747,7 @@ def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str
     if "n_layers" not in overrides and "hybrid_pattern" in overrides:
         del raw["n_layers"]  # (a hybrid's layer count is its pattern's length)
     if overrides.get("mtp_layers", None) == 0:  # (no depths: no depth pattern or sharing)
-        for key in ("mtp_pattern", "mtp_shared"):
+        for key in ("mtp_pattern", "mtp_shared", "mtp_bf16"):
             if key not in overrides:
                 del raw[key]
     raw.update(overrides)

@@ -5,6 +5,8 @@ weights; the model FLOPs by hand; the op table adds up; the refusals."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -192,3 +194,28 @@ def test_nemotron_3_5_lightning_is_nano_with_two_shared_depths():
     assert all(getattr(nano, k) == getattr(light, k) for k in fields)
     assert (light.mtp_layers, light.mtp_pattern, light.mtp_shared) == (2, "*E", True)
     assert light.params_total() == nano.params_total()  # (model cards leave MTP out)
+
+
+def test_depths_in_16_bits_cost_their_16_bit_block():
+    """mtp_bf16 (Megatron-Bridge's keep_mtp_spec_in_bf16), and NVFP4 always (Megatron-Core
+    ignores FP4 in MTP layers): the depth is the block of the same job in bf16, its routed
+    experts too; the main blocks keep the job's format."""
+    hw = load_hardware("B200")
+    light = load_job("nemotron_3_5_lightning")
+    c = candidate_block(1, ep=8, mbs=1)
+    c["dp"] = np.array([8])
+
+    def parts(j):
+        _, p = calibrated._step(calibrated.make_context(j, hw, hw.calibration), c)
+        return {k: float(np.asarray(v).ravel()[0]) for k, v in p["lay"].items()
+                if not isinstance(v, list)}
+
+    mx = parts(dataclasses.replace(light, dtype="mxfp8"))
+    bf = parts(dataclasses.replace(light, dtype="bf16"))
+    fp4 = parts(dataclasses.replace(light, dtype="nvfp4", mtp_bf16=False))
+    own = parts(dataclasses.replace(light, dtype="mxfp8", mtp_bf16=False))
+    for key in ("moe:fwd", "moe:bwd", "moe:routed_gemm_f"):
+        assert mx["mtp:" + key] == pytest.approx(bf["mtp:" + key], rel=1e-12), key
+        assert fp4["mtp:" + key] == pytest.approx(bf["mtp:" + key], rel=1e-12), key
+        assert own["mtp:" + key] < mx["mtp:" + key], key  # (MXFP8 GEMMs are faster)
+        assert mx[key] == pytest.approx(own[key], rel=1e-12), key  # main blocks: MXFP8

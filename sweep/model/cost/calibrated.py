@@ -275,7 +275,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
         w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
         p_attn_rep = 0
-    return {
+    x = {
         # job
         "L": job.blocks, "e": job.hidden, "f": job.ffn_hidden, "H": H,
         "Kv": kv_heads, "d": d_attn, "V": job.vocab, "s": job.seq_len,
@@ -397,6 +397,25 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "reserve_bytes": p["reserve_GiB"] * 2.0**30,
         "allocator_cache": p["allocator_cache"],
     }
+    # the MTP depths' own GEMM format, 16 bits under a low-precision recipe: with mtp_bf16
+    # (Megatron-Bridge's keep_mtp_spec_in_bf16), and under NVFP4 always (Megatron-Core
+    # d98e8a6 multi_token_prediction.py L1385 - 1394: MTP runs in the global fp8 context
+    # only, "ignoring FP4 in MTP layers"); else the job's own entries (_mtp_context)
+    own = fp8 and job.mtp_layers > 0 and (job.mtp_bf16 or job.dtype == "nvfp4")
+    x16 = make_context(dataclasses.replace(job, dtype="bf16", mtp_bf16=False), hw, params,
+                       strategy) if own else x
+    x.update({MTP16_PREFIX + k: x16[k] for k in PRECISION_KEYS})
+    x["mtp_bf16"] = float(own)
+    return x
+
+
+#: the context entries that follow the job's GEMM format (make_context of a low-precision
+#: job and of the same job in bf16 differ in these alone)
+PRECISION_KEYS = ("fp8", "nvfp4", "block_scaled", "blockwise", "current_scaling",
+                  "rowwise_scaling", "saved_in_bytes", "peak8_flops_per_s", "lp_copy_bytes",
+                  "lp_weight_copy_bytes", "gemm_operand_bytes")
+#: their values for the MTP depths (mtp_bf16)
+MTP16_PREFIX = "mtp16:"
 
 
 def make_row_context(job: Job, hw: HardwareRows, strategy: str = "1d") -> dict:
@@ -1049,10 +1068,10 @@ def _layer_terms(x, c):
         lay.update(eh_f=gemm_s(T, e / t, 2.0 * e, x, peak, eff), eh_b=np.where(
             training, gemm_s(T, 2.0 * e, e / t, x, peak, eff)
             + gemm_s(2.0 * e, e / t, T, x, peak, eff), 0.0))
-    if _hybrid_mtp(x):
+    if _own_mtp_depth(x):
         # a hybrid's MTP depth: a block of its own mixers (mtp_pattern), not the main
         # pattern's share of them (Megatron-Core multi_token_prediction.py builds a
-        # HybridStack of the depth's pattern)
+        # HybridStack of the depth's pattern); or a depth in its own GEMM format (mtp_bf16)
         depth = _block_terms(_mtp_context(x), c, lo)
         lay.update({MTP_PREFIX + k: v for k, v in depth.items()})
     return lay
@@ -1073,16 +1092,20 @@ def _block_terms(x, c, lo):
     return lay
 
 
-def _hybrid_mtp(x) -> bool:
-    """Whether the context holds a hybrid job with multi-token prediction, whose depths are
-    blocks of their own pattern (MTP_PREFIX terms)."""
-    return _hybrid(x) and bool(np.any(as_array(x["mtp"]) > 0))
+def _own_mtp_depth(x) -> bool:
+    """Whether the context holds a job with multi-token prediction whose depths are blocks of
+    their own (MTP_PREFIX terms): a hybrid's (its depth pattern), or one whose depths run in
+    16 bits under a low-precision recipe (mtp_bf16)."""
+    mtp = bool(np.any(as_array(x["mtp"]) > 0))
+    return mtp and (_hybrid(x) or bool(np.any(as_array(x["mtp_bf16"]) > 0)))
 
 
 def _mtp_context(x):
-    """The context of a hybrid's MTP depth: a block with the depth's attention and Mamba-2
-    layers (an attention + FFN block's are 1 and 0: the same context)."""
-    return dict(x, n_attn=x["mtp_attn"], n_mamba=x["mtp_mamba"])
+    """The context of an MTP depth: a block with the depth's attention and Mamba-2 layers
+    (an attention + FFN block's are 1 and 0) in the depth's GEMM format (make_context's
+    MTP16_PREFIX entries: the job's own unless mtp_bf16)."""
+    return dict(x, n_attn=x["mtp_attn"], n_mamba=x["mtp_mamba"],
+                **{k: x[MTP16_PREFIX + k] for k in PRECISION_KEYS})
 
 
 #: keys of an MoE block's terms in the per-layer dict (the plain keys are a dense block's)
@@ -1177,11 +1200,13 @@ def _with_moe(x, c, lay, routed):
     out = {k: v for k, v in lay.items() if not k.startswith(SHARED_PREFIX)}
     out.update({MOE_PREFIX + k: v for k, v in _moe_block(x, c, shared, routed).items()})
     mtp_shared = MTP_PREFIX + SHARED_PREFIX
-    if any(k.startswith(mtp_shared) for k in lay):  # (a hybrid's MTP depth: its MoE block)
+    if any(k.startswith(mtp_shared) for k in lay):  # (an MTP depth of its own: its MoE block)
         depth = {k[len(mtp_shared):]: v for k, v in lay.items() if k.startswith(mtp_shared)}
         out = {k: v for k, v in out.items() if not k.startswith(mtp_shared)}
+        routed_depth = {k[len(MTP_PREFIX):]: v for k, v in routed.items()
+                        if k.startswith(MTP_PREFIX)} or routed
         out.update({MTP_PREFIX + MOE_PREFIX + k: v
-                    for k, v in _moe_block(x, c, depth, routed).items()})
+                    for k, v in _moe_block(x, c, depth, routed_depth).items()})
     return out
 
 
@@ -1190,7 +1215,14 @@ def _routed_terms(x, c):
     from the ROUTED_KEYS columns alone (an MoE block is 1D: SUMMA blocks are dense,
     candidates._degree_combos)."""
     t, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
-    return moe.routed_experts(x, c, {"Ta": _tokens(x, c, t, cp, b)[2]}, _gemm_rate(x)[0])
+    lay = {"Ta": _tokens(x, c, t, cp, b)[2]}
+    out = moe.routed_experts(x, c, lay, _gemm_rate(x)[0])
+    if np.any(as_array(x["mtp_bf16"]) > 0) and np.any(as_array(x["mtp"]) > 0):
+        # (the MTP depths' routed experts in their own GEMM format: MTP_PREFIX keys)
+        xm = _mtp_context(x)
+        out.update({MTP_PREFIX + k: v for k, v in
+                    moe.routed_experts(xm, c, lay, _gemm_rate(xm)[0]).items()})
+    return out
 
 
 def _layer_terms_dedup(x, c, lazy=False, lay=None):
@@ -1784,7 +1816,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     depth_acts = 0.0
     if depth_prefix:
         kind = MOE_PREFIX if moe_on else ""
-        depth_acts = np.where(x["hybrid"] > 0, x["mtp"] * (
+        depth_acts = np.where((x["hybrid"] > 0) | (x["mtp_bf16"] > 0), x["mtp"] * (
             lay[MTP_PREFIX + kind + "act_layer"] - lay[kind + "act_layer"]), 0.0)
     mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
                   p_edge + on_one * p_mtp, shard, lay, ~multi, nm_first + on_one * nm_mtp,
