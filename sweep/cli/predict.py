@@ -92,16 +92,27 @@ def _label(text: str, flag: str) -> tuple[str, dict]:
         try:
             overrides[key.strip()] = parse_value(value)
         except yaml.YAMLError:
-            raise SweepError(f"{flag}: {key.strip()}: {value!r} is not a YAML value") from None
+            raise SweepError(f"{flag}: {key.strip()}: {value!r} is not a YAML value (quote "
+                             f"a text YAML would misread: {key.strip()}=\"{value}\")") from None
     return m.group(1).strip(), overrides
 
 
 def _top_level_items(text: str) -> list[str]:
-    """``text`` split at its commas outside YAML flow collections: a value may be a
-    per-precision table, ``matrix_tflops={bf16: 2500, fp8: 5000}``."""
-    items, depth, start = [], 0, 0
+    """``text`` split at its commas outside YAML flow collections and double-quoted strings:
+    a value may be a per-precision table, ``matrix_tflops={bf16: 2500, fp8: 5000}``, or a
+    quoted text, ``notes="a, b"`` (label_value quotes what a comma would split)."""
+    items, depth, start, quoted, escaped = [], 0, 0, False, False
     for i, ch in enumerate(text):
-        if ch in "{[":
+        if quoted:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "{[":
             depth += 1
         elif ch in "}]":
             depth = max(depth - 1, 0)

@@ -29,8 +29,8 @@ from ..model.job import Job, parse_job
 from ..model.units import brief
 
 __all__ = ["load_hardware", "check_generation", "load_job", "read_yaml", "load_checked",
-           "parse_value", "label_value", "search_roots", "list_names", "load_calibration", "REPO_ROOT",
-           "CALIBRATION_FILE", "RANGES_FILE", "MAX_YAML_BYTES", "MAX_YAML_NODES",
+           "parse_value", "label_value", "search_roots", "list_names", "load_calibration",
+           "REPO_ROOT", "CALIBRATION_FILE", "RANGES_FILE", "MAX_YAML_BYTES", "MAX_YAML_NODES",
            "MAX_YAML_DEPTH", "MAX_YAML_SEQUENCE"]
 
 #: the repository checkout this package lives in (catalogs ship at its top level)
@@ -214,13 +214,18 @@ def parse_value(text: str) -> Any:
         raise yaml.YAMLError(str(exc)) from None
 
 
-def label_value(value: Any, text: str | None = None) -> str:
-    """``value`` in a ``name[key=value,...]`` label: ``text`` (default ``str(value)``) when
-    parse_value reads it back as the value, else a double-quoted YAML string (an MTP
-    pattern ``*E`` would read as a YAML alias, an empty one as null)."""
-    text = str(value) if text is None else text
+#: characters of a label's text that its ``key=value,...`` list would split or misread
+LABEL_SYNTAX = set(',[]{}="\t')
+
+
+def label_value(value: Any) -> str:
+    """``value`` in a ``name[key=value,...]`` label: ``str(value)`` when parse_value reads it
+    back as the value and it holds none of LABEL_SYNTAX, else a double-quoted YAML string (an
+    MTP pattern ``*E`` would read as a YAML alias, an empty one as null, ``a,b`` as two
+    items)."""
+    text = str(value)
     try:
-        if parse_value(text) == value:
+        if parse_value(text) == value and not LABEL_SYNTAX & set(text):
             return text
     except yaml.YAMLError:
         pass

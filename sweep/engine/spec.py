@@ -263,7 +263,8 @@ def _parse_jobs(raw: Any, source: str, near: Path | None, resolved: Mapping
                            else load_job(name, source, key, near))
         job = bases[name]
         if overrides:
-            label = f"{job.name}[{','.join(f'{k}={label_value(v)}' for k, v in overrides.items())}]"
+            items = ",".join(f"{k}={label_value(v)}" for k, v in overrides.items())
+            label = f"{job.name}[{items}]"
             job = dataclasses.replace(override_job(job, overrides, source, key), name=label)
         out.append(job)
     if len({j.name for j in out}) != len(out):

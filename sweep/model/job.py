@@ -82,10 +82,10 @@ _INT_FIELDS = {
 }
 #: integer fields that may be 0
 _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden",
-            "moe_latent_size", "first_k_dense", "router_groups", "router_group_topk", "q_lora_rank",
-            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
-            "sliding_window", "full_attention_every", "mamba_heads", "mamba_head_dim",
-            "mamba_state", "mamba_groups", "mamba_conv"}
+            "moe_latent_size", "first_k_dense", "router_groups", "router_group_topk",
+            "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+            "v_head_dim", "mtp_layers", "sliding_window", "full_attention_every",
+            "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "moe_latent_size",
               "first_k_dense", "moe_layer_step", "router_groups", "router_group_topk", "router",
@@ -105,7 +105,8 @@ INT_MAX = {
     "n_layers": 2**16, "hidden": 2**20, "ffn_hidden": 2**22, "n_heads": 2**16,
     "n_kv_heads": 2**16, "head_dim": 2**16, "vocab": 2**24, "seq_len": 2**24,
     "global_batch": 2**24, "n_experts": 2**16, "top_k": 2**16, "moe_ffn_hidden": 2**22,
-    "shared_ffn_hidden": 2**22, "moe_latent_size": 2**20, "first_k_dense": 2**16 - 1, "moe_layer_step": 2**16,
+    "shared_ffn_hidden": 2**22, "moe_latent_size": 2**20, "first_k_dense": 2**16 - 1,
+    "moe_layer_step": 2**16,
     "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
     "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
@@ -536,6 +537,8 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
                 raise _fail(source, key, f"expected true or false, got {brief(value)}")
         elif key in _TEXT_FIELDS:
             why = name_problem(value) if key == "name" else None
+            if key.endswith("_pattern") and not isinstance(value, str):
+                why = f"expected a text of layer symbols, got {brief(value)}"
             if why:
                 raise _fail(source, key, why)
             value = str(value)

@@ -396,8 +396,16 @@ def test_a_label_quotes_what_yaml_would_misread(tmp_path, capsys):
     out = json.loads(run(capsys, "predict", "--job", jobs[0].name, "--hardware", "B200",
                          "--gpus", "8", "--config", "dp=8,tp=1,pp=1,mbs=1,ep=8", "--json")[1])
     assert out["job"] == jobs[0].name and out["result"]["step_time_s"] > 0
-    from sweep.engine.catalog import label_value, parse_value
+    from sweep.cli.predict import _label
+    from sweep.engine.catalog import label_value
 
-    for value in ("", "*E", "M-*", "null", 8192, True, "mxfp8"):
-        assert parse_value(label_value(value)) == value, value
+    # every value comes back through the label's key=value list as it went in, a text with
+    # a comma, brackets, braces, an equals sign or quotes among them (an outside review: a
+    # note "lr sweep,mtp_layers=0" came back as a second override)
+    values = ("", "*E", "M-*", "null", "~", "yes", "1e3", "0x10", 8192, 0.5, 1e-07, True,
+              "mxfp8", "lr sweep,mtp_layers=0", "a{b", "x]y", 'say "hi", twice', "a\\b",
+              "tab\there", "é")
+    label = "j[" + ",".join(f"k{i}={label_value(v)}" for i, v in enumerate(values)) + "]"
+    name, overrides = _label(label, "--job")
+    assert name == "j" and overrides == {f"k{i}": v for i, v in enumerate(values)}
     assert label_value("mxfp8") == "mxfp8" and label_value(8192) == "8192"  # (unquoted)

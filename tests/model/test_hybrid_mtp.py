@@ -94,6 +94,8 @@ def test_the_op_table_of_nemotron_3_super_adds_up_with_its_mtp_depths():
     ({"hybrid_pattern": "M-*-", "mtp_layers": 1, "mtp_pattern": "*E"}, "mtp_pattern"),
     ({"hybrid_pattern": "M-*-", "mtp_layers": 1, "mtp_pattern": "*x-"}, "mtp_pattern"),
     ({"hybrid_pattern": "M-*-", "mtp_shared": True}, "mtp_shared"),
+    ({"hybrid_pattern": "M-*-", "mtp_layers": 1, "mtp_pattern": None}, "mtp_pattern"),
+    ({"hybrid_pattern": "M-*-", "mtp_bf16": True}, "mtp_bf16"),
 ])
 def test_inconsistent_mtp_depths_are_refused_naming_the_key(raw, key):
     raw = dict(BASE, **raw)

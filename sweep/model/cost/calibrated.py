@@ -1313,6 +1313,15 @@ def _params_per_layer(x, t):
     return (gemm + biases) / t, norms + x["p_attn_rep"]
 
 
+def _moe_block_params(x, t):
+    """Weights of an MoE block on the attention mesh per GPU of a ``t``-way TP group: its
+    attention, shared expert and norms (_params_per_layer with the shared width), the router
+    (replicated, notes 6.1) and a latent MoE's projections (whole on every TP rank:
+    Megatron-Core's "duplicated" TE Linears)."""
+    w, norms = _params_per_layer(dict(x, f=x["fs"]), t)
+    return w + norms + x["E"] * x["e"] + x["p_latent"]
+
+
 def _tensors_per_layer(x):
     """Parameter tensors of one block: four (SwiGLU: five) weight matrices, their biases,
     two norms (weight, and bias for LayerNorm)."""
@@ -1579,9 +1588,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     if moe_on:
         ep = as_array(c["ep"], dtype=np.float64)
         etp = as_array(c["etp"], dtype=np.float64)
-        w_moe, norms_moe = _params_per_layer(dict(x, f=x["fs"]), t * t2)
-        # (a latent MoE's projections: whole on every TP rank, Megatron-Core "duplicated")
-        p_layer_moe = w_moe + norms_moe + x["E"] * e + x["p_latent"]
+        p_layer_moe = _moe_block_params(x, t * t2)
         p_exp_layer = x["p_experts"] / (ep * etp)
         edp = dp * cp * t / (ep * etp)
         d_in = as_array(c["nv_tp"], dtype=np.float64) * as_array(c["nv_cp"], np.float64) \
@@ -1712,8 +1719,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             xm = _mtp_context(x)
             p_depth = sum(_params_per_layer(xm, t * t2))
             if moe_on:
-                p_depth_moe = sum(_params_per_layer(dict(xm, f=xm["fs"]), t * t2)) \
-                    + x["E"] * e + x["p_latent"]
+                p_depth_moe = _moe_block_params(xm, t * t2)
         weight_sets = np.where(x["mtp_shared"] > 0, np.minimum(x["mtp"], 1.0), x["mtp"])
         p_mtp = weight_sets * (mix(p_depth, p_depth_moe, 1.0, last_moe) + 2.0 * e * e / t
                                + 3.0 * e)

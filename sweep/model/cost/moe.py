@@ -252,7 +252,8 @@ def _latent_projections(x: Mapping, T_l, peak) -> dict | None:
     shared expert read too) only where the stack keeps a low-precision copy of its own (in
     16 bits autograd keeps that one tensor once: calibrated._activation_bytes_per_layer
     counts it). Not modelled: the all-reduce of their weight gradients over the TP group (2
-    h L gradients a layer once a step: 17 - 34 MB for Nemotron 3 Super)."""
+    h L gradients a layer once a step: 17 MB a layer in bf16, ~0.7 GB a step for Nemotron 3
+    Super)."""
     if not np.any(as_array(x["latent"]) > 0):
         return None
     has = np.where(as_array(x["latent"]) > 0, 1.0, 0.0)  # (a stacked context's other jobs)
