@@ -736,11 +736,16 @@ def _tick_text(values) -> list[str]:
     return [f"{float(v):,.0f}" if top >= 1e4 else f"{float(v):.4g}" for v in values]
 
 
+#: heat-map cells up to which each carries its number (above: contour lines instead)
+MAX_LABELLED_CELLS = 64
+
+
 def _heatmap(res: Results, opts: PlotOptions):
     """Speed-up of the best throughput over a baseline cell, across two swept hardware axes:
     the study's form (arXiv 2410.00273, heat maps over HBM bandwidth x capacity). The
     baseline is the lowest value of both axes with a feasible configuration, marked on the
-    map; contour lines at round speed-ups."""
+    map; a small grid's cells carry their speed-up, a larger one's contour lines at round
+    speed-ups (interpolated between cells, which two values of an axis cannot support)."""
     Figure = _mpl()
     chosen = res.cases
     if opts.hardware:  # variants by label or base name, as the other kinds select them
@@ -788,7 +793,13 @@ def _heatmap(res: Results, opts: PlotOptions):
         base = data[bi, bj]
         speedup = data / base
         im = ax.imshow(speedup, origin="lower", aspect="auto", cmap="viridis")
-        if min(speedup.shape) >= 2 and np.isfinite(speedup).sum() >= 4:
+        if speedup.size <= MAX_LABELLED_CELLS:  # each cell its number, legible on its colour
+            middle = 0.5 * (np.nanmin(speedup) + np.nanmax(speedup))
+            for (i, j), v in np.ndenumerate(speedup):
+                if np.isfinite(v):
+                    ax.text(j, i + 0.18, f"{v:.2f}x", ha="center", va="center", fontsize=7,
+                            color="black" if v > middle else "white")
+        elif min(speedup.shape) >= 3 and np.isfinite(speedup).sum() >= 4:
             levels = [v for v in (1.25, 1.5, 2, 3, 4, 6, 8, 12, 16)
                       if np.nanmin(speedup) < v < np.nanmax(speedup)]
             if levels:

@@ -820,6 +820,18 @@ def test_hardware_variant_labels_do_not_run_into_each_other(grid):
             assert left.x1 <= right.x0 + 0.5 or left.y0 >= right.y1 or right.y0 >= left.y1
 
 
+def test_a_small_heatmap_writes_each_cells_speed_up(grid):
+    """A grid of a few cells carries each cell's speed-up over the baseline, the numbers of
+    the HDF5 file; no contour lines interpolated between two values of an axis."""
+    fig, heat = draw(open_results(grid), "heatmap", PlotOptions(n_gpus=16))
+    ax = next(a for a in fig.axes if a.images)
+    texts = sorted(float(t.get_text()[:-1]) for t in ax.texts if t.get_text().endswith("x"))
+    values = heat["samples_per_s"].dropna().to_numpy(float)
+    base = heat.sort_values(["hbm_GiB", "hbm_GBps"]).dropna()["samples_per_s"].iloc[0]
+    assert texts == pytest.approx(sorted(np.round(values / base, 2)), abs=1e-9)
+    assert not any(type(c).__name__.endswith("ContourSet") for c in ax.collections)
+
+
 def test_large_grids_become_small_multiples_along_the_swept_axes(grid, monkeypatch):
     """A grid with more variants than bars fit: x = the first swept axis, one panel per
     value of the second, the bars still the HDF5 numbers (issue 18: no 3432 px strips)."""
