@@ -59,6 +59,10 @@ STANDARD = tuple(
 #: placement multiply the space (reported on its own line)
 MOE = Workload("deepseek_v3 calibrated GB200 nvs72 64", "calibrated",
                (("deepseek_v3", "GB200-NVL72", 72, "1d", 64),))
+#: a hybrid Mamba-2 / latent-MoE job with MTP depths of their own (Nemotron 3 Super): the
+#: per-layer terms of a main block and of a depth, the routed experts at the latent width
+HYBRID = Workload("nemotron_3_super calibrated GB200 nvs72 64", "calibrated",
+                  (("nemotron_3_super", "GB200-NVL72", 72, "1d", 64),))
 #: many cases that differ only in hardware (issue 19): gpt3_1T 1d on B200 at 8192 GPUs
 #: over a 20 x 20 grid of HBM bandwidth (0.5 - 16 TB/s) and capacity (80 - 1000 GB), as a
 #: hardware-grid spec expands; one enumeration shared, as in a run (SpaceCache). Its
@@ -173,14 +177,15 @@ def run_bench(repeat: int = 5, full: bool = False, only: Sequence[str] = ()) -> 
     Raises:
         SweepError: ``only`` matches no workload (with the names).
     """
-    every = list(STANDARD) + [MOE, MANY_CASES, CALIBRATED_LARGE, nersc_reproduction()]
+    every = list(STANDARD) + [MOE, HYBRID, MANY_CASES, CALIBRATED_LARGE,
+                              nersc_reproduction()]
     if only:
         workloads = [w for w in every if any(o.lower() in w.name.lower() for o in only)]
         if not workloads:
             raise SweepError(f"--only {' '.join(only)}: no workload matches; workloads: "
                              + "; ".join(w.name for w in every))
     else:
-        workloads = every if full else every[:len(STANDARD) + 2]
+        workloads = every if full else every[:len(STANDARD) + 3]
     rows = []
     repeats = [1 if w is CALIBRATED_LARGE or len(w.cases) > 500
                else min(repeat, 3) if len(w.cases) > 10 else repeat for w in workloads]
@@ -194,6 +199,7 @@ def run_bench(repeat: int = 5, full: bool = False, only: Sequence[str] = ()) -> 
     total = sum(r["candidates"] for r in std) / std_s if std and std_s > 0 else None
     by_name = {r["workload"]: r for r in rows}
     moe, many = by_name.get(MOE.name), by_name.get(MANY_CASES.name)
+    hybrid = by_name.get(HYBRID.name)
     fused = ("on: numba " + importlib.metadata.version("numba")) if fuse.enabled() else (
         "off: SWEEP_FUSE=0" if fuse.available() else "off: numba not installed")
     return {"sweep_version": __version__, "python": platform.python_version(), "fused": fused,
@@ -201,6 +207,8 @@ def run_bench(repeat: int = 5, full: bool = False, only: Sequence[str] = ()) -> 
             "processor": platform.processor() or platform.machine(), "repeat": repeat,
             "workloads": rows, "standard_candidates_per_core_second": total,
             "moe_candidates_per_core_second": moe and moe["candidates_per_core_second"],
+            "hybrid_candidates_per_core_second":
+                hybrid and hybrid["candidates_per_core_second"],
             "many_case_candidates_per_core_second": many and many["candidates_per_core_second"],
             "many_case_us_per_case": many and many["us_per_case"]}
 

@@ -28,6 +28,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                      f"core-second")
     if report["moe_candidates_per_core_second"] is not None:
         parts.append(f"mixture of experts: {report['moe_candidates_per_core_second']:,.0f}")
+    if report["hybrid_candidates_per_core_second"] is not None:
+        parts.append(f"hybrid latent MoE: {report['hybrid_candidates_per_core_second']:,.0f}")
     if report["many_case_candidates_per_core_second"] is not None:
         parts.append(f"many cases: {report['many_case_candidates_per_core_second']:,.0f} "
                      f"({report['many_case_us_per_case']:,.0f} us per case)")

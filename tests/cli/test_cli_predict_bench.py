@@ -144,8 +144,9 @@ def test_bench_reports_rates(capsys):
     assert code == 0
     report = json.loads(out)
     assert [w["candidates"] for w in report["workloads"]] == [2544, 59390, 22712, 1316852,
-                                                          3741066, 929600]
+                                                          3741066, 1140984, 929600]
     assert report["moe_candidates_per_core_second"] > 0
+    assert report["hybrid_candidates_per_core_second"] > 0
     many = report["workloads"][-1]  # 400 hardware variants of one 2,324-candidate space
     assert many["cases"] == 400 and many["candidates"] == 400 * 2324
     assert report["many_case_us_per_case"] == pytest.approx(1e6 * many["cpu_seconds"] / 400)
@@ -162,6 +163,7 @@ def test_bench_only_times_the_named_workloads(capsys):
     assert report["standard_candidates_per_core_second"] == \
         report["workloads"][0]["candidates_per_core_second"] > 0
     assert report["moe_candidates_per_core_second"] is None
+    assert report["hybrid_candidates_per_core_second"] is None
     assert report["many_case_us_per_case"] is None
     code, out, _ = run(capsys, "bench", "--repeat", "1", "--only", "1d B200 nvs8 4096")
     assert code == 0 and "standard workloads together" in out and "mixture" not in out
