@@ -522,7 +522,7 @@ def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str
     keep = with_mtp or (run.framework == "megatron-bridge" and not without
                         and layers == m.n_layers)
     out["mtp_layers"] = m.mtp_layers if keep else 0
-    if not keep:  # (a hybrid's depth pattern and sharing go with its depths)
+    if not keep:  # (the depths' pattern, sharing and format go with them)
         out.update(mtp_pattern="", mtp_shared=False, mtp_bf16=False)
     if re.search(r"capacity-factor 1\b|token-drop(?!less)", text, re.I):
         out["capacity_factor"] = 1.0

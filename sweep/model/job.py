@@ -183,7 +183,7 @@ _BOOL_FIELDS = {
     "mtp_shared": "the mtp_layers depths share one depth's weights, each still run forward "
                   "and backward (Megatron-Core mtp_use_repeated_layer)",
     "mtp_bf16": "fp8 / MXFP8 / NVFP4 jobs run the MTP depths' GEMMs in 16 bits "
-                "(Megatron-Core keep_mtp_spec_in_bf16)",
+                "(Megatron-Bridge keep_mtp_spec_in_bf16; NVFP4 jobs' depths always)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
@@ -399,8 +399,10 @@ class Job:
         """Weights of a latent MoE layer's two projections, hidden -> latent and back
         (Megatron-Core moe_layer.py fc1_latent_proj / fc2_latent_proj, TELinear with the
         model's bias setting); 0 without a latent size."""
-        L = self.moe_latent_size
-        return (2 * self.hidden * L + ((L + self.hidden) if self.bias else 0)) if L else 0
+        latent = self.moe_latent_size
+        if not latent:
+            return 0
+        return 2 * self.hidden * latent + ((latent + self.hidden) if self.bias else 0)
 
     @property
     def moe_layers(self) -> int:

@@ -98,13 +98,18 @@ def test_the_op_table_names_the_latent_projections_and_adds_up():
     assert "MoE latent projections" not in {r["name"] for r in calibrated.op_table(ctx(), c)}
 
 
-def test_nemotron_3_super_has_its_published_size():
+@pytest.mark.parametrize("name, layers, total_B, active_B", [
     # the model card: 120B total, 12B active; 40 Mamba-2, 40 latent-MoE, 8 attention layers
-    job = load_job("nemotron_3_super")
-    assert (job.n_layers, job.mamba_layers, job.moe_layers, job.attention_layers) == \
-        (88, 40, 40, 8)
-    assert job.params_total() / 1e9 == pytest.approx(120.7, abs=0.1)
-    assert job.params_active() / 1e9 == pytest.approx(12.8, abs=0.1)
+    ("nemotron_3_super", (88, 40, 40, 8), 120.7, 12.8),
+    # 550B total, 55B active (Megatron-Bridge's Ultra README); 48 Mamba-2, 48 latent-MoE,
+    # 12 attention layers
+    ("nemotron_3_ultra", (108, 48, 48, 12), 549.3, 56.1),
+])
+def test_the_latent_moe_jobs_have_their_published_sizes(name, layers, total_B, active_B):
+    job = load_job(name)
+    assert (job.n_layers, job.mamba_layers, job.moe_layers, job.attention_layers) == layers
+    assert job.params_total() / 1e9 == pytest.approx(total_B, abs=0.1)
+    assert job.params_active() / 1e9 == pytest.approx(active_B, abs=0.1)
 
 
 @pytest.mark.parametrize("raw", [
@@ -129,16 +134,6 @@ def test_a_plain_moe_row_is_unchanged_beside_a_latent_one():
     c2 = cand(2, dp=8, ep=4, nv_dp=2)
     both = calibrated.evaluate(stacked, c2)["step_time_s"]
     assert both[0] == alone and both[1] == calibrated.evaluate(ctx(LATENT), c)["step_time_s"][0]
-
-
-def test_nemotron_3_ultra_has_its_published_size():
-    # 550B total, 55B active (Megatron-Bridge's Ultra README); 48 Mamba-2, 48 latent-MoE,
-    # 12 attention layers
-    job = load_job("nemotron_3_ultra")
-    assert (job.n_layers, job.mamba_layers, job.moe_layers, job.attention_layers) == \
-        (108, 48, 48, 12)
-    assert job.params_total() / 1e9 == pytest.approx(549.3, abs=0.1)
-    assert job.params_active() / 1e9 == pytest.approx(56.1, abs=0.1)
 
 
 def test_the_projections_keep_their_inputs_by_hand():

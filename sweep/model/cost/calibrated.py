@@ -1096,8 +1096,8 @@ def _own_mtp_depth(x) -> bool:
     """Whether the context holds a job with multi-token prediction whose depths are blocks of
     their own (MTP_PREFIX terms): a hybrid's (its depth pattern), or one whose depths run in
     16 bits under a low-precision recipe (mtp_bf16)."""
-    mtp = bool(np.any(as_array(x["mtp"]) > 0))
-    return mtp and (_hybrid(x) or bool(np.any(as_array(x["mtp_bf16"]) > 0)))
+    return (_hybrid(x) and bool(np.any(as_array(x["mtp"]) > 0))) \
+        or bool(np.any(as_array(x["mtp_bf16"]) > 0))
 
 
 def _mtp_context(x):
@@ -1110,8 +1110,8 @@ def _mtp_context(x):
 
 #: keys of an MoE block's terms in the per-layer dict (the plain keys are a dense block's)
 MOE_PREFIX = "moe:"
-#: keys of a hybrid's MTP depth's terms (its own block: _layer_terms), MoE ones MTP_PREFIX +
-#: MOE_PREFIX
+#: keys of an MTP depth's terms where it is a block of its own (a hybrid's depth pattern, a
+#: depth in 16 bits: _own_mtp_depth), MoE ones MTP_PREFIX + MOE_PREFIX
 MTP_PREFIX = "mtp:"
 
 
@@ -1217,7 +1217,7 @@ def _routed_terms(x, c):
     t, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
     lay = {"Ta": _tokens(x, c, t, cp, b)[2]}
     out = moe.routed_experts(x, c, lay, _gemm_rate(x)[0])
-    if np.any(as_array(x["mtp_bf16"]) > 0) and np.any(as_array(x["mtp"]) > 0):
+    if np.any(as_array(x["mtp_bf16"]) > 0):  # (make_context: only with MTP depths)
         # (the MTP depths' routed experts in their own GEMM format: MTP_PREFIX keys)
         xm = _mtp_context(x)
         out.update({MTP_PREFIX + k: v for k, v in
@@ -1537,8 +1537,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             return dense * n
         return dense * (n - nm) + moe_block * nm
 
-    # a hybrid's MTP depths are blocks of their own (MTP_PREFIX terms), any other job's
-    # blocks of its last block's kind
+    # MTP depths: blocks of their own (MTP_PREFIX terms: a hybrid's pattern, a depth in 16
+    # bits), else blocks of the last block's kind
     depth_prefix = MTP_PREFIX if MTP_PREFIX + "fwd" in lay else ""
 
     def per(key, n, nm, prefix=""):
@@ -1710,7 +1710,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # model): per depth, on the stage with the LM head, one block of the last block's kind
     # (its routed experts: nm_mtp), the projection [h; emb] 2e -> e (column-parallel) and
     # three norms
-    # (a hybrid's depth: its own mixers' weights; mtp_shared: one depth's weights for all,
+    # (a depth of its own: its own mixers' weights; mtp_shared: one depth's weights for all,
     # Megatron-Core mtp_use_repeated_layer builds one layer and runs it mtp_layers times)
     if has_mtp:
         last_moe = x["last_moe"] if moe_on else 0.0
@@ -1817,8 +1817,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # stage holds one layer more and no vocabulary, and may be the larger; the last stage
     # holds the LM head and the logits (Megatron-Core: the output layer on the last stage)
     on_one = np.where(multi, 0.0, 1.0) if has_mtp else 0.0
-    # (a hybrid's MTP depths keep their own blocks' activations: what they keep beyond a
-    # main block's, in the hybrid's rows of the context)
+    # (MTP depths of their own keep their own blocks' activations: what they keep beyond a
+    # main block's, in those jobs' rows of the context)
     depth_acts = 0.0
     if depth_prefix:
         kind = MOE_PREFIX if moe_on else ""

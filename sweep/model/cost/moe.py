@@ -231,10 +231,9 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
            "flops_b": 2.0 * gemm_flops + 4.0 * T_l * E * h, "acts": acts,
            "latent_f": 0.0, "latent_b": 0.0}
     if latent is not None:
-        for k in ("compute_f", "compute_b", "flops_f", "flops_b", "acts"):
+        for k in ("compute_f", "compute_b", "memory_f", "memory_b", "flops_f", "flops_b",
+                  "acts"):
             out[k] = out[k] + latent[k]
-        out["memory_f"] = out["memory_f"] + latent["memory_f"]
-        out["memory_b"] = out["memory_b"] + latent["memory_b"]
         # (their GEMMs; the casts join the block's other elementwise work)
         out["latent_f"], out["latent_b"] = latent["compute_f"], latent["compute_b"]
     return out
