@@ -487,7 +487,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         offload_act_layers=float(offload.group(1)) if offload else 0.0,
         recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
         recompute_moe="moe" in modules and bool(moe.get("n_experts")),
-        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") == "mla")
+        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") in ("mla", "csa"))
 
 
 #: the Job fields of a named model's experts and attention that a row inherits
@@ -497,7 +497,9 @@ MODEL_FIELDS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "fi
                 "qk_rope_head_dim", "v_head_dim", "mtp_layers", "sliding_window",
                 "full_attention_every", "rope_mscale", "swiglu_clamp", "hybrid_pattern",
                 "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv",
-                "moe_latent_size", "mtp_pattern", "mtp_shared", "mtp_bf16")
+                "moe_latent_size", "mtp_pattern", "mtp_shared", "mtp_bf16", "o_lora_rank",
+                "o_groups", "csa_layers", "hca_layers", "index_heads", "index_head_dim",
+                "index_topk", "hc_streams")
 
 
 def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str]) -> dict:
@@ -509,13 +511,17 @@ def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str
     "token-drop" rows), the flex dispatcher (DeepEP / HybridEP backends)."""
     m, v = run.model, run.values
     out = {k: getattr(m, k) for k in MODEL_FIELDS}
-    if not m.is_moe and m.attention == "mha":
+    if not m.is_moe and m.attention == "mha" and not m.hc_streams:
         return out
     text = " | ".join((v["notes"], flags))
     layers = shape["n_layers"]
     if layers < m.n_layers:
         first = re.search(r"first layer dense", text, re.I)
         out["first_k_dense"] = 1 if first else min(m.first_k_dense, layers - 1)
+        # (a truncated csa model keeps its shares of ratio-4 and ratio-128 layers)
+        out["csa_layers"] = round(m.csa_layers * layers / m.n_layers)
+        out["hca_layers"] = min(round(m.hca_layers * layers / m.n_layers),
+                                layers - out["csa_layers"])
     out["moe_layer_step"] = min(out["moe_layer_step"], layers - out["first_k_dense"])
     with_mtp = re.search(r"w/ ?MTP", text, re.I)
     without = re.search(r"w/o ?MTP", text, re.I)

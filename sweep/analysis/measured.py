@@ -726,7 +726,7 @@ def iteration_flops(convention: str | None, job: Job, B: int) -> float | None:
     no formula for it here."""
     if convention == "hardware-eq3":
         return megatron_eq3_flops(B, job.seq_len, job.n_layers, job.hidden, job.vocab)
-    if convention in ("model", "model-causal") and (job.is_moe or job.attention == "mla"):
+    if convention in ("model", "model-causal") and (job.is_moe or job.attention != "mha"):
         # Megatron-Bridge / Megatron-LM transformer_flops for MoE, MLA and MTP (top-k routed
         # and shared experts, causal attention; sweep.model.cost.flops)
         return model_flops_per_token(job) * float(B) * job.seq_len

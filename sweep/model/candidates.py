@@ -774,13 +774,16 @@ def first_k_layers(stage: int) -> list[int]:
 
 def block_kind(job: Job) -> str:
     """What makes a job's blocks more than SUMMA's dense multi-head ones (summa_models)."""
-    return "hybrid Mamba-2" if job.is_hybrid else "MoE" if job.is_moe else "MLA"
+    return ("hybrid Mamba-2" if job.is_hybrid else "MoE" if job.is_moe else
+            "compressed sparse attention" if job.attention == "csa" else
+            "hyper-connection" if job.hc_streams else "MLA")
 
 
 def summa_models(job: Job) -> bool:
     """Whether the calibrated profile's 2d strategy (SUMMA) models the job's blocks: dense
-    multi-head ones only, not mixture-of-experts or MLA blocks."""
-    return not (job.is_moe or job.attention == "mla" or job.is_hybrid)
+    multi-head ones only, not mixture-of-experts, MLA or csa blocks, hyper-connections or
+    hybrids."""
+    return not (job.is_moe or job.attention != "mha" or job.is_hybrid or job.hc_streams)
 
 
 def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
@@ -800,11 +803,18 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
         # mamba_mixer.py: ngroups % tp == 0)
         if job.mamba_layers and (job.mamba_heads % tp or job.mamba_groups % tp):
             continue
+        # compressed sparse attention runs at TP 1 (Megatron-LM dev 35f36c7
+        # deepseek_v4_hybrid_attention.py L86 - 88: notes 29)
+        if job.attention == "csa" and tp > 1:
+            continue
         for second in _divisors_tuple(n // tp):
             # a Mamba-2 layer under context parallelism holds a head shard of the whole
             # sequence: cp divides its heads on the TP rank, and its groups there or cp
             # theirs (Megatron-Core mamba_context_parallel.py)
             if strategy == "1d" and second > 1 and not mamba_cp_ok(job, tp, second):
+                continue
+            # (csa's compressors and indexer under context parallelism: not modelled)
+            if job.attention == "csa" and second > 1:
                 continue
             if strategy == "1d":
                 # ring attention splits each sequence into 2 cp load-balanced chunks
@@ -896,8 +906,9 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
             and not job.is_hybrid else [1]
         policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
         if job.training:
-            # (torchtitan's per-op policy is not a hybrid stack's)
-            policies += [(Recompute.SELECTIVE, 0)] + ([] if job.is_hybrid else [
+            # (torchtitan's per-op policy is not a hybrid or csa stack's)
+            policies += [(Recompute.SELECTIVE, 0)] + ([] if job.is_hybrid
+                                                      or job.attention == "csa" else [
                 (Recompute.OP_SAC, 0)]) + [(Recompute.FULL, 0)]
             policies += [(Recompute.FIRST_K, k) for k in first_k_layers(stage)]
         pol = np.array(policies, dtype=np.int64)

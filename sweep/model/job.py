@@ -64,6 +64,21 @@ _INT_FIELDS = {
     "qk_rope_head_dim": "MLA per-head query/key width carrying RoPE",
     "v_head_dim": "MLA per-head value width",
     "mtp_layers": "multi-token-prediction layers (DeepSeek-V3); not counted in n_layers",
+    # DeepSeek-V4's compressed sparse attention (attention: csa; Megatron-Core
+    # experimental_attention_variant dsv4_hybrid): every layer attends to a sliding window
+    # of sliding_window tokens, csa_layers add ratio-4 compressed entries of which an
+    # indexer picks index_topk, hca_layers add every ratio-128 compressed entry
+    "o_lora_rank": "csa: rank of the grouped low-rank output projection (o_lora_rank)",
+    "o_groups": "csa: head groups of the output projection, each to o_lora_rank (o_groups)",
+    "csa_layers": "csa: layers whose keys add ratio-4 compressed entries chosen by the "
+                  "indexer (compress_ratios 4)",
+    "hca_layers": "csa: layers whose keys add every ratio-128 compressed entry "
+                  "(compress_ratios 128); the other layers attend to the window alone",
+    "index_heads": "csa: the indexer's heads (index_n_heads)",
+    "index_head_dim": "csa: width of one indexer head (index_head_dim)",
+    "index_topk": "csa: compressed entries the indexer picks per query (index_topk)",
+    "hc_streams": "hyper-connections (DeepSeek-V4 mHC): residual streams of the model "
+                  "width a token carries (hc_mult); 0 = a plain residual",
     # sliding-window attention (GPT-OSS, Gemma, Mistral); 0 = every layer attends to the
     # whole (causal) sequence
     "sliding_window": "tokens a query of a windowed layer attends to (itself included); 0 = "
@@ -85,13 +100,21 @@ _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden"
             "moe_latent_size", "first_k_dense", "router_groups", "router_group_topk",
             "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
             "v_head_dim", "mtp_layers", "sliding_window", "full_attention_every",
-            "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv"}
+            "o_lora_rank", "o_groups", "csa_layers", "hca_layers", "index_heads",
+            "index_head_dim", "index_topk", "hc_streams", "mamba_heads", "mamba_head_dim",
+            "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "moe_latent_size",
               "first_k_dense", "moe_layer_step", "router_groups", "router_group_topk", "router",
               "capacity_factor", "moe_imbalance", "moe_dispatcher")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
               "v_head_dim")
+#: the fields of DeepSeek-V4's compressed sparse attention (attention: csa) alone
+CSA_FIELDS = ("o_lora_rank", "o_groups", "csa_layers", "hca_layers", "index_heads",
+              "index_head_dim", "index_topk")
+#: compression ratios of csa's two compressed kinds of layer (Megatron-Bridge v0.6.0
+#: flop_utils.py L928 - 935: "Only 0, 4, and 128 are supported")
+CSA_RATIO, HCA_RATIO = 4, 128
 #: the Mamba-2 mixer's fields (a hybrid_pattern with Mamba layers needs the first three)
 MAMBA_FIELDS = ("mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv")
 #: symbols of a hybrid layer pattern (Megatron-Core hybrid_override_pattern,
@@ -110,7 +133,9 @@ INT_MAX = {
     "router_groups": 2**16, "router_group_topk": 2**16, "q_lora_rank": 2**20,
     "kv_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
-    "full_attention_every": 2**16, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
+    "full_attention_every": 2**16, "o_lora_rank": 2**20, "o_groups": 2**16,
+    "csa_layers": 2**16, "hca_layers": 2**16, "index_heads": 2**16, "index_head_dim": 2**16,
+    "index_topk": 2**24, "hc_streams": 2**6, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
     "mamba_state": 2**16, "mamba_groups": 2**16, "mamba_conv": 2**8,
 }
 #: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
@@ -137,7 +162,8 @@ _CHOICES = {
     # block of activations and gradients, per 128 x 128 block of weights; run as MXFP8 on
     # Blackwell)
     "fp8_scaling": ("delayed", "current", "rowwise", "blockwise"),
-    "attention": ("mha", "mla"),
+    # DeepSeek-V4's compressed sparse attention (csa: Megatron-Core dsv4_hybrid)
+    "attention": ("mha", "mla", "csa"),
     # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
     # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
     # destination NVLink domain over the NICs; Megatron-Core moe_token_dispatcher_type=flex)
@@ -290,6 +316,15 @@ class Job:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0
+    # compressed sparse attention (attention: csa) and hyper-connections
+    o_lora_rank: int = 0
+    o_groups: int = 0
+    csa_layers: int = 0
+    hca_layers: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    hc_streams: int = 0
     sliding_window: int = 0  # tokens a query of a windowed layer sees; 0 = no window
     full_attention_every: int = 0  # every n-th layer full attention, the others windowed
     rope_mscale: float = 1.0  # YaRN's attention scale in cos / sin; not 1: unfused RoPE
@@ -427,6 +462,15 @@ class Job:
         (norm) -> H (dn + dv); output H dv -> h.
         """
         e = self.hidden
+        if self.attention == "csa":
+            # DeepSeek-V4 (Megatron-Bridge v0.6.0 flop_utils.py L884 - 902; docs/notes/
+            # moe-research.md 29): queries h -> q_lora (norm) -> H heads of head_dim; one
+            # key-and-value head h -> head_dim (norm); output: o_groups groups of H / g heads
+            # each to o_lora, then g o_lora -> h; a sink logit per head. Compressors and
+            # indexers: compressor_params
+            H, D, q_lora, o_lora = self.n_heads, self.head_dim, self.q_lora_rank, self.o_lora_rank
+            return (e * q_lora + q_lora + q_lora * H * D + e * D + D
+                    + H * D * o_lora + self.o_groups * o_lora * e + H)
         if self.attention == "mla":
             H, dn, dr, dv = (self.n_heads, self.qk_nope_head_dim, self.qk_rope_head_dim,
                              self.v_head_dim)
@@ -435,6 +479,29 @@ class Job:
             kv = e * (kv_lora + dr) + kv_lora + kv_lora * H * (dn + dv)
             return q + kv + H * dv * e
         return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
+
+    def compressor_params(self) -> int:
+        """csa: weights of every layer's compressors and indexer (Megatron-Bridge v0.6.0
+        flop_utils.py L937 - 964): a ratio-4 layer's two h -> 2 head_dim compressor
+        linears (two overlapping windows), its indexer's two h -> 2 index_head_dim
+        compressor linears, q_lora -> heads x index_head_dim queries and h -> heads weights;
+        a ratio-128 layer's two h -> head_dim linears; 0 for other attention."""
+        if self.attention != "csa":
+            return 0
+        e, D = self.hidden, self.head_dim
+        indexer = (2 * e * 2 * self.index_head_dim
+                   + self.q_lora_rank * self.index_heads * self.index_head_dim
+                   + e * self.index_heads)
+        return self.csa_layers * (2 * e * 2 * D + indexer) + self.hca_layers * 2 * e * D
+
+    def hc_params_per_layer(self) -> int:
+        """Hyper-connections: weights of one layer's two mixing modules (Megatron-Core
+        d98e8a6 transformer/hyper_connection.py HyperConnectionModule: mapping_proj n h ->
+        n^2 + 2 n, its bias, three gating factors; n = hc_streams); 0 without them."""
+        n = self.hc_streams
+        if not n:
+            return 0
+        return 2 * (n * self.hidden * (n * n + 2 * n) + n * n + 2 * n + 3)
 
     def ffn_params(self, width: int, model_width: int = 0) -> int:
         """Weights of an FFN of inner width ``width`` on tokens ``model_width`` wide (default
@@ -489,6 +556,7 @@ class Job:
             attention = self.attention_params() + self._attention_biases() + norm
             blocks += (self.attention_layers - self.blocks) * attention \
                 + self.mamba_layers * self.mamba_params()
+        blocks += self.compressor_params() + self.n_layers * self.hc_params_per_layer()
         return blocks + emb + pos + (2 if self.norm == "layernorm" else 1) * self.hidden
 
     def params_active(self) -> int:
@@ -719,8 +787,23 @@ def _check_mtp_pattern(values: dict[str, Any], source: str, pattern: str, mtp: s
 
 
 def _check_mla(values: dict[str, Any], source: str) -> None:
-    """MLA names its ranks and head widths; multi-head attention has none of them."""
-    if values.get("attention", "mha") == "mha":
+    """MLA names its ranks and head widths; multi-head attention has none of them; csa
+    (_check_csa) its own."""
+    kind = values.get("attention", "mha")
+    if kind != "csa":
+        for key in CSA_FIELDS:
+            if values.get(key):
+                raise _fail(source, key, "is a compressed-sparse-attention setting; give "
+                                         "attention: csa")
+    if values.get("hc_streams") == 1:
+        raise _fail(source, "hc_streams", "expected 0 (no hyper-connections) or at least 2 "
+                                          "residual streams, got 1")
+    if values.get("hc_streams") and values.get("hybrid_pattern"):
+        raise _fail(source, "hc_streams", "cannot be set with hybrid_pattern: not modelled")
+    if kind == "csa":
+        _check_csa(values, source)
+        return
+    if kind == "mha":
         for key in MLA_FIELDS:
             if values.get(key):
                 raise _fail(source, key, "is an MLA setting; give attention: mla")
@@ -728,6 +811,48 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         if not values.get(key):
             raise _fail(source, key, "missing (attention: mla needs it)")
+
+
+def _check_csa(values: dict[str, Any], source: str) -> None:
+    """DeepSeek-V4's compressed sparse attention: queries through q_lora_rank, one key-and-
+    value head (n_kv_heads 1) of head_dim with qk_rope_head_dim of it rotated, a sliding
+    window on every layer, the grouped output projection, and the indexer where layers
+    compress at ratio 4 (Megatron-Bridge v0.6.0 deepseek_v4_bridge.py L408 - 475)."""
+    for key in ("q_lora_rank", "qk_rope_head_dim", "sliding_window", "o_lora_rank",
+                "o_groups"):
+        if not values.get(key):
+            raise _fail(source, key, "missing (attention: csa needs it)")
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+        if values.get(key):
+            raise _fail(source, key, "is an MLA setting; attention: csa has one key-and-value "
+                                     "head of head_dim")
+    every_layer = "every csa layer attends to its window"
+    for key, why in (("hybrid_pattern", "not modelled"), ("full_attention_every", every_layer),
+                     ("bias", "not modelled"),
+                     ("attention_kernel", "its sparse kernels are fused")):
+        if key == "attention_kernel" and values.get(key) != "materialized":
+            continue
+        if values.get(key):
+            raise _fail(source, key, f"cannot be set with attention: csa: {why}")
+    if values["n_kv_heads"] != 1:
+        raise _fail(source, "n_kv_heads", f"expected 1 with attention: csa (one key-and-value "
+                                          f"head), got {values['n_kv_heads']}")
+    if values["qk_rope_head_dim"] >= values["head_dim"]:
+        raise _fail(source, "qk_rope_head_dim", f"{values['qk_rope_head_dim']} is not less "
+                                                f"than head_dim = {values['head_dim']}")
+    if values["n_heads"] % values["o_groups"]:
+        raise _fail(source, "o_groups", f"{values['o_groups']} groups do not divide n_heads = "
+                                        f"{values['n_heads']}")
+    compressed = values.get("csa_layers", 0) + values.get("hca_layers", 0)
+    if compressed > values["n_layers"]:
+        raise _fail(source, "hca_layers" if values.get("hca_layers") else "csa_layers",
+                    f"csa_layers + hca_layers = {compressed}, more than n_layers = "
+                    f"{values['n_layers']}")
+    for key in ("index_heads", "index_head_dim", "index_topk"):
+        if values.get("csa_layers") and not values.get(key):
+            raise _fail(source, key, "missing (csa_layers need the indexer)")
+        if values.get(key) and not values.get("csa_layers"):
+            raise _fail(source, key, "is an indexer setting; only csa_layers have an indexer")
 
 
 def override_job(job: Job, overrides: Mapping[str, Any], source: str, where: str = "") -> Job:

@@ -414,3 +414,22 @@ def _single(tmp_path, row):
     path = tmp_path / "mine.csv"
     _write(path, [row])
     return path
+
+
+def test_a_deepseek_v4_row_is_expressed_with_its_attention_and_flags(tmp_path, moe):
+    # (the plumbing of a row naming DeepSeek-V4: a shipped GB200 DeepSeek-V3 row's columns
+    # with Megatron-Bridge v0.6.0's Flash recipe layout; its measured number is not V4's
+    # and nothing here compares with it)
+    base = next(r for r in moe.values() if r["model"] == "DeepSeek-V3" and r["gpu"] == "GB200"
+                and r["source"].startswith("Megatron-Bridge"))
+    row = dict(base, id="v4_plumbing", model="DeepSeek-V4-Flash", n_gpus="128", tp="1",
+               pp="1", vp="1", cp="1", ep="64", etp="1", global_batch_seqs="2048",
+               micro_batch="1", precision="MXFP8", recompute="recompute_modules=['mla_up_proj']",
+               other_flags="moe_flex_dispatcher_backend=hybridep")
+    cases, refused = express_all(_write(tmp_path / "v4.csv", [row]))
+    assert refused == [] and len(cases) == 1
+    job = cases[0].job
+    assert (job.n_layers, job.attention, job.csa_layers, job.hca_layers, job.hc_streams) == \
+        (43, "csa", 21, 20, 4)
+    assert job.recompute_mla_up and job.moe_dispatcher == "flex" and job.mtp_layers == 1
+    assert job.dtype == "mxfp8"

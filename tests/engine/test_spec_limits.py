@@ -32,7 +32,14 @@ from sweep.engine.spec import (
 from sweep.engine.variants import expand_variants
 from sweep.errors import SpecError
 from sweep.model.hardware import MAX_NVLINK_DOMAIN, apply_overrides, parse_hardware
-from sweep.model.job import INT_MAX, MAX_TOKENS_PER_BATCH, MLA_FIELDS, MOE_FIELDS, parse_job
+from sweep.model.job import (
+    CSA_FIELDS,
+    INT_MAX,
+    MAX_TOKENS_PER_BATCH,
+    MLA_FIELDS,
+    MOE_FIELDS,
+    parse_job,
+)
 from sweep.model.units import parse_quantity
 from tests.conftest import DATA, REPO
 
@@ -438,6 +445,13 @@ def test_job_integers_are_bounded(field):
         context = {"attention": "mla", **{k: 1 for k in MLA_FIELDS}}
     if field == "full_attention_every":
         context = {"sliding_window": 1}
+    if field in CSA_FIELDS:  # a csa job; the indexer's fields with a ratio-4 layer
+        context = {"attention": "csa", "q_lora_rank": 1, "qk_rope_head_dim": 1,
+                   "sliding_window": 1, "o_lora_rank": 1, "o_groups": 1, "n_layers": 2**16}
+        if field != "hca_layers":
+            context.update(csa_layers=1, index_heads=1, index_head_dim=1, index_topk=1)
+        if field == "o_groups":
+            raw["hidden"] = raw["n_heads"] = 2**16
     if field.startswith("mamba_"):  # a hybrid with a Mamba layer
         context = {"hybrid_pattern": "M-", "n_layers": 2, "mamba_heads": 2**16,
                    "mamba_state": 1}

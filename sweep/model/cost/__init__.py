@@ -52,9 +52,11 @@ def unmodelled(job: Job, profile: str = "calibrated") -> str | None:
     if job.is_hybrid:
         return ("hybrid Mamba-2 / Transformer models are not modelled by the nersc2024 "
                 "profile; use the calibrated profile")
-    if job.attention == "mla":
-        return ("multi-head latent attention (MLA) is not modelled by the nersc2024 profile; "
-                "use the calibrated profile")
+    if job.attention != "mha" or job.hc_streams:
+        what = {"mla": "multi-head latent attention (MLA)",
+                "csa": "compressed sparse attention (csa)"}.get(job.attention,
+                                                                "hyper-connections")
+        return f"{what} is not modelled by the nersc2024 profile; use the calibrated profile"
     if job.mtp_layers:
         return ("multi-token-prediction layers are not modelled by the nersc2024 profile; "
                 "use the calibrated profile")

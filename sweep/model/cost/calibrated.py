@@ -36,11 +36,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..hardware import GENERATION_DEFAULTS, Hardware
-from ..job import Job
+from ..job import CSA_RATIO, Job
 from ..rows import HardwareRows
 from ..schema import Reason, Recompute
-from . import moe
+from . import csa, moe
 from .dedup import unique_rows
+from .flops import csa_keys_per_query
 from .fuse import Gathered, as_array, fused, map_leaves
 from .fuse import enabled as fuse_enabled
 from .kernels import FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
@@ -260,7 +261,18 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     flops_per_exp = hw.matrix_peak("bf16") / hw.exp_per_s if hw.exp_per_s > 0 else 0.0
     H = job.n_heads
     mla = job.attention == "mla"
-    if mla:
+    csa_job = job.attention == "csa"
+    if csa_job:
+        # DeepSeek-V4's compressed sparse attention (sweep.model.cost.csa): one key-and-
+        # value head of head_dim for H query heads; the projections' outputs into the
+        # attention (q_a, q_b, kv) and the output projection's input; every weight on each
+        # GPU (TP 1), the compressors', indexers' and hyper-connections' shared evenly
+        # among the layers
+        kv_heads, d_attn = 1, float(job.head_dim)
+        D = job.head_dim
+        w_qkv, w_o = job.q_lora_rank + H * D + D, H * D
+        p_attn_rep = 0
+    elif mla:
         # multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core
         # multi_latent_attention.py): every head has its own key and value after the
         # up-projections, keys dn + dr wide and values dv; the attention kernels see the
@@ -282,8 +294,20 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # widths of the query/key/value projections' output and of the output projection's
         # input; weights of the attention block sharded over TP and replicated
         "w_qkv": float(w_qkv), "w_o": float(w_o),
-        "p_attn_tp": float(job.attention_params() - p_attn_rep), "p_attn_rep": float(p_attn_rep),
+        "p_attn_tp": float(job.attention_params() - p_attn_rep + job.compressor_params()
+                           / job.n_layers + job.hc_params_per_layer()),
+        "p_attn_rep": float(p_attn_rep),
         "mla": float(mla), "q_lora": float(job.q_lora_rank), "kv_lora": float(job.kv_lora_rank),
+        # compressed sparse attention (csa.py): its output projection, the shares of
+        # ratio-4 and ratio-128 layers, the indexer, the average keys a query attends to
+        # (flops.csa_keys_per_query) and the indexer's effective top k; hyper-connections'
+        # residual streams (0: none)
+        "csa": float(csa_job), "o_lora": float(job.o_lora_rank),
+        "o_groups": float(job.o_groups),
+        "csa_frac": job.csa_layers / job.n_layers, "hca_frac": job.hca_layers / job.n_layers,
+        "ih": float(job.index_heads), "idim": float(job.index_head_dim),
+        "itopk_eff": float(min(job.index_topk, job.seq_len // CSA_RATIO)),
+        "csa_keys": _csa_mean_keys(job), "hc": float(job.hc_streams),
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
         # hybrid Mamba-2 / Transformer models: attention and Mamba-2 layers per block (a
@@ -325,7 +349,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "mlp_drop": float(job.dropout and job.mlp_dropout),
         # sliding-window attention on a share of the layers; RoPE unfused (YaRN's attention
         # scale); SwiGLU inputs clamped; experts with biases (GPT-OSS: _layer, moe.py)
-        "window": float(job.sliding_window), "win_frac": job.windowed_layer_fraction,
+        "window": float(job.sliding_window),
+        "win_frac": 0.0 if csa_job else job.windowed_layer_fraction,  # (csa: its own keys)
         "rope_unfused": float(job.position == "rope" and job.rope_mscale != 1.0),
         "clamp": float(job.swiglu_clamp > 0), "expert_bias": float(job.bias and job.is_moe),
         "fp8": float(fp8), "act_bytes": 4.0 if job.dtype == "fp32" else 2.0,
@@ -407,6 +432,16 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     x.update({MTP16_PREFIX + k: x16[k] for k in PRECISION_KEYS})
     x["mtp_bf16"] = float(own)
     return x
+
+
+def _csa_mean_keys(job: Job) -> float:
+    """Keys a query of a csa job's average layer attends to (0 for other attention):
+    flops.csa_keys_per_query weighted by the window-only, ratio-4 and ratio-128 layers."""
+    if job.attention != "csa":
+        return 0.0
+    k0, k4, k128 = csa_keys_per_query(job)
+    n4, n128 = job.csa_layers, job.hca_layers
+    return ((job.n_layers - n4 - n128) * k0 + n4 * k4 + n128 * k128) / job.n_layers
 
 
 #: the context entries that follow the job's GEMM format (make_context of a low-precision
@@ -679,6 +714,17 @@ def _layer(x, c, lay):
                 np.where(x["mla"] > 0, new, old) for new, old in
                 zip(mla[:3], (gemm_each[0], gemm_b_each[0], flops_each[0])))
             mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
+        if np.any(x["csa"] > 0):
+            # compressed sparse attention's projections in and out (csa.projections);
+            # recompute_mla_up re-runs its q_b
+            proj = csa.projections(x, T, peak_lin, eff)
+            csa_row = x["csa"] > 0
+            gemm_each[0], gemm_b_each[0], flops_each[0], gemm_each[1], gemm_b_each[1], \
+                flops_each[1], mla_up_f = (np.where(csa_row, new, old) for new, old in zip(
+                    (proj["in_f"], proj["in_b"], proj["in_flops"], proj["out_f"],
+                     proj["out_b"], proj["out_flops"], proj["up_f"]),
+                    (gemm_each[0], gemm_b_each[0], flops_each[0], gemm_each[1],
+                     gemm_b_each[1], flops_each[1], mla_up_f)))
         # an MoE block whose only FFN is routed has no shared expert: no MLP GEMMs here
         has_mlp = f > 0
         for i in (2, 3):
@@ -742,17 +788,28 @@ def _layer(x, c, lay):
              + gemm_s(q_len, kv_len, d, x, x["peak16_flops_per_s"], eff, batch)
              + gemm_s(kv_len, d, q_len, x, x["peak16_flops_per_s"], eff, batch)
              + memory_s(scores * (3 * ab + drop * (2 * ab + 1)), x, 1 + drop))
+    attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
+    attn_flops_b = attn_flops * np.where(flash, 2.5, 2.0)
+    if np.any(x["csa"] > 0) and not summa:
+        # compressed sparse attention: the chosen keys and the indexer (csa.core)
+        sparse = csa.core(x, b, eff)
+        csa_row = x["csa"] > 0
+        fa_f, fa_b, attn_flops, attn_flops_b = (np.where(csa_row, new, old) for new, old in zip(
+            (sparse["f"], sparse["b"], sparse["flops"], sparse["flops_b"]),
+            (fa_f, fa_b, attn_flops, attn_flops_b)))
     attn_f = np.where(flash, fa_f, mat_f)
     attn_b = np.where(flash, fa_b, mat_b)
-    attn_flops = 4.0 * batch * q_len * kv_len * d * np.where(flash, causal_fraction, 1.0)
     attn_layer_f, attn_layer_b = attn_f, attn_b  # (one attention layer's: the CP ring hides
     # behind its own layer's attention)
     if hybrid:
         attn_f, attn_b, attn_flops = qa * attn_f, qa * attn_b, qa * attn_flops
+        attn_flops_b = qa * attn_flops_b
     # elementwise ops: tensor passes (reads + writes) per layer forward, fused or eager
     # (rotary embedding: on the query and key heads; MLA: on the dr-wide RoPE part of every
     # query head and the one shared RoPE key)
-    rope_width = np.where(x["mla"] > 0, H * x["d_rope"] + x["d_rope"] * t, (H + Kv) * d)
+    # (csa: the queries' and the key's RoPE part, and the inverse RoPE on the output heads)
+    rope_width = np.where(x["mla"] > 0, H * x["d_rope"] + x["d_rope"] * t,
+                          np.where(x["csa"] > 0, (2.0 * H + 1.0) * x["d_rope"], (H + Kv) * d))
     A, Q, F = Ta * e, T * rope_width / t, T * f / t
     fused = x["fused"] > 0
     norm_passes = np.where(fused | (x["rmsnorm"] == 0), 4.0, 14.0)  # eager RMSNorm: 5 kernels
@@ -853,6 +910,17 @@ def _layer(x, c, lay):
     kernels_f = np.where(fused, 6.0, 12.0 + 4.0 * x["rmsnorm"] + 4.0 * x["rope"])
     if hybrid:
         kernels_f = kernels_f * n_sub / 2.0 + qm * mix["kernels"]
+    if np.any(x["csa"] > 0) or np.any(x["hc"] > 0):
+        # compressed sparse attention's norms, gated sums and scores (csa.elementwise_bytes:
+        # the query norm, a gated sum per compressor, the indexer's top-k); the hyper-
+        # connections' stream traffic and kernels (csa.hc_passes), two modules a layer
+        csa_row = x["csa"] > 0
+        elem_bytes_f = elem_bytes_f + np.where(csa_row, csa.elementwise_bytes(x, T), 0.0) \
+            + ab * A * csa.hc_passes(x, fused)
+        kernels_f = kernels_f + np.where(csa_row, 1.0 + 3.0 * x["csa_frac"] + x["hca_frac"],
+                                         0.0) \
+            + np.where(x["hc"] > 0, 2.0 * np.where(fused, csa.HC_KERNELS_FUSED,
+                                                   csa.HC_KERNELS_EAGER), 0.0)
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
     elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
@@ -984,7 +1052,7 @@ def _layer(x, c, lay):
            "compute_f": gemm_f + attn_f, "compute_b": gemm_b + attn_b,
            "memory_f": elem_f, "memory_b": elem_b, "tp_f": tp_f_exp, "tp_b": tp_b_exp,
            "cp_f": cp_f_exp, "cp_b": cp_b_exp, "flops_f": gemm_flops + attn_flops,
-           "flops_b": 2.0 * gemm_flops + attn_flops * np.where(flash, 2.5, 2.0),
+           "flops_b": 2.0 * gemm_flops + attn_flops_b,
            "recompute_flops": extra_flops, "mlp_flops_f": flops_each[2] + flops_each[3],
            "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
     if hybrid:
@@ -1064,10 +1132,14 @@ def _layer_terms(x, c):
                       + memory_s(3.0 * T * V / t * 4.0, x, 3.0), 0.0)
     lay.update(emb_f=emb_f, emb_b=emb_b, head_f=head_f, head_b=head_b, T=T, Ta=Ta)
     if np.any(x["mtp"] > 0):
-        # multi-token prediction's projection of [h; emb] (2e -> e, column-parallel)
-        lay.update(eh_f=gemm_s(T, e / t, 2.0 * e, x, peak, eff), eh_b=np.where(
-            training, gemm_s(T, 2.0 * e, e / t, x, peak, eff)
-            + gemm_s(2.0 * e, e / t, T, x, peak, eff), 0.0))
+        # multi-token prediction's projection of [h; emb] (2e -> e, column-parallel); with
+        # hyper-connections an e -> e projection of the embedding and one of each of the n
+        # streams (Megatron-Bridge deepseek_v4 MTP e_proj / h_proj: notes 29), as one GEMM
+        # of (1 + n) e inputs
+        w_in = e * (1.0 + np.maximum(x["hc"], 1.0))
+        lay.update(eh_f=gemm_s(T, e / t, w_in, x, peak, eff), eh_b=np.where(
+            training, gemm_s(T, w_in, e / t, x, peak, eff)
+            + gemm_s(w_in, e / t, T, x, peak, eff), 0.0))
     if _own_mtp_depth(x):
         # a hybrid's MTP depth: a block of its own mixers (mtp_pattern), not the main
         # pattern's share of them (Megatron-Core multi_token_prediction.py builds a
@@ -1682,7 +1754,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         (layers_last, body_last, edge_last)) - t_max, 0.0), 0.0)
     # pipeline p2p: the stage-boundary activation (scatter-gather over TP ranks, N21 4.1),
     # forward and backward, at every virtual stage boundary of every micro-batch
-    p2p_bytes = T * e * ab / t
+    # (hyper-connections: the n streams)
+    p2p_bytes = T * e * ab / t * np.maximum(x["hc"], 1.0)
     p2p_one = p2p_s(p2p_bytes, c["nv_pp"] > 1, x)
     # interleaved schedules can overlap it with the next chunk's compute (Megatron-Core
     # overlap_p2p_comm, on by default for interleaving): then only the pipeline fill and drain
@@ -1810,7 +1883,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         per("flops_f", 1.0, x["last_moe"], depth_prefix) + np.where(
             training, per("flops_b", 1.0, x["last_moe"], depth_prefix)
             + per("recompute_flops", 1.0, x["last_moe"], depth_prefix), 0.0)
-        + head_flops + 2.0 * T * 2.0 * e * e / t * (1.0 + 2.0 * training))
+        + head_flops + 2.0 * T * (1.0 + np.maximum(x["hc"], 1.0)) * e * e / t
+        * (1.0 + 2.0 * training))
     flops = m * (blocks_flops + mtp_flops + head_flops) / pp
     # memory: the first stage (the embedding; one stage: the LM head and the logits too, and
     # the MTP depths and their logits while the losses run); with embedding slots a middle
@@ -1990,6 +2064,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
         + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
     attn_out = T * x["w_o"] / t * sb  # the output projection's input
+    if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
+        kept = csa.saved_bytes(x, T)
+        qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)
+        attn_out = np.where(x["csa"] > 0, kept["out"], attn_out)
     batch = T / (s / cp) * H / t
     scores = batch * (s / cp) * s
     flash = x["flash"] > 0
@@ -2032,6 +2110,14 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         hybrid_row = x["hybrid"] > 0
         checkpoint = np.where(hybrid_row, x["n_attn"] + x["n_mamba"] + 1.0, 1.0) * Ta * e * ab
         op_sac = np.where(hybrid_row, full, op_sac)
+    if np.any(as_array(x["hc"]) > 0):
+        # hyper-connections (Megatron-Core d98e8a6 hyper_connection.py): a layer's input is
+        # its n streams; each of its two modules keeps them (for the mappings' and the
+        # aggregate's backward) and its sublayer's output (for H_post's)
+        n = x["hc"]
+        streams = np.where(n > 0, 2.0 * (n + 1.0) * Ta * e * ab, 0.0)
+        full, selective = full + streams, selective + streams
+        checkpoint = np.where(n > 0, n * Ta * e * ab, checkpoint)
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 

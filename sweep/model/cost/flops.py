@@ -18,9 +18,10 @@ one more LM head.
 
 from __future__ import annotations
 
-from ..job import Job
+from ..job import CSA_RATIO, HCA_RATIO, Job
 
-__all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_per_token"]
+__all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_per_token",
+           "csa_keys_per_query"]
 
 
 def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
@@ -29,9 +30,11 @@ def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     latent MoE's two projections (Megatron-Bridge v0.6.0 training/utils/flop_utils.py L526 -
     536: routed experts on moe_latent_size, plus 4 b s h L for the projections). MLA's two
     LoRA norms are counted, as Megatron counts them."""
+    # (csa: without its heads' sink logits, which Megatron-Bridge does not count)
+    attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0)
     if not moe:
-        return job.attention_params() + job.ffn_params(job.ffn_hidden)
-    return (job.attention_params() + job.ffn_params(job.shared_ffn_hidden)
+        return attention + job.ffn_params(job.ffn_hidden)
+    return (attention + job.ffn_params(job.shared_ffn_hidden)
             + job.top_k * job.ffn_params(job.moe_ffn_hidden, job.moe_width)
             + 2 * job.hidden * job.moe_latent_size)
 
@@ -56,6 +59,38 @@ def _core_flops_per_token(job: Job) -> float:
     return 2.0 * keys * job.n_heads * (qk + v)
 
 
+def csa_keys_per_query(job: Job) -> tuple[float, float, float]:
+    """Keys a query of a csa layer attends to on average, as Megatron-Bridge v0.6.0 counts
+    them (training/utils/flop_utils.py L930 - 956): (window-only, ratio-4, ratio-128
+    layer). A window-only layer the window; a ratio-128 layer also every compressed entry
+    before the query, half of s / 128 on average; a ratio-4 layer the indexer's top k of its
+    s / 4 entries, k (1 - 4 k / 2 s) on average with k = min(index_topk, s / 4) (a query
+    within the first 4 k tokens has fewer)."""
+    s, w = job.seq_len, float(job.sliding_window)
+    k = min(job.index_topk, s // CSA_RATIO)
+    r4 = w + (k * (1.0 - k * CSA_RATIO / (2.0 * s)) if k else 0.0)
+    return w, r4, w + (s // HCA_RATIO) / 2.0
+
+
+def _csa_flops_per_token(job: Job) -> float:
+    """Forward FLOPs per token of every csa layer's sparse attention, compressors and
+    indexer, the MTP depths' (window-only) included (Megatron-Bridge v0.6.0 flop_utils.py
+    L904 - 968): heads x keys x (head_dim for QK^T and again for PV) multiply-adds; a ratio-4
+    layer's compressor h x 2 x 2 head_dim, a ratio-128 one's h x 2 head_dim; the indexer's
+    compressor h x 2 x 2 index_head_dim, its queries q_lora x heads x width, head weights
+    h x heads and scores heads x width x s / 4 (not halved for causality there)."""
+    e, H, D, s = job.hidden, job.n_heads, job.head_dim, job.seq_len
+    n4, n128 = job.csa_layers, job.hca_layers
+    n0 = job.n_layers - n4 - n128 + job.mtp_layers
+    k0, k4, k128 = csa_keys_per_query(job)
+    ih, idim = job.index_heads, job.index_head_dim
+    sparse = H * D * 2.0 * (n0 * k0 + n4 * k4 + n128 * k128)
+    compressors = n4 * e * 2 * D * 2 + n128 * e * D * 2
+    indexer = n4 * (e * 2 * idim * 2 + job.q_lora_rank * ih * idim + e * ih
+                    + ih * idim * (s // CSA_RATIO))
+    return 2.0 * (sparse + compressors + indexer)
+
+
 def model_flops_per_token(job: Job, training: bool = True) -> float:
     """FLOPs per token of one iteration (3 x forward when training)."""
     moe_layers = job.moe_layers
@@ -66,7 +101,10 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
     dense_total = dense_layers + (0 if last_is_moe else mtp)
     fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
                  + moe_total * matmul_params_per_layer(job, moe=True))
-    if not job.is_hybrid:
+    if job.attention == "csa":
+        fwd += _csa_flops_per_token(job)
+        fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
+    elif not job.is_hybrid:
         fwd += (job.attention_layers + mtp) * _core_flops_per_token(job)
         fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
     else:
