@@ -52,6 +52,7 @@ SPECS = {
     "moe-nvlink-domain-64": ("moe-nvlink-domain", ("gpus=64",), True),
     "hybrid-long-context": ("hybrid-long-context", (), False),
     "latent-moe-nvlink": ("latent-moe-nvlink", (), True),
+    "deepseek-v4-nvlink": ("deepseek-v4-nvlink", (), False),
 }
 
 

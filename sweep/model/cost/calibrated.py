@@ -265,12 +265,14 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     if csa_job:
         # DeepSeek-V4's compressed sparse attention (sweep.model.cost.csa): one key-and-
         # value head of head_dim for H query heads; the projections' outputs into the
-        # attention (q_a, q_b, kv) and the output projection's input; every weight on each
-        # GPU (TP 1), the compressors', indexers' and hyper-connections' shared evenly
-        # among the layers
+        # attention (q_a, q_b, kv), and the inputs cast for the job's format other than the
+        # norm's output: q_b's (the latent) and o_b's (o_a's einsum runs in 16 bits); every
+        # weight on each GPU (TP 1), the compressors', indexers' and hyper-connections'
+        # shared evenly among the layers
         kv_heads, d_attn = 1, float(job.head_dim)
         D = job.head_dim
-        w_qkv, w_o = job.q_lora_rank + H * D + D, H * D
+        w_qkv = job.q_lora_rank + H * D + D
+        w_o = job.q_lora_rank + job.o_groups * job.o_lora_rank
         p_attn_rep = 0
     elif mla:
         # multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 section 2.1; Megatron-Core

@@ -29,10 +29,24 @@ from ..job import CSA_RATIO
 from .kernels import flash_attention_s, gemm_s
 
 __all__ = ["HC_KERNELS_EAGER", "HC_KERNELS_FUSED", "core", "elementwise_bytes", "hc_passes",
-           "projections", "saved_bytes"]
+           "projections", "saved_bytes", "sparse_slowdown"]
 
 #: bytes of one indexer score (fp32) and of one chosen key's index (int32)
 SCORE_BYTES, INDEX_BYTES = 4.0, 4.0
+#: the sparse attention kernels against dense ones, from cuDNN's kernel benchmarks on GB200
+#: at s = 4096, bf16 (NVIDIA/cudnn-frontend): dense causal attention at DeepSeek-V3's heads
+#: reaches 1406 TFLOPS forward and 1057 backward of the 2500 peak (benchmark/
+#: sdpa_benchmark_training/results/dsv3/gb200/dsv3_20260424_101009.csv @60e572b); the
+#: sparse kernels at DeepSeek-V4-Pro's shape (128 heads, 1152 keys, K = V 512 wide) 1346
+#: forward (compute-bound, as dense) and 786 backward (benchmark/dsa/results/deepseek_v4/
+#: gb200/deepseek_v4_20260928_122733.csv @07b4346): the backward's atomics and gathers cost
+#: 1057 / 786 = 1.34x even where its keys' bytes do not bound it
+DENSE_KERNEL_FRACTION_F, DENSE_KERNEL_FRACTION_B = 1406.0 / 2500.0, 1057.0 / 2500.0
+SPARSE_BWD_SLOWDOWN = 1057.0 / 786.0
+#: bytes moved per query and chosen key, in units of the key's row (K = V, head_dim wide):
+#: read once forward; backward read again and its gradient accumulated (fp32: twice the
+#: row's 16-bit width)
+GATHER_ROWS_F, GATHER_ROWS_B = 1.0, 3.0
 #: kernels of one hyper-connection module pass with Megatron-Core's fused mHC kernels
 #: (use_fused_mhc: mappings with their Sinkhorn normalization, the aggregate, the residual
 #: merge); without them the Sinkhorn's 20 iterations (mhc_sinkhorn_iterations, Megatron-
@@ -78,19 +92,38 @@ def projections(x: Mapping, T, peak, eff) -> dict:
             "up_f": gemm_s(*q_b, x, peak, eff, operand_bytes=ob)}
 
 
+def sparse_slowdown(x: Mapping) -> tuple:
+    """(forward, backward) time of the sparse attention kernels over a dense kernel's at the
+    same FLOPs. One query's H heads share the chosen keys' rows (K = V, one head), so a key
+    brings 4 H D FLOPs forward (10 H D backward) for D x 2 bytes read (three times that
+    backward: GATHER_ROWS_*): where those bytes at the HBM rate take longer than the FLOPs at
+    a dense kernel's rate (DENSE_KERNEL_FRACTION_* of the 16-bit peak), the kernel runs at
+    the bytes' pace - DeepSeek-V4-Flash's 64 heads on GB200, whose cuDNN kernels reach 829
+    TFLOPS forward and 605 backward against Pro's 1346 and 786 (cuDNN benchmarks above);
+    the backward never faster than SPARSE_BWD_SLOWDOWN."""
+    H, ab = x["H"], x["act_bytes"]
+    flops_per_byte = x["hbm_Bps"] * x["hbm_eff"] / x["peak16_flops_per_s"]
+    bytes_f = GATHER_ROWS_F * ab / (4.0 * np.maximum(H, 1.0))
+    bytes_b = GATHER_ROWS_B * ab / (10.0 * np.maximum(H, 1.0))
+    slow_f = np.maximum(1.0, DENSE_KERNEL_FRACTION_F * bytes_f / flops_per_byte)
+    slow_b = np.maximum(SPARSE_BWD_SLOWDOWN, DENSE_KERNEL_FRACTION_B * bytes_b / flops_per_byte)
+    return slow_f, slow_b
+
+
 def core(x: Mapping, b, eff) -> dict:
     """Sparse attention and the indexer's scores per micro-batch of b sequences: H query
     heads against the layer's average keys per query (flops.csa_keys_per_query: window,
     plus chosen or all compressed entries; context entry ``csa_keys``), D wide for QK and
-    PV, at the fused attention kernels' rate (FlashMLA's sparse forward, cuDNN's sparse
-    backward); the indexer's scores (s queries x s / 4 entries x heads x width, bf16 with
+    PV, at the fused attention kernels' rate times sparse_slowdown (FlashMLA's or cuDNN's
+    sparse forward, cuDNN's sparse backward); the indexer's scores (s queries x s / 4 entries x heads x width, bf16 with
     fp32 output) on the ratio-4 layers, causal (the blocks past the diagonal skipped), its
     backward (trained by its KL loss, run in the forward pass in Megatron-Core) twice its
     forward."""
     s, H, D = x["s"], x["H"], x["d"]
     keys = x["csa_keys"]
-    attn_f = flash_attention_s(b, H, s, keys, D, x, 1.0, False)
-    attn_b = flash_attention_s(b, H, s, keys, D, x, 1.0, True)
+    slow_f, slow_b = sparse_slowdown(x)
+    attn_f = slow_f * flash_attention_s(b, H, s, keys, D, x, 1.0, False)
+    attn_b = slow_b * flash_attention_s(b, H, s, keys, D, x, 1.0, True)
     attn_flops = 4.0 * b * H * s * keys * D
     peak16 = x["peak16_flops_per_s"]
     entries = s / CSA_RATIO
