@@ -118,8 +118,9 @@ def test_the_layers_gemms_and_attention_core_by_hand():
     # rate (0.5624 of the peak) over the HBM's
     slow = 1406 / 2500 * peak / (8.0 * x["hbm_Bps"] * x["hbm_eff"])
     assert csa.sparse_slowdown(x)[0] == pytest.approx(slow) and slow > 1
-    assert core["f"] == pytest.approx(slow * flash_attention_s(1.0, H, 512.0, keys, D, x, 1.0,
-                                                               False) + index, rel=1e-12)
+    fused = dict(x, fused_attn=1.0)  # (the fused kernels' efficiency, as every sparse one)
+    assert core["f"] == pytest.approx(slow * flash_attention_s(1.0, H, 512.0, keys, D, fused,
+                                                               1.0, False) + index, rel=1e-12)
     assert core["flops"] == pytest.approx(4 * H * 512 * keys * D + 0.5 * 2 * 2 * 512 * 64 * 32)
 
 

@@ -114,16 +114,18 @@ def core(x: Mapping, b, eff) -> dict:
     """Sparse attention and the indexer's scores per micro-batch of b sequences: H query
     heads against the layer's average keys per query (flops.csa_keys_per_query: window,
     plus chosen or all compressed entries; context entry ``csa_keys``), D wide for QK and
-    PV, at the fused attention kernels' rate times sparse_slowdown (FlashMLA's or cuDNN's
-    sparse forward, cuDNN's sparse backward); the indexer's scores (s queries x s / 4 entries x heads x width, bf16 with
+    PV, at the fused attention kernels' rate (whatever the job's attention_kernel: FlashMLA's
+    or cuDNN's sparse forward, cuDNN's sparse backward are fused kernels) times
+    sparse_slowdown; the indexer's scores (s queries x s / 4 entries x heads x width, bf16 with
     fp32 output) on the ratio-4 layers, causal (the blocks past the diagonal skipped), its
     backward (trained by its KL loss, run in the forward pass in Megatron-Core) twice its
     forward."""
     s, H, D = x["s"], x["H"], x["d"]
     keys = x["csa_keys"]
     slow_f, slow_b = sparse_slowdown(x)
-    attn_f = slow_f * flash_attention_s(b, H, s, keys, D, x, 1.0, False)
-    attn_b = slow_b * flash_attention_s(b, H, s, keys, D, x, 1.0, True)
+    fused = dict(x, fused_attn=1.0)  # (every sparse kernel is a fused one)
+    attn_f = slow_f * flash_attention_s(b, H, s, keys, D, fused, 1.0, False)
+    attn_b = slow_b * flash_attention_s(b, H, s, keys, D, fused, 1.0, True)
     attn_flops = 4.0 * b * H * s * keys * D
     peak16 = x["peak16_flops_per_s"]
     entries = s / CSA_RATIO
