@@ -522,6 +522,8 @@ def _moe_fields(run: Run, shape, flags: str, stack: Stack, assumptions: list[str
         out["csa_layers"] = round(m.csa_layers * layers / m.n_layers)
         out["hca_layers"] = min(round(m.hca_layers * layers / m.n_layers),
                                 layers - out["csa_layers"])
+        if not out["csa_layers"]:  # (no ratio-4 layer left: no indexer)
+            out.update(index_heads=0, index_head_dim=0, index_topk=0)
     out["moe_layer_step"] = min(out["moe_layer_step"], layers - out["first_k_dense"])
     with_mtp = re.search(r"w/ ?MTP", text, re.I)
     without = re.search(r"w/o ?MTP", text, re.I)

@@ -182,6 +182,9 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
          f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} groups"),
         (mamba_cp_ok(job, tp, cp), mamba_cp_rule),
+        (job.attention != "csa" or (tp == 1 and cp == 1 and rec != 4),
+         ("compressed sparse attention (csa) runs at tp = 1 and cp = 1, without per-op "
+          "recompute (4)")),
         (last_stage_layers(job, pp) >= 1,
          f"pp = {pp}: {pp} stages of ceil({L}{' + 2 slots' if job.embedding_slots else ''}"
          f" / {pp}) {'blocks' if job.is_hybrid else 'layers'} leave the last without one"),

@@ -433,3 +433,19 @@ def test_a_deepseek_v4_row_is_expressed_with_its_attention_and_flags(tmp_path, m
         (43, "csa", 21, 20, 4)
     assert job.recompute_mla_up and job.moe_dispatcher == "flex" and job.mtp_layers == 1
     assert job.dtype == "mxfp8"
+
+
+def test_a_truncated_deepseek_v4_row_keeps_its_shares_of_compressed_layers(tmp_path, moe):
+    # (plumbing, as above: a row naming the model with n_layers of its own keeps the model's
+    # shares of ratio-4 and ratio-128 layers; without a ratio-4 layer, no indexer)
+    base = next(r for r in moe.values() if r["model"] == "DeepSeek-V3" and r["gpu"] == "GB200"
+                and r["source"].startswith("Megatron-Bridge"))
+    rows = [dict(base, id=f"v4_{n}", model="DeepSeek-V4-Flash", n_gpus="8", tp="1", pp="1",
+                 vp="1", cp="1", ep="8", etp="1", global_batch_seqs="64", micro_batch="1",
+                 notes=f"truncated model: {n} layers") for n in (1, 8)]
+    cases, refused = express_all(_write(tmp_path / "v4.csv", rows))
+    assert refused == []
+    jobs = {c.row["id"]: c.job for c in cases}
+    one, eight = jobs["v4_1"], jobs["v4_8"]
+    assert (one.csa_layers, one.hca_layers, one.index_topk) == (0, 0, 0)
+    assert (eight.csa_layers, eight.hca_layers, eight.index_topk) == (4, 4, 512)

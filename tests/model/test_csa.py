@@ -67,8 +67,14 @@ def test_keys_a_query_sees_by_hand():
     assert csa_keys_per_query(job()) == (16.0, 16.0 + 8 * (1 - 32 / 1024), 16.0 + 2.0)
     # a top k past the entries there are is every entry
     assert csa_keys_per_query(job(index_topk=1000))[1] == 16.0 + 128 * (1 - 512 / 1024)
+    # as executed, the window has fewer keys for the first 16 queries: 16 - 16 x 15 / 1024
+    w = 16 - 16 * 15 / 1024
+    assert csa_keys_per_query(job(), executed=True) == (w, w + 7.75, w + 2.0)
     x = ctx(job())
-    assert x["csa_keys"] == pytest.approx((16.0 + 2 * (16 + 7.75) + 18.0) / 4)
+    assert x["csa_keys"] == pytest.approx((w + 2 * (w + 7.75) + w + 2.0) / 4)
+    assert x["mtp_csa_keys"] == pytest.approx(w)
+    # a window past the sequence is the sequence
+    assert csa_keys_per_query(job(sliding_window=4096))[0] == 512.0
     assert (x["kv_lora"], x["mla"], x["win_frac"]) == (0.0, 0.0, 0.0)
 
 
@@ -255,3 +261,32 @@ def test_sparse_kernels_against_cudnns_benchmarks_on_gb200():
     fast = dataclasses.replace(hw, hbm_bytes_per_s=2 * hw.hbm_bytes_per_s)
     x = calibrated.make_context(load_job("deepseek_v4_flash"), fast, hw.calibration)
     assert csa.sparse_slowdown(x)[0] < 1406 / rates["deepseek_v4_flash"][0]
+
+
+def test_recompute_mla_up_reruns_q_b_and_keeps_no_queries():
+    plain, rc = job(), job(recompute_mla_up=True)
+    a, b = step(plain, mbs=1), step(rc, mbs=1)
+    # the queries after q_b (H D, 16 bits) are not kept: 512 tokens x 4 x 128 x 2 bytes in
+    # each of 4 layers, and in the one layer's gradients live while its backward runs
+    assert float(a["mem_activations_bytes"][0] - b["mem_activations_bytes"][0]) == \
+        pytest.approx(5 * 512 * 4 * 128 * 2)
+    x = ctx(rc)
+    peak, eff = x["peak16_flops_per_s"], x["gemm_eff"] * x["gemm_sustained"]
+    q_b = gemm_s(512.0, 512.0, 64.0, x, peak, eff, operand_bytes=x["gemm_operand_bytes"])
+    assert float(b["step_time_s"][0] - a["step_time_s"][0]) == pytest.approx(
+        8 * 4 * q_b, rel=1e-6)  # (8 micro-batches, 4 layers)
+
+
+def test_the_mtp_depth_of_a_csa_job_attends_to_its_window_alone():
+    # Megatron-Bridge appends compress ratio 0 for the MTP layer: no compressor or indexer,
+    # the window's keys; the depth costs less than a main layer with compressed entries
+    j = job(mtp_layers=1, csa_layers=3, hca_layers=1)
+    x = ctx(j)
+    c = candidate_block(1, mbs=1)
+    lay = calibrated._layer_terms(x, c)
+    depth = {k[len(calibrated.MTP_PREFIX):]: v for k, v in lay.items()
+             if k.startswith(calibrated.MTP_PREFIX)}
+    assert depth and float(depth["attn_f"][0]) < float(lay["attn_f"][0])
+    window = calibrated._layer(dict(x, csa_frac=0.0, hca_frac=0.0, csa_keys=x["mtp_csa_keys"]),
+                               c, calibrated._layout(x, c))
+    assert float(depth["fwd"][0]) == pytest.approx(float(window["fwd"][0]), rel=1e-12)

@@ -310,6 +310,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "ih": float(job.index_heads), "idim": float(job.index_head_dim),
         "itopk_eff": float(min(job.index_topk, job.seq_len // CSA_RATIO)),
         "csa_keys": _csa_mean_keys(job), "hc": float(job.hc_streams),
+        # (an MTP depth's csa layer attends to its window alone: Megatron-Bridge's bridge
+        # appends compress ratio 0 for it, deepseek_v4_bridge.py L455 - 465)
+        "mtp_csa_keys": (csa_keys_per_query(job, executed=True)[0] if csa_job else 0.0),
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
         # hybrid Mamba-2 / Transformer models: attention and Mamba-2 layers per block (a
@@ -342,7 +345,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # cheap modules recomputed on top of the candidate's policy
         "rc_norm": float(job.recompute_norms), "rc_moe_act": float(job.recompute_moe_act),
         "rc_moe": float(job.recompute_moe and job.is_moe),
-        "rc_mla_up": float(job.recompute_mla_up and mla),
+        "rc_mla_up": float(job.recompute_mla_up and (mla or csa_job)),
         "B": job.global_batch, "causal": float(job.causal), "swiglu": float(job.mlp == "swiglu"),
         "rmsnorm": float(job.norm == "rmsnorm"), "rope": float(job.position == "rope"),
         "flash": float(job.attention_kernel in ("flash", "fused")),
@@ -441,7 +444,7 @@ def _csa_mean_keys(job: Job) -> float:
     flops.csa_keys_per_query weighted by the window-only, ratio-4 and ratio-128 layers."""
     if job.attention != "csa":
         return 0.0
-    k0, k4, k128 = csa_keys_per_query(job)
+    k0, k4, k128 = csa_keys_per_query(job, executed=True)
     n4, n128 = job.csa_layers, job.hca_layers
     return ((job.n_layers - n4 - n128) * k0 + n4 * k4 + n128 * k128) / job.n_layers
 
@@ -1168,17 +1171,20 @@ def _block_terms(x, c, lo):
 
 def _own_mtp_depth(x) -> bool:
     """Whether the context holds a job with multi-token prediction whose depths are blocks of
-    their own (MTP_PREFIX terms): a hybrid's (its depth pattern), or one whose depths run in
-    16 bits under a low-precision recipe (mtp_bf16)."""
-    return (_hybrid(x) and bool(np.any(as_array(x["mtp"]) > 0))) \
+    their own (MTP_PREFIX terms): a hybrid's (its depth pattern), a csa job's (a window-only
+    layer), or one whose depths run in 16 bits under a low-precision recipe (mtp_bf16)."""
+    has_mtp = bool(np.any(as_array(x["mtp"]) > 0))
+    return ((_hybrid(x) or bool(np.any(as_array(x["csa"]) > 0))) and has_mtp) \
         or bool(np.any(as_array(x["mtp_bf16"]) > 0))
 
 
 def _mtp_context(x):
     """The context of an MTP depth: a block with the depth's attention and Mamba-2 layers
-    (an attention + FFN block's are 1 and 0) in the depth's GEMM format (make_context's
-    MTP16_PREFIX entries: the job's own unless mtp_bf16)."""
-    return dict(x, n_attn=x["mtp_attn"], n_mamba=x["mtp_mamba"],
+    (an attention + FFN block's are 1 and 0), a csa depth's window-only attention (no
+    compressor or indexer), in the depth's GEMM format (make_context's MTP16_PREFIX entries:
+    the job's own unless mtp_bf16)."""
+    return dict(x, n_attn=x["mtp_attn"], n_mamba=x["mtp_mamba"], csa_frac=0.0, hca_frac=0.0,
+                csa_keys=x["mtp_csa_keys"],
                 **{k: x[MTP16_PREFIX + k] for k in PRECISION_KEYS})
 
 

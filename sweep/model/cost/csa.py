@@ -153,13 +153,14 @@ def saved_bytes(x: Mapping, T) -> dict:
     """What a layer keeps for its backward, per micro-batch: ``qkv`` the queries after q_b
     (unless recompute_mla_up), the latent q_lora and the key-and-value head, the
     compressors' outputs and the ratio-4 layers' chosen indices; ``out`` the inputs of o_a
-    (H D) and o_b (g o_lora) at the saved-input width."""
+    (H D, 16 bits: its einsum is not the job's GEMM format) and o_b (g o_lora, at the
+    saved-input width)."""
     ab, sb, H, D = x["act_bytes"], x["saved_in_bytes"], x["H"], x["d"]
     qkv = H * D * ab * (1.0 - x["rc_mla_up"]) + (x["q_lora"] + D) * ab \
         + ab * (x["csa_frac"] * (2.0 * 2.0 * D + 2.0 * 2.0 * x["idim"])
                 + x["hca_frac"] * 2.0 * D) \
         + x["csa_frac"] * x["itopk_eff"] * INDEX_BYTES
-    out = (H * D + x["o_groups"] * x["o_lora"]) * sb
+    out = H * D * ab + x["o_groups"] * x["o_lora"] * sb
     return {"qkv": T * qkv, "out": T * out}
 
 

@@ -59,14 +59,20 @@ def _core_flops_per_token(job: Job) -> float:
     return 2.0 * keys * job.n_heads * (qk + v)
 
 
-def csa_keys_per_query(job: Job) -> tuple[float, float, float]:
+def csa_keys_per_query(job: Job, executed: bool = False) -> tuple[float, float, float]:
     """Keys a query of a csa layer attends to on average, as Megatron-Bridge v0.6.0 counts
     them (training/utils/flop_utils.py L930 - 956): (window-only, ratio-4, ratio-128
     layer). A window-only layer the window; a ratio-128 layer also every compressed entry
     before the query, half of s / 128 on average; a ratio-4 layer the indexer's top k of its
     s / 4 entries, k (1 - 4 k / 2 s) on average with k = min(index_topk, s / 4) (a query
-    within the first 4 k tokens has fewer)."""
-    s, w = job.seq_len, float(job.sliding_window)
+    within the first 4 k tokens has fewer). A window past the sequence is the sequence
+    (Megatron-Bridge's formula, never run so, would count keys that do not exist);
+    ``executed``: the window as the kernels visit it, fewer for the first queries (W - W (W -
+    1) / 2s, as _core_flops_per_token), where Megatron-Bridge counts W whole."""
+    s = job.seq_len
+    w = float(min(job.sliding_window, s))
+    if executed:
+        w = w - w * (w - 1.0) / (2.0 * s)
     k = min(job.index_topk, s // CSA_RATIO)
     r4 = w + (k * (1.0 - k * CSA_RATIO / (2.0 * s)) if k else 0.0)
     return w, r4, w + (s // HCA_RATIO) / 2.0
