@@ -120,9 +120,18 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: layers; llama31/llama31_405b_llm_pretrain.yaml, gb200 num_gpus_128 fp8_cs: tp 2, pp 1,
 #: FSDP, 95 layers) and 25.11 (v0.2.0 configs/llama3/workload_base_configs.py
 #: LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG: 40 layers, LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG: 20).
+#: Megatron-Bridge's Nemotron 3 Super NVFP4 runs (from v0.4.1 scripts/performance/configs/
+#: nemotronh/nemotron_3_llm_pretrain.py L48 - 51 to v0.6.0 perf_recipes/nemotronh/common.py
+#: L65 - 70, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed) keep the last
+#: 14 layers in bf16 and load te_quant.cfg: attention QKV / output and the latent
+#: projections in bf16 (its Mamba out_proj in MXFP8: not modelled); no recompute
+SUPER_NVFP4 = ("first_last_layers_bf16=True; num_layers_at_end_in_bf16=14; "
+               "quant_recipe=te_quant.cfg")
 #: (source, release, model, GPU, precision) patterns -> the flags added to the row's
 #: other_flags (its table labels) and the recompute, for a row that states no recompute
 RELEASE_RUNS = [
+    (r"^Megatron-Bridge perf summary$", r".", r"(?i)^nemotron[-_ ]?3[-_ ]?super", r".",
+     r"(?i)nvfp4", SUPER_NVFP4, "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^H100$", r".",
      ("moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False; "
       "TP comm overlap disabled"), "recompute_modules=['mla_up_proj', 'mlp']"),
@@ -419,6 +428,16 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
     moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
     modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
         v["recompute"] else set()
+    # per-layer precision (Megatron-Bridge MixedPrecisionConfig first_last_layers_bf16 with
+    # num_layers_at_start_in_bf16 / _end_, 0 unless set there: mixed_precision.py L53 - 74)
+    # and the Nemotron 3 Super quantization recipe's 16-bit modules (te_quant.cfg matchers
+    # attn_qkv_bf16, attn_proj_bf16, latent_bf16)
+    ends = {k: 0 for k in ("start", "end")}
+    if re.search(r"first_last_layers_bf16\s*=\s*true", flags):
+        for k in ends:
+            n = re.search(rf"num_layers_at_{k}_in_bf16\s*=\s*(\d+)", flags)
+            ends[k] = int(n.group(1)) if n else 0
+    te_quant = "te_quant.cfg" in flags
     # a perf script's overlap_grad_reduce=False (Megatron-Bridge 25.09's DeepSeek-V3 on H100)
     dp_overlap = stack.dp_overlap and not re.search(r"overlap_grad_reduce\s*=\s*false", flags)
     # Megatron-Bridge's FP8_CS configs run per-tensor current scaling (scripts/performance/
@@ -487,7 +506,9 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         offload_act_layers=float(offload.group(1)) if offload else 0.0,
         recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
         recompute_moe="moe" in modules and bool(moe.get("n_experts")),
-        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") in ("mla", "csa"))
+        recompute_mla_up="mla_up_proj" in modules and moe.get("attention") in ("mla", "csa"),
+        bf16_first_layers=ends["start"], bf16_last_layers=ends["end"], bf16_attention=te_quant,
+        bf16_latent=te_quant and bool(moe.get("moe_latent_size")))
 
 
 #: the Job fields of a named model's experts and attention that a row inherits

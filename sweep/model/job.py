@@ -79,6 +79,12 @@ _INT_FIELDS = {
     "index_topk": "csa: compressed entries the indexer picks per query (index_topk)",
     "hc_streams": "hyper-connections (DeepSeek-V4 mHC): residual streams of the model "
                   "width a token carries (hc_mult); 0 = a plain residual",
+    # per-layer precision of fp8 / MXFP8 / NVFP4 jobs (Megatron-Core first_last_layers_bf16)
+    "bf16_first_layers": "fp8 / MXFP8 / NVFP4 jobs: the first layers of the stack run their "
+                         "GEMMs in 16 bits (Megatron-Core num_layers_at_start_in_bf16; a "
+                         "hybrid's layers are its pattern's symbols)",
+    "bf16_last_layers": "fp8 / MXFP8 / NVFP4 jobs: the last layers run their GEMMs in 16 bits "
+                        "(num_layers_at_end_in_bf16)",
     # sliding-window attention (GPT-OSS, Gemma, Mistral); 0 = every layer attends to the
     # whole (causal) sequence
     "sliding_window": "tokens a query of a windowed layer attends to (itself included); 0 = "
@@ -101,7 +107,8 @@ _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden"
             "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
             "v_head_dim", "mtp_layers", "sliding_window", "full_attention_every",
             "o_lora_rank", "o_groups", "csa_layers", "hca_layers", "index_heads",
-            "index_head_dim", "index_topk", "hc_streams", "mamba_heads", "mamba_head_dim",
+            "index_head_dim", "index_topk", "hc_streams", "bf16_first_layers",
+            "bf16_last_layers", "mamba_heads", "mamba_head_dim",
             "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
 MOE_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "moe_latent_size",
@@ -135,7 +142,8 @@ INT_MAX = {
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
     "full_attention_every": 2**16, "o_lora_rank": 2**20, "o_groups": 2**16,
     "csa_layers": 2**16, "hca_layers": 2**16, "index_heads": 2**16, "index_head_dim": 2**16,
-    "index_topk": 2**24, "hc_streams": 2**6, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
+    "index_topk": 2**24, "hc_streams": 2**6, "bf16_first_layers": 2**16,
+    "bf16_last_layers": 2**16, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
     "mamba_state": 2**16, "mamba_groups": 2**16, "mamba_conv": 2**8,
 }
 #: global_batch x seq_len, at most (~7e10 tokens per iteration; real: ~1.6e7). With widths
@@ -210,6 +218,11 @@ _BOOL_FIELDS = {
                   "and backward (Megatron-Core mtp_use_repeated_layer)",
     "mtp_bf16": "fp8 / MXFP8 / NVFP4 jobs run the MTP depths' GEMMs in 16 bits "
                 "(Megatron-Bridge keep_mtp_spec_in_bf16; NVFP4 jobs' depths always)",
+    "bf16_attention": "fp8 / MXFP8 / NVFP4 jobs run the attention layers' QKV and output "
+                      "projections in 16 bits (a quantization recipe's per-module override: "
+                      "Megatron-Bridge's Nemotron 3 Super NVFP4 te_quant.cfg)",
+    "bf16_latent": "fp8 / MXFP8 / NVFP4 jobs run a latent MoE's two projections in 16 bits "
+                   "(the same recipe)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
@@ -325,6 +338,11 @@ class Job:
     index_head_dim: int = 0
     index_topk: int = 0
     hc_streams: int = 0
+    # per-layer and per-module precision under a low-precision recipe
+    bf16_first_layers: int = 0
+    bf16_last_layers: int = 0
+    bf16_attention: bool = False
+    bf16_latent: bool = False
     sliding_window: int = 0  # tokens a query of a windowed layer sees; 0 = no window
     full_attention_every: int = 0  # every n-th layer full attention, the others windowed
     rope_mscale: float = 1.0  # YaRN's attention scale in cos / sin; not 1: unfused RoPE
@@ -361,6 +379,19 @@ class Job:
         if not self.full_attention_every:
             return 1.0
         return 1.0 - (self.n_layers // self.full_attention_every) / self.n_layers
+
+    @property
+    def bf16_block_share(self) -> float:
+        """Share of the cost model's blocks among the bf16_first_layers and bf16_last_layers
+        (of a hybrid, its FFN layers among those symbols of its pattern)."""
+        first, last = self.bf16_first_layers, self.bf16_last_layers
+        if not (first or last):
+            return 0.0
+        if not self.is_hybrid:
+            return min(first + last, self.n_layers) / self.n_layers
+        pattern = self.hybrid_pattern
+        ends = pattern[:first] + pattern[max(len(pattern) - last, first):]
+        return sum(ends.count(k) for k in "-E") / self.blocks
 
     @property
     def is_hybrid(self) -> bool:
@@ -645,6 +676,13 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
     if values.get("full_attention_every") and not values.get("sliding_window"):
         raise _fail(source, "full_attention_every", "needs sliding_window (the other layers' "
                                                     "window)")
+    bf16_ends = values.get("bf16_first_layers", 0) + values.get("bf16_last_layers", 0)
+    if bf16_ends > values["n_layers"]:
+        raise _fail(source, "bf16_last_layers" if values.get("bf16_last_layers") else
+                    "bf16_first_layers", f"bf16_first_layers + bf16_last_layers = {bf16_ends}, "
+                    f"more than n_layers = {values['n_layers']}")
+    if values.get("bf16_latent") and not values.get("moe_latent_size"):
+        raise _fail(source, "bf16_latent", "needs moe_latent_size (the latent projections)")
     if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":
         raise _fail(source, "swiglu_clamp", "needs mlp: swiglu")
     if values.get("offload_act_layers", 0.0) > values["n_layers"]:  # (per stage: at most all)

@@ -449,3 +449,20 @@ def test_a_truncated_deepseek_v4_row_keeps_its_shares_of_compressed_layers(tmp_p
     one, eight = jobs["v4_1"], jobs["v4_8"]
     assert (one.csa_layers, one.hca_layers, one.index_topk) == (0, 0, 0)
     assert (eight.csa_layers, eight.hca_layers, eight.index_topk) == (4, 4, 512)
+
+
+def test_megatron_bridges_nemotron_3_super_nvfp4_rows_run_its_16_bit_layers(tmp_path, moe):
+    # (plumbing: a row naming Nemotron 3 Super in NVFP4 from Megatron-Bridge's table takes
+    # its perf recipe's last 14 layers, attention and latent projections in bf16)
+    base = next(r for r in moe.values() if r["model"].startswith("Nemotron-3-Nano")
+                and r["source"].startswith("Megatron-Bridge"))
+    rows = [dict(base, id=f"sup_{p}", model="Nemotron_3_Super", n_gpus="64", tp="2", pp="1",
+                 vp="", cp="1", ep="64", etp="1", global_batch_seqs="512", micro_batch="1",
+                 precision=p, recompute="", other_flags="") for p in ("NVFP4", "MXFP8")]
+    cases, refused = express_all(_write(tmp_path / "sup.csv", rows))
+    assert refused == []
+    jobs = {c.row["id"]: c.job for c in cases}
+    fp4, mx = jobs["sup_NVFP4"], jobs["sup_MXFP8"]
+    assert (fp4.bf16_first_layers, fp4.bf16_last_layers, fp4.bf16_attention,
+            fp4.bf16_latent) == (0, 14, True, True)
+    assert (mx.bf16_last_layers, mx.bf16_attention, mx.bf16_latent) == (0, False, False)

@@ -445,6 +445,8 @@ def test_job_integers_are_bounded(field):
         context = {"attention": "mla", **{k: 1 for k in MLA_FIELDS}}
     if field == "full_attention_every":
         context = {"sliding_window": 1}
+    if field.startswith("bf16_"):  # (layers in 16 bits: as many layers at least)
+        context = {"n_layers": 2**16}
     if field in CSA_FIELDS:  # a csa job; the indexer's fields with a ratio-4 layer
         context = {"attention": "csa", "q_lora_rank": 1, "qk_rope_head_dim": 1,
                    "sliding_window": 1, "o_lora_rank": 1, "o_groups": 1, "n_layers": 2**16}

@@ -432,10 +432,22 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     # d98e8a6 multi_token_prediction.py L1385 - 1394: MTP runs in the global fp8 context
     # only, "ignoring FP4 in MTP layers"); else the job's own entries (_mtp_context)
     own = fp8 and job.mtp_layers > 0 and (job.mtp_bf16 or job.dtype == "nvfp4")
-    x16 = make_context(dataclasses.replace(job, dtype="bf16", mtp_bf16=False), hw, params,
-                       strategy) if own else x
-    x.update({MTP16_PREFIX + k: x16[k] for k in PRECISION_KEYS})
+    # per-layer precision (Megatron-Core first_last_layers_bf16: get_fp8_context /
+    # get_fp4_context give the first and last layers no quantization context): the share of
+    # blocks in 16 bits and their entries (B16_PREFIX), blended with the job's in
+    # _layer_terms and _routed_terms; per module, the attention projections and a latent
+    # MoE's projections (a quantization recipe's overrides: _layer, moe._latent_projections)
+    share = job.bf16_block_share if fp8 else 0.0
+    sixteen = bool(share) or (fp8 and (job.bf16_attention or job.bf16_latent))
+    x16 = make_context(dataclasses.replace(
+        job, dtype="bf16", mtp_bf16=False, bf16_first_layers=0, bf16_last_layers=0,
+        bf16_attention=False, bf16_latent=False), hw, params, strategy) \
+        if (own or sixteen) else x
+    x.update({MTP16_PREFIX + k: (x16 if own else x)[k] for k in PRECISION_KEYS})
+    x.update({B16_PREFIX + k: (x16 if sixteen else x)[k] for k in PRECISION_KEYS})
     x["mtp_bf16"] = float(own)
+    x.update(bf16_share=share, bf16_attn=float(fp8 and job.bf16_attention),
+             bf16_latent=float(fp8 and job.bf16_latent))
     return x
 
 
@@ -456,6 +468,8 @@ PRECISION_KEYS = ("fp8", "nvfp4", "block_scaled", "blockwise", "current_scaling"
                   "lp_weight_copy_bytes", "gemm_operand_bytes")
 #: their values for the MTP depths (mtp_bf16)
 MTP16_PREFIX = "mtp16:"
+#: and for the blocks of the bf16_first_layers and bf16_last_layers
+B16_PREFIX = "b16:"
 
 
 def make_row_context(job: Job, hw: HardwareRows, strategy: str = "1d") -> dict:
@@ -518,6 +532,29 @@ def _gemm_rate(x):
                         x["peak16_flops_per_s"])
     # a training GEMM reaches gemm_eff of what the GPU sustains on its best shape
     return peak_lin, x["gemm_eff"] * x["gemm_sustained"]
+
+
+def _attention_gemms(x, T, Ta, t, peak, eff, shapes, gemm_each, gemm_b_each, flops_each):
+    """([forward], [backward], [FLOPs]) of a block's QKV and output projections (the first
+    two of the plain GEMMs given), MLA's (_mla_projections) or csa's (csa.projections:
+    recompute_mla_up re-runs its q_b) where the job has them, and the up-projections'
+    forward recompute_mla_up re-runs."""
+    f, b, fl = list(gemm_each[:2]), list(gemm_b_each[:2]), list(flops_each[:2])
+    mla_up_f = 0.0
+    if np.any(x["mla"] > 0):
+        mla = _mla_projections(x, T, Ta, t, peak, eff)
+        f[0], b[0], fl[0] = (np.where(x["mla"] > 0, new, old) for new, old in
+                             zip(mla[:3], (f[0], b[0], fl[0])))
+        mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
+    if np.any(x["csa"] > 0):
+        proj = csa.projections(x, T, peak, eff)
+        row = x["csa"] > 0
+        f[0], b[0], fl[0], f[1], b[1], fl[1], mla_up_f = (
+            np.where(row, new, old) for new, old in zip(
+                (proj["in_f"], proj["in_b"], proj["in_flops"], proj["out_f"], proj["out_b"],
+                 proj["out_flops"], proj["up_f"]), (f[0], b[0], fl[0], f[1], b[1], fl[1],
+                                                    mla_up_f)))
+    return [f, b, fl], mla_up_f
 
 
 def _mla_projections(x, T, Ta, t, peak, eff):
@@ -712,24 +749,25 @@ def _layer(x, c, lay):
                        + gemm_s(K, N, M, x, peak_lin, eff, operand_bytes=ob)
                        for M, N, K in shapes]
         flops_each = [2.0 * M * N * K for M, N, K in shapes]
-        mla_up_f = 0.0
-        if np.any(x["mla"] > 0):
-            mla = _mla_projections(x, T, Ta, t, peak_lin, eff)
-            gemm_each[0], gemm_b_each[0], flops_each[0] = (
-                np.where(x["mla"] > 0, new, old) for new, old in
-                zip(mla[:3], (gemm_each[0], gemm_b_each[0], flops_each[0])))
-            mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
-        if np.any(x["csa"] > 0):
-            # compressed sparse attention's projections in and out (csa.projections);
-            # recompute_mla_up re-runs its q_b
-            proj = csa.projections(x, T, peak_lin, eff)
-            csa_row = x["csa"] > 0
-            gemm_each[0], gemm_b_each[0], flops_each[0], gemm_each[1], gemm_b_each[1], \
-                flops_each[1], mla_up_f = (np.where(csa_row, new, old) for new, old in zip(
-                    (proj["in_f"], proj["in_b"], proj["in_flops"], proj["out_f"],
-                     proj["out_b"], proj["out_flops"], proj["up_f"]),
-                    (gemm_each[0], gemm_b_each[0], flops_each[0], gemm_each[1],
-                     gemm_b_each[1], flops_each[1], mla_up_f)))
+        att, mla_up_f = _attention_gemms(x, T, Ta, t, peak_lin, eff, shapes, gemm_each,
+                                         gemm_b_each, flops_each)
+        if np.any(as_array(x["bf16_attn"]) > 0):
+            # (bf16_attention: the attention projections in 16 bits, their inputs not cast)
+            x16 = _b16_context(x)
+            peak16, eff16 = _gemm_rate(x16)
+            ob16 = x16["gemm_operand_bytes"]
+            plain = [[gemm_s(M, N, K, x16, peak16, eff16, operand_bytes=ob16) for M, N, K
+                      in shapes[:2]], [gemm_s(M, K, N, x16, peak16, eff16, operand_bytes=ob16)
+                                       + gemm_s(K, N, M, x16, peak16, eff16,
+                                                operand_bytes=ob16) for M, N, K in shapes[:2]],
+                     flops_each[:2]]
+            att16, up16 = _attention_gemms(x16, T, Ta, t, peak16, eff16, shapes, *plain)
+            on = x["bf16_attn"] > 0
+            att = [[np.where(on, a16, a) for a16, a in zip(new, old)]
+                   for new, old in zip(att16, att)]
+            mla_up_f = np.where(on, up16, mla_up_f)
+        for i in (0, 1):
+            gemm_each[i], gemm_b_each[i], flops_each[i] = att[0][i], att[1][i], att[2][i]
         # an MoE block whose only FFN is routed has no shared expert: no MLP GEMMs here
         has_mlp = f > 0
         for i in (2, 3):
@@ -1123,6 +1161,8 @@ def _layer_terms(x, c):
     V = padded_vocab(x["V"], t)
     training = x["training"] > 0
     lay = _block_terms(x, c, lo)
+    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision: _blend)
+        lay = _blend(lay, _block_terms(_b16_context(x), c, lo), x["bf16_share"])
     # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
     # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
     has_vocab = V > 0
@@ -1152,6 +1192,22 @@ def _layer_terms(x, c):
         depth = _block_terms(_mtp_context(x), c, lo)
         lay.update({MTP_PREFIX + k: v for k, v in depth.items()})
     return lay
+
+
+def _b16_context(x):
+    """The context of a block in 16 bits (bf16_first_layers, bf16_last_layers)."""
+    return dict(x, **{k: x[B16_PREFIX + k] for k in PRECISION_KEYS})
+
+
+def _blend(terms, terms16, share):
+    """Per-block terms of the job's format and of 16 bits mixed by the share of blocks in 16
+    bits (every stage holds the job's mean share: where the first and the last layers sit
+    among the pipeline stages is not modelled). Lists (per-GEMM times) entry by entry."""
+    def mix(a, b):
+        if isinstance(a, list):
+            return [mix(u, v) for u, v in zip(a, b)]
+        return (1.0 - share) * a + share * b
+    return {k: mix(v, terms16[k]) if k in terms16 else v for k, v in terms.items()}
 
 
 def _block_terms(x, c, lo):
@@ -1297,6 +1353,9 @@ def _routed_terms(x, c):
     t, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
     lay = {"Ta": _tokens(x, c, t, cp, b)[2]}
     out = moe.routed_experts(x, c, lay, _gemm_rate(x)[0])
+    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision)
+        x16 = _b16_context(x)
+        out = _blend(out, moe.routed_experts(x16, c, lay, _gemm_rate(x16)[0]), x["bf16_share"])
     if np.any(as_array(x["mtp_bf16"]) > 0):  # (make_context: only with MTP depths)
         # (the MTP depths' routed experts in their own GEMM format: MTP_PREFIX keys)
         xm = _mtp_context(x)

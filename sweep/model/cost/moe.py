@@ -259,6 +259,14 @@ def _latent_projections(x: Mapping, T_l, peak) -> dict | None:
     h, L = x["e"], x["latent"]
     ab, sb, ob = x["act_bytes"], x["saved_in_bytes"], x["gemm_operand_bytes"]
     eff = x["gemm_eff"] * x["gemm_sustained"]
+    if np.any(as_array(x["bf16_latent"]) > 0):
+        # (bf16_latent: 16-bit GEMMs at the 16-bit peak, inputs neither cast nor kept
+        # quantized: calibrated.make_context's B16_PREFIX entries)
+        on = as_array(x["bf16_latent"]) > 0
+        peak = np.where(on, x["peak16_flops_per_s"], peak)
+        ob = np.where(on, x["b16:gemm_operand_bytes"], ob)
+        sb = np.where(on, x["b16:saved_in_bytes"], sb)
+        x = dict(x, fp8=np.where(on, 0.0, x["fp8"]))
     shapes = [(T_l, L, h), (T_l, h, L)]
     gemm_f = sum(gemm_s(m, n, kk, x, peak, eff, operand_bytes=ob) for m, n, kk in shapes)
     gemm_b = sum(gemm_s(m, kk, n, x, peak, eff, operand_bytes=ob)

@@ -1,0 +1,106 @@
+"""Per-layer and per-module precision under a low-precision recipe (bf16_first_layers,
+bf16_last_layers: Megatron-Core first_last_layers_bf16; bf16_attention, bf16_latent: a
+quantization recipe's 16-bit modules): the share of blocks in 16 bits by hand; every block in
+16 bits is the 16-bit job's block; a share mixes the two; the attention and latent
+projections at the 16-bit rate; no effect on a 16-bit job; the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sweep.engine.catalog import load_hardware, load_job
+from sweep.errors import SpecError
+from sweep.model.cost import calibrated, moe
+from sweep.model.job import parse_job
+from tests.conftest import candidate_block
+from tests.model.test_moe_cost import TINY
+
+H100 = load_hardware("H100-SXM")
+FP8 = dataclasses.replace(TINY, name="fp8", dtype="fp8", n_layers=4, global_batch=16)
+
+
+def ctx(job):
+    return calibrated.make_context(job, H100, H100.calibration)
+
+
+def terms(job, **config):
+    x = ctx(job)
+    c = candidate_block(1, mbs=1, **config)
+    return calibrated._layer_terms(x, c), calibrated._routed_terms(x, c)
+
+
+def test_share_of_blocks_in_16_bits_by_hand():
+    assert dataclasses.replace(FP8, bf16_last_layers=1).bf16_block_share == 0.25
+    assert dataclasses.replace(FP8, bf16_first_layers=1, bf16_last_layers=2).bf16_block_share \
+        == 0.75
+    # Nemotron 3 Super's NVFP4 recipe: the last 14 of its 88 layers hold 7 of its 40 MoE
+    # layers (EMEM*EMEMEMEME)
+    super_ = dataclasses.replace(load_job("nemotron_3_super"), bf16_last_layers=14)
+    assert super_.bf16_block_share == 7 / 40
+    # first and last overlapping count once
+    assert dataclasses.replace(super_, bf16_first_layers=80).bf16_block_share == 1.0
+
+
+def test_every_block_in_16_bits_is_the_16_bit_jobs_block():
+    all16 = dataclasses.replace(FP8, bf16_last_layers=4)
+    b16 = dataclasses.replace(FP8, dtype="bf16")
+    (la, ra), (lb, rb) = terms(all16), terms(b16)
+    for key in ("fwd", "bwd", "act_layer", "act_none", "memory_f", "compute_b"):
+        assert la[key] == pytest.approx(lb[key], rel=1e-12), key
+        assert la["shared:" + key] == pytest.approx(lb["shared:" + key], rel=1e-12), key
+    for key in ("compute_f", "compute_b", "memory_f", "acts"):
+        assert ra[key] == pytest.approx(rb[key], rel=1e-12), key
+
+
+def test_a_share_mixes_the_two_formats():
+    half = dataclasses.replace(FP8, bf16_first_layers=1, bf16_last_layers=1)
+    (lh, rh), (lf, rf) = terms(half), terms(FP8)
+    (lb, rb) = terms(dataclasses.replace(FP8, dtype="bf16"))
+    assert lh["fwd"] == pytest.approx(0.5 * (lf["fwd"] + lb["fwd"]), rel=1e-12)
+    assert rh["compute_b"] == pytest.approx(0.5 * (rf["compute_b"] + rb["compute_b"]),
+                                            rel=1e-12)
+    step = {name: float(calibrated.evaluate(ctx(j), candidate_block(1, mbs=1, dp=1))[
+        "step_time_s"][0]) for name, j in (("fp8", FP8), ("half", half),
+                                           ("bf16", dataclasses.replace(FP8, dtype="bf16")))}
+    # (between the two, whichever is faster: on this small block the casts cost fp8 more
+    # than its GEMMs save)
+    assert min(step["fp8"], step["bf16"]) < step["half"] < max(step["fp8"], step["bf16"])
+
+
+def test_attention_and_latent_projections_at_the_16_bit_rate():
+    attn = dataclasses.replace(FP8, bf16_attention=True)
+    (la, _), (lf, _), (lb, _) = terms(attn), terms(FP8), terms(dataclasses.replace(
+        FP8, dtype="bf16"))
+    for i, want in ((0, lb), (1, lb), (2, lf), (3, lf)):
+        assert la["gemm_f_each"][i] == pytest.approx(want["gemm_f_each"][i], rel=1e-12), i
+        assert la["gemm_b_each"][i] == pytest.approx(want["gemm_b_each"][i], rel=1e-12), i
+    lat = dataclasses.replace(FP8, moe_latent_size=256)
+    x8, x16 = ctx(dataclasses.replace(lat, bf16_latent=True)), ctx(dataclasses.replace(
+        lat, dtype="bf16"))
+    p8 = moe._latent_projections(x8, 512.0, calibrated._gemm_rate(x8)[0])
+    p16 = moe._latent_projections(x16, 512.0, calibrated._gemm_rate(x16)[0])
+    for key in ("compute_f", "compute_b", "memory_f", "acts"):
+        assert p8[key] == pytest.approx(p16[key], rel=1e-12), key
+
+
+def test_a_16_bit_job_is_unchanged():
+    b16 = dataclasses.replace(FP8, dtype="bf16")
+    both = dataclasses.replace(b16, bf16_last_layers=2, bf16_attention=True)
+    c = candidate_block(1, mbs=1, dp=1)
+    a, b = calibrated.evaluate(ctx(b16), c), calibrated.evaluate(ctx(both), c)
+    for key in ("step_time_s", "mem_bytes"):
+        assert a[key][0] == b[key][0]
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"bf16_first_layers": 3, "bf16_last_layers": 2}, "bf16_last_layers"),
+    ({"bf16_first_layers": 5}, "bf16_first_layers"),
+    ({"bf16_latent": True}, "bf16_latent"),
+])
+def test_inconsistent_precision_settings_are_refused(raw, key):
+    base = {"n_layers": 4, "hidden": 256, "ffn_hidden": 512, "n_heads": 4, "seq_len": 512,
+            "global_batch": 8, "dtype": "mxfp8"}
+    with pytest.raises(SpecError, match=f"test.yaml: {key}: "):
+        parse_job({**base, **raw}, "test.yaml", "t")
