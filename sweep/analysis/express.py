@@ -124,14 +124,20 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: nemotronh/nemotron_3_llm_pretrain.py L48 - 51 to v0.6.0 perf_recipes/nemotronh/common.py
 #: L65 - 70, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed) keep the last
 #: 14 layers in bf16 and load te_quant.cfg: attention QKV / output and the latent
-#: projections in bf16 (its Mamba out_proj in MXFP8: not modelled); no recompute
+#: projections in bf16 (its Mamba out_proj in MXFP8: not modelled), whatever the recompute
+#: (selective moe_act and layernorm on B300: v0.6.0 perf_recipes/nemotronh/b300/
+#: nemotronh.py L188 - 189)
 SUPER_NVFP4 = ("first_last_layers_bf16=True; num_layers_at_end_in_bf16=14; "
                "quant_recipe=te_quant.cfg")
+#: (source, model, precision) patterns -> flags of a recipe's precision, added to the row's
+#: other_flags whatever else it states
+RECIPE_PRECISION = [
+    (r"^Megatron-Bridge perf summary$", r"(?i)^nemotron[-_ ]?3[-_ ]?super", r"(?i)nvfp4",
+     SUPER_NVFP4),
+]
 #: (source, release, model, GPU, precision) patterns -> the flags added to the row's
 #: other_flags (its table labels) and the recompute, for a row that states no recompute
 RELEASE_RUNS = [
-    (r"^Megatron-Bridge perf summary$", r".", r"(?i)^nemotron[-_ ]?3[-_ ]?super", r".",
-     r"(?i)nvfp4", SUPER_NVFP4, "none"),
     (r"^Megatron-Bridge perf summary$", r"NeMo 25\.09 ", r"^DeepSeek-V3$", r"^H100$", r".",
      ("moe_flex_dispatcher_backend=deepep; moe_a2a_overlap=True; overlap_grad_reduce=False; "
       "TP comm overlap disabled"), "recompute_modules=['mla_up_proj', 'mlp']"),
@@ -173,7 +179,15 @@ TP_OVERLAP_OFF = (r"cfg=qwen3_235b_a22b_pretrain_config_h100_", r"cfg=qwen3_235b
 
 def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
     """``row`` with the RELEASE_RUNS flags and recompute of its release, model and GPU (where
-    it states no recompute), and the note that says so; else ``row`` as it is."""
+    it states no recompute), and the note that says so; else ``row`` as it is. The
+    RECIPE_PRECISION flags of its model and precision whatever it states."""
+    for source, model, precision, flags in RECIPE_PRECISION:
+        if (re.search(source, row.get("source") or "")
+                and re.search(model, row.get("model") or "")
+                and re.search(precision, row.get("precision") or "")
+                and flags not in (row.get("other_flags") or "")):
+            stated = (row.get("other_flags") or "").strip()
+            row = {**row, "other_flags": "; ".join(x for x in (stated, flags) if x)}
     for source, release, model, gpu, precision, flags, recompute in RELEASE_RUNS:
         if (re.search(source, row.get("source") or "")
                 and re.search(release, row.get("release") or "")

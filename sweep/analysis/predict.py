@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import SweepError
 from ..model.candidates import (
     NERSC_FIELDS,
+    bf16_ends_fit,
     block_kind,
     enumerate_space,
     first_k_layers,
@@ -31,7 +32,7 @@ from ..model.schema import CANDIDATE_DTYPE, Reason, empty_candidates
 from ..model.search import DEFAULT_BLOCK
 from ..model.topn import best_positions
 
-__all__ = ["Prediction", "parse_config", "predict", "CONFIG_KEYS"]
+__all__ = ["CONFIG_KEYS", "Prediction", "parse_config", "predict"]
 
 #: configuration keys a user may give (every candidate column but the index)
 CONFIG_KEYS = tuple(n for n in CANDIDATE_DTYPE.names if n != "index")
@@ -182,6 +183,10 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
         (not job.mamba_layers or (job.mamba_heads % tp == 0 and job.mamba_groups % tp == 0),
          f"tp = {tp} must divide the {job.mamba_heads} Mamba heads and {job.mamba_groups} groups"),
         (mamba_cp_ok(job, tp, cp), mamba_cp_rule),
+        (bf16_ends_fit(job, pp),
+         (f"the 16-bit first / last layers ({job.bf16_first_layers} / "
+          f"{job.bf16_last_layers}) must each fit a stage of {job.n_layers // pp} layers at "
+          f"pp = {pp}")),
         (job.attention != "csa" or (tp == 1 and cp == 1 and rec != 4),
          ("compressed sparse attention (csa) runs at tp = 1 and cp = 1, without per-op "
           "recompute (4)")),

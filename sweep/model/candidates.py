@@ -776,14 +776,16 @@ def block_kind(job: Job) -> str:
     """What makes a job's blocks more than SUMMA's dense multi-head ones (summa_models)."""
     return ("hybrid Mamba-2" if job.is_hybrid else "MoE" if job.is_moe else
             "compressed sparse attention" if job.attention == "csa" else
-            "hyper-connection" if job.hc_streams else "MLA")
+            "hyper-connection" if job.hc_streams else
+            "16-bit attention" if job.bf16_attention else "MLA")
 
 
 def summa_models(job: Job) -> bool:
     """Whether the calibrated profile's 2d strategy (SUMMA) models the job's blocks: dense
     multi-head ones only, not mixture-of-experts, MLA or csa blocks, hyper-connections or
     hybrids."""
-    return not (job.is_moe or job.attention != "mha" or job.is_hybrid or job.hc_streams)
+    return not (job.is_moe or job.attention != "mha" or job.is_hybrid or job.hc_streams
+                or job.bf16_attention)
 
 
 def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int, int, int]]:
@@ -834,9 +836,20 @@ def _degree_combos(job: Job, n: int, strategy: str) -> list[tuple[int, int, int,
                 # hybrid_layer_allocation: the pattern's length a multiple of pp)
                 if job.is_hybrid and job.n_layers % pp:
                     continue
+                if not bf16_ends_fit(job, pp):
+                    continue
                 if B % dp == 0 and last_stage_layers(job, pp) >= 1:
                     rows.extend((tp, second, pp, dp, nb) for nb in panels)
     return rows
+
+
+def bf16_ends_fit(job: Job, pp: int) -> bool:
+    """Whether an fp8 / MXFP8 job's 16-bit first and last layers fit its pipeline stages:
+    each at most n_layers // pp (Megatron-Core transformer_config.py L1531 - 1556,
+    max_bf16_layers_per_pipeline_stage)."""
+    if job.dtype not in ("fp8", "mxfp8"):
+        return True
+    return max(job.bf16_first_layers, job.bf16_last_layers) <= job.n_layers // pp
 
 
 def mamba_cp_ok(job: Job, tp: int, cp: int) -> bool:

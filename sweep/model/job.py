@@ -381,17 +381,23 @@ class Job:
         return 1.0 - (self.n_layers // self.full_attention_every) / self.n_layers
 
     @property
-    def bf16_block_share(self) -> float:
-        """Share of the cost model's blocks among the bf16_first_layers and bf16_last_layers
-        (of a hybrid, its FFN layers among those symbols of its pattern)."""
-        first, last = self.bf16_first_layers, self.bf16_last_layers
-        if not (first or last):
-            return 0.0
+    def bf16_end_blocks(self) -> tuple[int, int]:
+        """The cost model's blocks among the bf16_first_layers and among the
+        bf16_last_layers (of a hybrid, its FFN layers among those symbols of its pattern),
+        a block counted once where the two overlap."""
+        first = min(self.bf16_first_layers, self.n_layers)
+        last = min(self.bf16_last_layers, self.n_layers - first)
         if not self.is_hybrid:
-            return min(first + last, self.n_layers) / self.n_layers
+            return first, last
         pattern = self.hybrid_pattern
-        ends = pattern[:first] + pattern[max(len(pattern) - last, first):]
-        return sum(ends.count(k) for k in "-E") / self.blocks
+        def blocks(text):
+            return sum(text.count(k) for k in "-E")
+        return blocks(pattern[:first]), blocks(pattern[len(pattern) - last:] if last else "")
+
+    @property
+    def bf16_block_share(self) -> float:
+        """Share of the cost model's blocks in 16 bits (bf16_end_blocks)."""
+        return sum(self.bf16_end_blocks) / self.blocks
 
     @property
     def is_hybrid(self) -> bool:
@@ -681,6 +687,11 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         raise _fail(source, "bf16_last_layers" if values.get("bf16_last_layers") else
                     "bf16_first_layers", f"bf16_first_layers + bf16_last_layers = {bf16_ends}, "
                     f"more than n_layers = {values['n_layers']}")
+    if bf16_ends and values.get("dtype") == "fp8" \
+            and values.get("fp8_scaling", "delayed") == "delayed":
+        raise _fail(source, "bf16_last_layers" if values.get("bf16_last_layers") else
+                    "bf16_first_layers", "needs fp8_scaling other than delayed (Megatron-Core: "
+                    "\"Delayed scaling does not support first / last layer in BF16\")")
     if values.get("bf16_latent") and not values.get("moe_latent_size"):
         raise _fail(source, "bf16_latent", "needs moe_latent_size (the latent projections)")
     if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":

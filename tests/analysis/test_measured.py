@@ -459,10 +459,15 @@ def test_megatron_bridges_nemotron_3_super_nvfp4_rows_run_its_16_bit_layers(tmp_
     rows = [dict(base, id=f"sup_{p}", model="Nemotron_3_Super", n_gpus="64", tp="2", pp="1",
                  vp="", cp="1", ep="64", etp="1", global_batch_seqs="512", micro_batch="1",
                  precision=p, recompute="", other_flags="") for p in ("NVFP4", "MXFP8")]
+    # (a row stating its recompute, B300's selective moe_act and layernorm, keeps them)
+    rows.append(dict(rows[0], id="sup_b300", gpu="B300", system="DGX-B300",
+                     recompute="recompute_modules=['moe_act', 'layernorm']"))
     cases, refused = express_all(_write(tmp_path / "sup.csv", rows))
     assert refused == []
     jobs = {c.row["id"]: c.job for c in cases}
-    fp4, mx = jobs["sup_NVFP4"], jobs["sup_MXFP8"]
-    assert (fp4.bf16_first_layers, fp4.bf16_last_layers, fp4.bf16_attention,
-            fp4.bf16_latent) == (0, 14, True, True)
+    fp4, mx, b300 = jobs["sup_NVFP4"], jobs["sup_MXFP8"], jobs["sup_b300"]
+    for job in (fp4, b300):
+        assert (job.bf16_first_layers, job.bf16_last_layers, job.bf16_attention,
+                job.bf16_latent) == (0, 14, True, True)
+    assert b300.recompute_moe_act and b300.recompute_norms
     assert (mx.bf16_last_layers, mx.bf16_attention, mx.bf16_latent) == (0, False, False)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from sweep.engine.catalog import load_hardware, load_job
 from sweep.errors import SpecError
+from sweep.model.candidates import enumerate_calibrated
 from sweep.model.cost import calibrated, moe
 from sweep.model.job import parse_job
 from tests.conftest import candidate_block
@@ -47,26 +49,46 @@ def test_every_block_in_16_bits_is_the_16_bit_jobs_block():
     all16 = dataclasses.replace(FP8, bf16_last_layers=4)
     b16 = dataclasses.replace(FP8, dtype="bf16")
     (la, ra), (lb, rb) = terms(all16), terms(b16)
+    la = calibrated._blend(la, 1.0)  # (every block of the stage in 16 bits)
     for key in ("fwd", "bwd", "act_layer", "act_none", "memory_f", "compute_b"):
         assert la[key] == pytest.approx(lb[key], rel=1e-12), key
         assert la["shared:" + key] == pytest.approx(lb["shared:" + key], rel=1e-12), key
     for key in ("compute_f", "compute_b", "memory_f", "acts"):
-        assert ra[key] == pytest.approx(rb[key], rel=1e-12), key
+        assert ra[calibrated.B16_PREFIX + key] == pytest.approx(rb[key], rel=1e-12), key
+    c = candidate_block(1, mbs=1, dp=1)
+    a, b = calibrated.evaluate(ctx(all16), c), calibrated.evaluate(ctx(b16), c)
+    assert a["step_time_s"][0] == pytest.approx(b["step_time_s"][0], rel=1e-12)
 
 
 def test_a_share_mixes_the_two_formats():
     half = dataclasses.replace(FP8, bf16_first_layers=1, bf16_last_layers=1)
-    (lh, rh), (lf, rf) = terms(half), terms(FP8)
-    (lb, rb) = terms(dataclasses.replace(FP8, dtype="bf16"))
-    assert lh["fwd"] == pytest.approx(0.5 * (lf["fwd"] + lb["fwd"]), rel=1e-12)
-    assert rh["compute_b"] == pytest.approx(0.5 * (rf["compute_b"] + rb["compute_b"]),
-                                            rel=1e-12)
+    (lh, _), (lf, _) = terms(half), terms(FP8)
+    (lb, _) = terms(dataclasses.replace(FP8, dtype="bf16"))
+    assert calibrated._blend(lh, 0.5)["fwd"] == pytest.approx(0.5 * (lf["fwd"] + lb["fwd"]),
+                                                              rel=1e-12)
     step = {name: float(calibrated.evaluate(ctx(j), candidate_block(1, mbs=1, dp=1))[
         "step_time_s"][0]) for name, j in (("fp8", FP8), ("half", half),
                                            ("bf16", dataclasses.replace(FP8, dtype="bf16")))}
     # (between the two, whichever is faster: on this small block the casts cost fp8 more
     # than its GEMMs save)
     assert min(step["fp8"], step["bf16"]) < step["half"] < max(step["fp8"], step["bf16"])
+
+
+def test_the_16_bit_layers_sit_on_the_first_and_last_stages():
+    # Megatron-Core puts the first and last layers on the edge stages: at pp 2 with the last
+    # two of four layers in 16 bits, the last stage is the 16-bit job's and the first the
+    # fp8 job's
+    dense = dataclasses.replace(FP8, n_experts=0, top_k=0, moe_ffn_hidden=0, ffn_hidden=2048)
+    mixed = dataclasses.replace(dense, bf16_last_layers=2)
+    c = candidate_block(1, mbs=1, pp=2, dp=1)
+    parts = {name: calibrated._step(ctx(j), c)[1] for name, j in (
+        ("mixed", mixed), ("fp8", dense), ("bf16", dataclasses.replace(dense, dtype="bf16")))}
+    assert parts["mixed"]["last"] == pytest.approx(parts["bf16"]["last"], rel=1e-12)
+    assert parts["mixed"]["first"] == pytest.approx(parts["fp8"]["first"], rel=1e-12)
+    # the model FLOPs' executed counterpart counts every block once in its own format
+    flops = {name: float(calibrated.evaluate(ctx(j), c)["hardware_flops"][0])
+             for name, j in (("mixed", mixed), ("fp8", dense))}
+    assert flops["mixed"] == pytest.approx(flops["fp8"], rel=1e-12)
 
 
 def test_attention_and_latent_projections_at_the_16_bit_rate():
@@ -76,6 +98,14 @@ def test_attention_and_latent_projections_at_the_16_bit_rate():
     for i, want in ((0, lb), (1, lb), (2, lf), (3, lf)):
         assert la["gemm_f_each"][i] == pytest.approx(want["gemm_f_each"][i], rel=1e-12), i
         assert la["gemm_b_each"][i] == pytest.approx(want["gemm_b_each"][i], rel=1e-12), i
+    # their inputs are neither cast (the norm writes 16 bits for QKV, no cast for the
+    # output projection) nor kept quantized: 16-bit copies of the QKV and output-projection
+    # inputs, 1024 tokens x (1024 + 1024) wide
+    x = ctx(FP8)
+    T, sb = 1024.0, x["saved_in_bytes"]
+    assert la["shared:act_none"] - lf["shared:act_none"] == pytest.approx(
+        (2.0 - sb) * T * (1024 + 1024))
+    assert la["shared:memory_f"] < lf["shared:memory_f"]
     lat = dataclasses.replace(FP8, moe_latent_size=256)
     x8, x16 = ctx(dataclasses.replace(lat, bf16_latent=True)), ctx(dataclasses.replace(
         lat, dtype="bf16"))
@@ -94,8 +124,42 @@ def test_a_16_bit_job_is_unchanged():
         assert a[key][0] == b[key][0]
 
 
+def test_the_16_bit_layers_weights_are_16_bit_and_fit_their_stages():
+    # no low-precision copy for them, and with fp8_param_gather their weights stay 16-bit
+    all16 = dataclasses.replace(FP8, bf16_last_layers=4, fp8_scaling="current")
+    b16 = dataclasses.replace(FP8, dtype="bf16")
+    c = candidate_block(1, mbs=1, dp=1)
+    for lp_params in (False, True):
+        a = calibrated.evaluate(ctx(dataclasses.replace(all16, lp_params=lp_params)), c)
+        assert a["mem_weights_bytes"][0] == pytest.approx(
+            calibrated.evaluate(ctx(b16), c)["mem_weights_bytes"][0], rel=1e-12)
+    # Megatron-Core: at most n_layers // pp 16-bit layers at either end
+    three = dataclasses.replace(all16, bf16_last_layers=3)
+    space = enumerate_calibrated(three, 4, 8)
+    assert set(np.unique(space.columns(0, len(space))["pp"]).tolist()) == {1}
+    assert {2, 4} <= set(np.unique(enumerate_calibrated(dataclasses.replace(
+        three, dtype="nvfp4"), 4, 8).base["pp"]).tolist())  # (an fp8 rule)
+
+
+def test_rows_beside_a_row_with_16_bit_layers_are_unchanged():
+    # sweep validate stacks every row's context: an MTP job with 16-bit layers beside a
+    # hybrid (whose MTP depth is a block of its own) costs what it costs alone
+    gb = load_hardware("GB200-NVL72")
+    v3 = dataclasses.replace(load_job("deepseek_v3"), dtype="mxfp8", bf16_last_layers=3)
+    rows = [calibrated.make_context(j, gb, gb.calibration)
+            for j in (v3, dataclasses.replace(load_job("nemotron_3_super"), dtype="nvfp4"))]
+    c = candidate_block(2, mbs=1, ep=8, tp=2, sp=1, pp=4)
+    c["dp"] = np.array([8, 8])
+    both = calibrated.evaluate(calibrated.stack_contexts(rows), c)
+    for i, x in enumerate(rows):
+        alone = calibrated.evaluate(x, {k: v[i:i + 1] for k, v in c.items()})
+        for key in ("step_time_s", "mem_bytes", "hardware_flops"):
+            assert both[key][i] == pytest.approx(alone[key][0], rel=1e-12), (i, key)
+
+
 @pytest.mark.parametrize("raw, key", [
     ({"bf16_first_layers": 3, "bf16_last_layers": 2}, "bf16_last_layers"),
+    ({"bf16_last_layers": 1, "dtype": "fp8"}, "bf16_last_layers"),  # (delayed scaling)
     ({"bf16_first_layers": 5}, "bf16_first_layers"),
     ({"bf16_latent": True}, "bf16_latent"),
 ])

@@ -446,7 +446,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     x.update({MTP16_PREFIX + k: (x16 if own else x)[k] for k in PRECISION_KEYS})
     x.update({B16_PREFIX + k: (x16 if sixteen else x)[k] for k in PRECISION_KEYS})
     x["mtp_bf16"] = float(own)
-    x.update(bf16_share=share, bf16_attn=float(fp8 and job.bf16_attention),
+    first16, last16 = job.bf16_end_blocks if fp8 else (0, 0)
+    x.update(bf16_share=share, bf16_first_blocks=float(first16),
+             bf16_last_blocks=float(last16), bf16_attn=float(fp8 and job.bf16_attention),
              bf16_latent=float(fp8 and job.bf16_latent))
     return x
 
@@ -791,6 +793,10 @@ def _layer(x, c, lay):
         gemm_b_each = gemm_b_each + [qm * g for g in mix["gemm_b"]]
         flops_each = flops_each + [qm * v for v in mix["flops"]]
         w_in_cast, w_out_cast = qa * w_qkv + qm * mix["w_in"], qa * w_o + qm * mix["d_in"]
+    # (bf16_attention: the attention projections' inputs and output gradients not cast)
+    att_cast = qa * (1.0 - x["bf16_attn"])
+    w_in_cast = w_in_cast - (qa - att_cast) * w_qkv
+    w_out_cast = w_out_cast - (qa - att_cast) * w_o
     gemm_f, gemm_b = sum(gemm_each), sum(gemm_b_each)
     gemm_flops = sum(flops_each)
     # per-op selective recompute (torchtitan op SAC: every GEMM output saved except every
@@ -895,7 +901,7 @@ def _layer(x, c, lay):
     lp, current = x["lp_copy_bytes"], x["current_scaling"] > 0
     block = x["block_scaled"] > 0
     pt = _per_tensor_casts(x, lay, ab, lp, current, w_in_cast, w_out_cast, f_up,
-                           mixers=qa + qm)
+                           mixers=att_cast + qm)
     te, te_block = pt["te"], block & pt["te_stack"]
     n_fed = pt["fp8_inputs"]  # norm-fed GEMM inputs: QKV, and fc1 where the block has one
     # (TE's norms quantize their output for per-tensor and MXFP8 quantizers, not blockwise
@@ -1161,8 +1167,9 @@ def _layer_terms(x, c):
     V = padded_vocab(x["V"], t)
     training = x["training"] > 0
     lay = _block_terms(x, c, lo)
-    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision: _blend)
-        lay = _blend(lay, _block_terms(_b16_context(x), c, lo), x["bf16_share"])
+    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision: _combine's stages)
+        lay.update({B16_PREFIX + k: v for k, v in
+                    _block_terms(_b16_context(x), c, lo).items()})
     # first stage: embedding lookup (and its gradient); last stage: final norm, LM head and
     # the cross-entropy over the vocabulary-parallel logits (Megatron vocab parallel)
     has_vocab = V > 0
@@ -1199,15 +1206,19 @@ def _b16_context(x):
     return dict(x, **{k: x[B16_PREFIX + k] for k in PRECISION_KEYS})
 
 
-def _blend(terms, terms16, share):
-    """Per-block terms of the job's format and of 16 bits mixed by the share of blocks in 16
-    bits (every stage holds the job's mean share: where the first and the last layers sit
-    among the pipeline stages is not modelled). Lists (per-GEMM times) entry by entry."""
+def _blend(terms, share):
+    """Per-block terms of a stage whose blocks are ``share`` in 16 bits: the job's format's
+    and the B16_PREFIX ones mixed (lists, per-GEMM times, entry by entry); ``terms`` itself
+    without 16-bit blocks."""
+    if B16_PREFIX + "fwd" not in terms:
+        return terms
+
     def mix(a, b):
         if isinstance(a, list):
             return [mix(u, v) for u, v in zip(a, b)]
         return (1.0 - share) * a + share * b
-    return {k: mix(v, terms16[k]) if k in terms16 else v for k, v in terms.items()}
+    return {k: mix(v, terms[B16_PREFIX + k]) if B16_PREFIX + k in terms else v
+            for k, v in terms.items() if not k.startswith(B16_PREFIX)}
 
 
 def _block_terms(x, c, lo):
@@ -1335,6 +1346,14 @@ def _with_moe(x, c, lay, routed):
     shared = {k[len(SHARED_PREFIX):]: v for k, v in lay.items() if k.startswith(SHARED_PREFIX)}
     out = {k: v for k, v in lay.items() if not k.startswith(SHARED_PREFIX)}
     out.update({MOE_PREFIX + k: v for k, v in _moe_block(x, c, shared, routed).items()})
+    shared16 = B16_PREFIX + SHARED_PREFIX
+    if any(k.startswith(shared16) for k in lay):  # (16-bit blocks: their MoE block)
+        block = {k[len(shared16):]: v for k, v in lay.items() if k.startswith(shared16)}
+        out = {k: v for k, v in out.items() if not k.startswith(shared16)}
+        routed16 = {k[len(B16_PREFIX):]: v for k, v in routed.items()
+                    if k.startswith(B16_PREFIX)}
+        out.update({B16_PREFIX + MOE_PREFIX + k: v
+                    for k, v in _moe_block(x, c, block, routed16).items()})
     mtp_shared = MTP_PREFIX + SHARED_PREFIX
     if any(k.startswith(mtp_shared) for k in lay):  # (an MTP depth of its own: its MoE block)
         depth = {k[len(mtp_shared):]: v for k, v in lay.items() if k.startswith(mtp_shared)}
@@ -1353,9 +1372,10 @@ def _routed_terms(x, c):
     t, cp, b = (as_array(c[k], dtype=np.float64) for k in ("tp", "cp", "mbs"))
     lay = {"Ta": _tokens(x, c, t, cp, b)[2]}
     out = moe.routed_experts(x, c, lay, _gemm_rate(x)[0])
-    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision)
+    if np.any(as_array(x["bf16_share"]) > 0):  # (per-layer precision: B16_PREFIX keys)
         x16 = _b16_context(x)
-        out = _blend(out, moe.routed_experts(x16, c, lay, _gemm_rate(x16)[0]), x["bf16_share"])
+        out.update({B16_PREFIX + k: v for k, v in
+                    moe.routed_experts(x16, c, lay, _gemm_rate(x16)[0]).items()})
     if np.any(as_array(x["mtp_bf16"]) > 0):  # (make_context: only with MTP depths)
         # (the MTP depths' routed experts in their own GEMM format: MTP_PREFIX keys)
         xm = _mtp_context(x)
@@ -1645,6 +1665,23 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     layers_first = layers - slot
     # (candidates.last_stage_layers is the same rule for one candidate)
     layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
+    # per-layer precision: the first stage holds the bf16_first_layers' blocks and the last
+    # the bf16_last_layers' (Megatron-Core allows at most a stage's layers at either end,
+    # transformer_config.py L1536 - 1556: no middle stage holds any), one stage both; each
+    # stage's blocks are its share of 16-bit blocks (_blend), the whole model's for FLOPs
+    if B16_PREFIX + "fwd" in lay:
+        f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
+        both = (f16 + l16) / np.maximum(L, 1.0)
+        share_first = np.where(multi, np.minimum(f16, layers_first)
+                               / np.maximum(layers_first, 1.0), both)
+        share_last = np.where(multi, np.minimum(l16, layers_last)
+                              / np.maximum(layers_last, 1.0), both)
+        share_mid = np.where(multi, 0.0, both)
+        lay_first, lay_last, lay_mid, lay_all = (_blend(lay, s) for s in (
+            share_first, share_last, share_mid, both))
+    else:
+        share_first = share_last = share_mid = 0.0
+        lay_first = lay_last = lay_mid = lay_all = lay
     m = B / (dp * b)  # micro-batches per iteration
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = as_array(c["recompute"])
@@ -1680,28 +1717,32 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # bits), else blocks of the last block's kind
     depth_prefix = MTP_PREFIX if MTP_PREFIX + "fwd" in lay else ""
 
-    def per(key, n, nm, prefix=""):
+    def per(key, n, nm, prefix="", view=None):
         """Per-block term ``key`` of _layer_terms summed over n blocks, nm of them MoE (an
-        MTP depth's blocks: ``prefix`` depth_prefix)."""
-        return mix(lay[prefix + key], lay.get(prefix + MOE_PREFIX + key, 0.0), n, nm)
+        MTP depth's blocks: ``prefix`` depth_prefix), of a stage's ``view`` (default the
+        job's format: an MTP depth runs in it, Megatron-Core's global quantization
+        context)."""
+        terms = lay if view is None else view
+        return mix(terms[prefix + key], terms.get(prefix + MOE_PREFIX + key, 0.0), n, nm)
 
-    def recompute_s(n, nm, prefix="", first_k=True):
+    def recompute_s(n, nm, prefix="", first_k=True, view=None):
         """Recompute time of n layers (first-k: the first k of them in full, the others'
         recompute modules; ``first_k`` False: none in full)."""
         k_full = np.where((r == Recompute.FIRST_K) & first_k,
                           np.minimum(c["recompute_layers"], n), 0.0)
         nm_k = nm * k_full / np.maximum(n, 1.0) if moe_on else 0.0
-        return per("recompute_other", n - k_full, nm - nm_k, prefix) \
-            + per("recompute_full", k_full, nm_k, prefix)
+        return per("recompute_other", n - k_full, nm - nm_k, prefix, view) \
+            + per("recompute_full", k_full, nm_k, prefix, view)
 
-    def body_s(n, nm, prefix="", first_k=True):
+    def body_s(n, nm, prefix="", first_k=True, view=None):
         """Forward and backward (with recompute) of n layers, per micro-batch."""
-        return per("fwd", n, nm, prefix) + np.where(
-            training, per("bwd", n, nm, prefix) + recompute_s(n, nm, prefix, first_k), 0.0)
+        return per("fwd", n, nm, prefix, view) + np.where(
+            training, per("bwd", n, nm, prefix, view)
+            + recompute_s(n, nm, prefix, first_k, view), 0.0)
 
-    rec = recompute_s(layers, nm_mid)
-    fwd_mid = per("fwd", layers, nm_mid)
-    bwd_mid = np.where(training, per("bwd", layers, nm_mid) + rec, 0.0)
+    rec = recompute_s(layers, nm_mid, view=lay_mid)
+    fwd_mid = per("fwd", layers, nm_mid, view=lay_mid)
+    bwd_mid = np.where(training, per("bwd", layers, nm_mid, view=lay_mid) + rec, 0.0)
     emb_f, emb_b, head_f, head_b = lay["emb_f"], lay["emb_b"], lay["head_f"], lay["head_b"]
     # weights are replicated over the context-parallel ranks too, so gradients are reduced
     # and ZeRO / FSDP shards over the data x context group (Megatron-Core's
@@ -1754,8 +1795,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     fsdp = (zero == 3) & (shard > 1) & (pp == 1)
     # (without overlap every gather and reduce-scatter is exposed)
     over = x["dp_overlap"] > 0
-    fwd_avg = fwd_mid / layers if moe_on else lay["fwd"]
-    bwd_avg = per("bwd", layers, nm_mid) / layers if moe_on else lay["bwd"]
+    fwd_avg = fwd_mid / layers if moe_on else lay_mid["fwd"]
+    bwd_avg = per("bwd", layers, nm_mid, view=lay_mid) / layers if moe_on else lay_mid["bwd"]
     fsdp_f = np.where(fsdp, np.where(over, layers * np.maximum(ag_layer - fwd_avg, 0)
                                      + ag_layer, layers * ag_layer), 0.0)
     fsdp_b = np.where(fsdp & training, np.where(
@@ -1773,7 +1814,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
                                             x, _tensors_per_layer(x) + 3.0), 0.0) \
         if moe_on else 0.0
     fsdp_fb = fsdp_f + fsdp_b  # (FSDP only without pipeline stages)
-    body_first = body_s(layers_first, nm_first) \
+    body_first = body_s(layers_first, nm_first, view=lay_first) \
         + mix(accum_layer, accum_moe, layers_first, nm_first) + fsdp_fb
     edge_first = emb_f + emb_b + accum_vocab  # (in the first rank's first chunk)
     first = body_first + edge_first
@@ -1788,11 +1829,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             + x["mtp"] * (head_f + head_b + lay["eh_f"] + lay["eh_b"])
     else:
         mtp_s = 0.0
-    body_last = body_s(layers_last, nm_last) \
+    body_last = body_s(layers_last, nm_last, view=lay_last) \
         + mix(accum_layer, accum_moe, layers_last, nm_last) + fsdp_fb
     edge_last = head_f + head_b + accum_vocab + mtp_s  # (in the last rank's last chunk)
     last = body_last + edge_last
-    mid = body_s(layers, nm_mid) + mix(accum_layer, accum_moe, layers, nm_mid) + fsdp_fb
+    mid = body_s(layers, nm_mid, view=lay_mid) + mix(accum_layer, accum_moe, layers, nm_mid) \
+        + fsdp_fb
     single = mid + emb_f + emb_b + head_f + head_b + (2.0 - x["tied"]) * accum_vocab + mtp_s
     # (two stages have no middle one: an MoE job's blocks differ from stage to stage, and
     # with embedding slots a phantom middle stage held one layer more than either real one)
@@ -1805,6 +1847,8 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
     nm_slow = np.where(first_slowest, nm_first, np.where(last_slowest, nm_last, nm_mid)) \
         if moe_on else 0.0
+    lay_slow = _blend(lay, np.where(first_slowest, share_first, np.where(
+        last_slowest, share_last, share_mid)))
     # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
     # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
     steady = m * t_max
@@ -1911,25 +1955,25 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     host_Bps = np.maximum(x["host_Bps"], 1.0)
     opt_state = OPTIMIZER_STATE_BYTES * (p_opt + p_exp_stage / exp_shard)
     t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
-    act_layer = lay["act_layer"]
+    act_layer, layer_s = lay_mid["act_layer"], lay_mid["fwd"] + lay_mid["bwd"]
     t_off = t_off + np.where(off & 2, layers * m * np.maximum(
-        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+        2.0 * act_layer / host_Bps - layer_s, 0.0), 0.0)
     t_off = t_off + np.where(off & 1, layers * m * np.maximum(
-        2.0 * p_layer * ab / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+        2.0 * p_layer * ab / host_Bps - layer_s, 0.0), 0.0)
     # the job's own activation offloading (offload_act_layers), on a side stream likewise
     n_offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0))
     t_off = t_off + np.where(training, n_offloaded * m * np.maximum(
-        2.0 * act_layer / host_Bps - (lay["fwd"] + lay["bwd"]), 0.0), 0.0)
+        2.0 * act_layer / host_Bps - layer_s, 0.0), 0.0)
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
     def slow(kind):
-        return m * (per(kind + "_f", n_slow, nm_slow) + per_layer_b * per(kind + "_b", n_slow,
-                                                                          nm_slow))
+        return m * (per(kind + "_f", n_slow, nm_slow, view=lay_slow)
+                    + per_layer_b * per(kind + "_b", n_slow, nm_slow, view=lay_slow))
 
     compute, memory_t, tp_t, cp_t = slow("compute"), slow("memory"), slow("tp"), slow("cp")
-    ep_t = m * nm_slow * (lay[MOE_PREFIX + "ep_f"] + per_layer_b * lay[MOE_PREFIX + "ep_b"]) \
-        if moe_on else 0.0
+    ep_t = m * nm_slow * (lay_slow[MOE_PREFIX + "ep_f"]
+                          + per_layer_b * lay_slow[MOE_PREFIX + "ep_b"]) if moe_on else 0.0
     fsdp_t = m * (fsdp_f + fsdp_b)
     # recompute, vocabulary, stage imbalance
     other = steady - compute - memory_t - tp_t - cp_t - ep_t - fsdp_t
@@ -1943,9 +1987,11 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     k = np.where(r == Recompute.FIRST_K, as_array(c["recompute_layers"], dtype=np.float64), 0.0)
     k_all = np.where(multi, np.minimum(k, layers_first) + np.minimum(k, layers_last)
                      + np.maximum(pp - 2.0, 0.0) * np.minimum(k, layers), np.minimum(k, L))
-    blocks_flops = per("flops_f", L, nm_all) + np.where(
-        training, per("flops_b", L, nm_all) + per("recompute_flops", L, nm_all)
-        + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0), 0.0)
+    blocks_flops = per("flops_f", L, nm_all, view=lay_all) + np.where(
+        training, per("flops_b", L, nm_all, view=lay_all)
+        + per("recompute_flops", L, nm_all, view=lay_all)
+        + per("flops_f", k_all, nm_all * k_all / np.maximum(L, 1.0) if moe_on else 0.0,
+              view=lay_all), 0.0)
     mtp_flops = x["mtp"] * (  # (first-k does not re-run them: mtp_s)
         per("flops_f", 1.0, x["last_moe"], depth_prefix) + np.where(
             training, per("flops_b", 1.0, x["last_moe"], depth_prefix)
@@ -1963,23 +2009,25 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     depth_acts = 0.0
     if depth_prefix:
         kind = MOE_PREFIX if moe_on else ""
-        depth_acts = np.where((x["hybrid"] > 0) | (x["mtp_bf16"] > 0), x["mtp"] * (
+        own = (x["hybrid"] > 0) | (x["mtp_bf16"] > 0) | (x["csa"] > 0)
+        depth_acts = np.where(own, x["mtp"] * (
             lay[MTP_PREFIX + kind + "act_layer"] - lay[kind + "act_layer"]), 0.0)
     mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
-                  p_edge + on_one * p_mtp, shard, lay, ~multi, nm_first + on_one * nm_mtp,
+                  p_edge + on_one * p_mtp, shard, lay_first, ~multi, nm_first + on_one * nm_mtp,
                   (nm_first + on_one * nm_mtp_weights) * p_exp_layer, exp_shard,
                   heads=1.0 + on_one * x["mtp"], p_vocab=vocab_params,
                   p_layer_moe=p_layer_moe, extra_acts=on_one * depth_acts,
                   recomputable=layers_first if has_mtp else None,
-                  nm_weights=nm_first + on_one * nm_mtp_weights if has_mtp else None)
+                  nm_weights=nm_first + on_one * nm_mtp_weights if has_mtp else None,
+                  share16=share_first)
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
     if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
         # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
-        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay, False,
+        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay_mid, False,
                           nm_mid, nm_mid * p_exp_layer, exp_shard, p_layer_moe=p_layer_moe,
-                          middle_stage=True)
+                          middle_stage=True, share16=share_mid)
         larger = (mem_mid["mem_bytes"] > mem["mem_bytes"]) & (pp != 2)  # (none with two)
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
     if has_last:
@@ -1987,12 +2035,13 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         # logits, one micro-batch in flight (1F1B); with multi-token prediction also the MTP
         # depths and their logits
         mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
-                           shard, lay, True, nm_last + nm_mtp,
+                           shard, lay_last, True, nm_last + nm_mtp,
                            (nm_last + nm_mtp_weights) * p_exp_layer, exp_shard,
                            last_stage=True, heads=1.0 + x["mtp"], p_vocab=vocab_params,
                            p_layer_moe=p_layer_moe, extra_acts=depth_acts,
                            recomputable=layers_last if has_mtp else None,
-                           nm_weights=nm_last + nm_mtp_weights if has_mtp else None)
+                           nm_weights=nm_last + nm_mtp_weights if has_mtp else None,
+                           share16=share_last)
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -2013,10 +2062,11 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
                              np.where(over_host, Reason.OFFLOAD_CAPACITY,
                                       np.where(tp_overlap_split(c), Reason.NOT_EXPRESSIBLE,
                                                Reason.OK)))
-    parts = {"lay": lay, "layers": layers, "m": m, "rec": rec, "training": training,
+    parts = {"lay": lay_slow, "layers": layers, "m": m, "rec": rec, "training": training,
              "emb": emb_f + emb_b, "head": head_f + head_b, "fsdp": fsdp_f + fsdp_b,
              "accum_layer": accum_layer, "accum_vocab": accum_vocab, "n_slow": n_slow,
-             "rec_slow": recompute_s(n_slow, nm_slow), "first_slowest": first_slowest,
+             "rec_slow": recompute_s(n_slow, nm_slow, view=lay_slow),
+             "first_slowest": first_slowest,
              "nm_slow": nm_slow, "mtp": mtp_s, "accum_moe": accum_moe,
              "last_slowest": last_slowest, "first": first, "last": last, "mid": mid,
              "multi": multi, "mem_first_bytes": mem_first}
@@ -2124,15 +2174,18 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     f_up = f * (1.0 + x["swiglu"])
     # norm outputs feeding qkv / up (sharded with SP), unless recomputed (recompute_norms)
     gemm_in = np.where(sp, Ta, T) * e * sb * (1.0 - x["rc_norm"])
+    # (bf16_attention: the attention projections' inputs kept in 16 bits)
+    sb_attn = np.where(x["bf16_attn"] > 0, ab, sb)
+    gemm_in_attn = np.where(sp, Ta, T) * e * sb_attn * (1.0 - x["rc_norm"])
     norm_in = 2.0 * Ta * e * ab
     masks = drop * 2.0 * Ta * e
     # (MLA: also the latent vectors, inputs of the up-projections, on every TP rank)
     # (recompute_mla_up: the up-projected queries, keys and values are recomputed from them)
     qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
         + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
-    attn_out = T * x["w_o"] / t * sb  # the output projection's input
+    attn_out = T * x["w_o"] / t * sb_attn  # the output projection's input
     if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
-        kept = csa.saved_bytes(x, T)
+        kept = csa.saved_bytes(dict(x, saved_in_bytes=sb_attn), T)
         qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)
         attn_out = np.where(x["csa"] > 0, kept["out"], attn_out)
     batch = T / (s / cp) * H / t
@@ -2142,7 +2195,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     # fc1's output, fc2's input; a dropout on the hidden activation keeps its 1-byte mask
     # (timm's Mlp drop1; K22 table 2 counts dropout after attention and the MLP alone)
     mlp = T * f_up / t * ab + T * f / t * sb + x["mlp_drop"] * T * f / t
-    full = norm_in + masks + 2 * gemm_in + qkv + attn_out + core + mlp
+    full = norm_in + masks + gemm_in + gemm_in_attn + qkv + attn_out + core + mlp
     r = as_array(recompute)
     selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
     checkpoint = Ta * e * ab  # full recompute keeps each layer's input
@@ -2166,8 +2219,8 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         # groups)
         mamba = T * ((2.0 * d_in / t + _mamba_bc_width(x, t, cp) + x["m_heads"] / t) * ab
                      + 2.0 * d_in / t * ab + d_in / t * sb)
-        full = n_sub / 2.0 * (norm_in + masks + 2 * gemm_in) + qa * (qkv + attn_out + core) \
-            + mlp + qm * mamba
+        full = n_sub / 2.0 * (norm_in + masks) + (n_sub - qa) * gemm_in + qa * (
+            gemm_in_attn + qkv + attn_out + core) + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
     if np.any(as_array(x["hybrid"]) > 0):
         # (a hybrid's layers are checkpointed one by one: every layer's input, an MTP
@@ -2257,7 +2310,7 @@ def _boxes_max_sum(boxes):
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
             p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
             p_layer_moe=0.0, middle_stage=False, extra_acts=0.0, recomputable=None,
-            nm_weights=None):
+            nm_weights=None, share16=0.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as its pipeline rank holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
@@ -2269,7 +2322,9 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     per micro-batch kept beyond ``layers`` blocks of ``lay`` (a hybrid's MTP depths);
     ``recomputable``: the blocks first-k recompute may checkpoint (default all; not the MTP
     depths); ``nm_weights``: the MoE blocks whose routed weights ``p_exp`` holds (default nm;
-    MTP depths sharing one set count once)."""
+    MTP depths sharing one set count once); ``share16``: the share of its blocks in 16 bits
+    (bf16_first_layers, bf16_last_layers: 16-bit weights, no low-precision copy - Megatron-Core
+    builds them outside fp8_model_init)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
@@ -2277,6 +2332,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     v = as_array(c["vpp"], dtype=np.float64)
     # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
     w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_weight_copy_bytes"]
+    w_b = (1.0 - share16) * w_b + share16 * ab
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP
