@@ -168,3 +168,16 @@ def test_inconsistent_precision_settings_are_refused(raw, key):
             "global_batch": 8, "dtype": "mxfp8"}
     with pytest.raises(SpecError, match=f"test.yaml: {key}: "):
         parse_job({**base, **raw}, "test.yaml", "t")
+
+
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_the_op_table_adds_up_with_16_bit_layers(pp):
+    gb = load_hardware("GB200-NVL72")
+    j = dataclasses.replace(load_job("nemotron_3_super"), dtype="nvfp4", bf16_last_layers=14,
+                            bf16_attention=True, bf16_latent=True, global_batch=512)
+    x = calibrated.make_context(j, gb, gb.calibration)
+    c = candidate_block(1, tp=2, sp=1, ep=32, mbs=1, pp=pp)
+    c["dp"] = np.array([64 // (2 * pp)])
+    rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x, c)}
+    total = float(calibrated.evaluate(x, c)["step_time_s"][0])
+    assert sum(rows.values()) == pytest.approx(total, rel=1e-9)
