@@ -124,11 +124,11 @@ UNFUSED_MLA = "MLA attention unfused (TE < 2.5 on Blackwell)"
 #: nemotronh/nemotron_3_llm_pretrain.py L48 - 51 to v0.6.0 perf_recipes/nemotronh/common.py
 #: L65 - 70, training/mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed) keep the last
 #: 14 layers in bf16 and load te_quant.cfg: attention QKV / output and the latent
-#: projections in bf16 (its Mamba out_proj in MXFP8: not modelled), whatever the recompute
+#: projections in bf16, the Mamba-2 out_proj in MXFP8, whatever the recompute
 #: (selective moe_act and layernorm on B300: v0.6.0 perf_recipes/nemotronh/b300/
 #: nemotronh.py L188 - 189)
 SUPER_NVFP4 = ("first_last_layers_bf16=True; num_layers_at_end_in_bf16=14; "
-               "quant_recipe=te_quant.cfg")
+               "quant_recipe=te_quant.cfg; mamba_out_proj=mxfp8")
 #: (source, model, precision) patterns -> flags of a recipe's precision, added to the row's
 #: other_flags whatever else it states
 RECIPE_PRECISION = [
@@ -452,6 +452,7 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
             n = re.search(rf"num_layers_at_{k}_in_bf16\s*=\s*(\d+)", flags)
             ends[k] = int(n.group(1)) if n else 0
     te_quant = "te_quant.cfg" in flags
+    out_proj = re.search(r"mamba_out_proj\s*=\s*(bf16|fp8|mxfp8|nvfp4)", flags)
     # a perf script's overlap_grad_reduce=False (Megatron-Bridge 25.09's DeepSeek-V3 on H100)
     dp_overlap = stack.dp_overlap and not re.search(r"overlap_grad_reduce\s*=\s*false", flags)
     # Megatron-Bridge's FP8_CS configs run per-tensor current scaling (scripts/performance/
@@ -522,7 +523,9 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         recompute_moe="moe" in modules and bool(moe.get("n_experts")),
         recompute_mla_up="mla_up_proj" in modules and moe.get("attention") in ("mla", "csa"),
         bf16_first_layers=ends["start"], bf16_last_layers=ends["end"], bf16_attention=te_quant,
-        bf16_latent=te_quant and bool(moe.get("moe_latent_size")))
+        bf16_latent=te_quant and bool(moe.get("moe_latent_size")),
+        mamba_out_dtype=out_proj.group(1) if out_proj and moe.get("hybrid_pattern", "").count(
+            "M") else "")
 
 
 #: the Job fields of a named model's experts and attention that a row inherits

@@ -25,7 +25,7 @@ from ..model.candidates import (
     summa_models,
 )
 from ..model.cost import evaluate_columns, op_table, pack_results, unmodelled
-from ..model.cost.calibrated import tp_overlap_split, unsupported_precision
+from ..model.cost.calibrated import tp_overlap_split, unsupported_job_precision
 from ..model.hardware import Hardware
 from ..model.job import Job
 from ..model.schema import CANDIDATE_DTYPE, Reason, empty_candidates
@@ -263,9 +263,9 @@ def predict(profile: str, job: Job, hw: Hardware, strategy: str, n_gpus: int,
     why = unmodelled(job, profile)
     if why:
         raise SweepError(f"--job {job.name}: {why}")
-    why = unsupported_precision(job.dtype, hw) if profile == "calibrated" else None
+    why = unsupported_job_precision(job, hw) if profile == "calibrated" else None
     if why:
-        raise SweepError(f"--job {job.name}: dtype: {why}")
+        raise SweepError(f"--job {job.name}: {why}")
     if profile == "calibrated" and strategy == "2d" and not summa_models(job):
         raise SweepError(f"--strategy 2d: SUMMA is modelled for dense multi-head blocks only; "
                          f"job {job.name} has {block_kind(job)} blocks (use 1d)")

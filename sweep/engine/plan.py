@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import SpecError, SweepError
 from ..model.candidates import CandidateSpace, block_kind, enumerate_space, summa_models
 from ..model.cost import NERSC_SCORES_MIN_ROWS, unmodelled
-from ..model.cost.calibrated import unsupported_precision
+from ..model.cost.calibrated import unsupported_job_precision
 from ..model.job import Job
 from ..model.search import DEFAULT_BLOCK, BlockCache
 from .partition import SHARED_FRACTION
@@ -158,10 +158,10 @@ def make_plan(spec: SweepSpec, cache: SpaceCache | None = None) -> Plan:
         for job in spec.jobs:
             which, whys = variants.per_variant(
                 frozenset({"matrix_flops_per_s", "generation"}),
-                lambda hw, job=job: unsupported_precision(job.dtype, hw) is not None)
+                lambda hw, job=job: unsupported_job_precision(job, hw) is not None)
             bad = np.flatnonzero(np.asarray(whys, dtype=bool)[which])
             if len(bad):
-                why = unsupported_precision(job.dtype, variants[int(bad[0])].hardware)
+                why = unsupported_job_precision(job, variants[int(bad[0])].hardware)
                 raise SpecError(spec.source, "jobs", f"job {job.name}: {why}")
     cases = Cases(spec, variants, counts)
     useful = counts.reshape(cases.shape).any(axis=(0, 1, 2))

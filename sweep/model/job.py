@@ -170,6 +170,10 @@ _CHOICES = {
     # block of activations and gradients, per 128 x 128 block of weights; run as MXFP8 on
     # Blackwell)
     "fp8_scaling": ("delayed", "current", "rowwise", "blockwise"),
+    # a low-precision job's Mamba-2 out_proj in another format (a quantization recipe's
+    # per-module override: Megatron-Bridge's Nemotron 3 Super NVFP4 te_quant.cfg runs it in
+    # MXFP8); unset: the job's
+    "mamba_out_dtype": ("bf16", "fp8", "mxfp8", "nvfp4"),
     # DeepSeek-V4's compressed sparse attention (csa: Megatron-Core dsv4_hybrid)
     "attention": ("mha", "mla", "csa"),
     # how MoE tokens travel to their experts: alltoall (NCCL all-to-all, one copy per routed
@@ -301,6 +305,7 @@ class Job:
     tp_async_bwd: bool = True  # TE: column-parallel backward collectives behind GEMMs
     lp_norm_cast: bool = True  # norms write the QKV / fc1 inputs quantized (TE)
     fp8_scaling: str = "delayed"  # fp8: delayed, current, rowwise or blockwise scaling
+    mamba_out_dtype: str = ""  # a Mamba-2 out_proj's own format; "": the job's
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
     # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
     recompute_norms: bool = False
@@ -636,7 +641,8 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
             if value > INT_MAX[key]:
                 raise _fail(source, key, f"expected at most {INT_MAX[key]}, got {brief(value)}")
         elif key in _CHOICES:
-            if value not in _CHOICES[key]:
+            # (mamba_out_dtype "": the job's format, as a stored job writes it)
+            if value not in _CHOICES[key] and not (key == "mamba_out_dtype" and value == ""):
                 raise _fail(source, key, f"expected one of {', '.join(_CHOICES[key])}, "
                                          f"got {brief(value)}")
         elif key in _BOOL_FIELDS:
@@ -692,6 +698,8 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         raise _fail(source, "bf16_last_layers" if values.get("bf16_last_layers") else
                     "bf16_first_layers", "needs fp8_scaling other than delayed (Megatron-Core: "
                     "\"Delayed scaling does not support first / last layer in BF16\")")
+    if values.get("mamba_out_dtype") and "M" not in values.get("hybrid_pattern", ""):
+        raise _fail(source, "mamba_out_dtype", "needs Mamba-2 layers (M in hybrid_pattern)")
     if values.get("bf16_latent") and not values.get("moe_latent_size"):
         raise _fail(source, "bf16_latent", "needs moe_latent_size (the latent projections)")
     if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":

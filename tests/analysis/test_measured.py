@@ -470,4 +470,5 @@ def test_megatron_bridges_nemotron_3_super_nvfp4_rows_run_its_16_bit_layers(tmp_
         assert (job.bf16_first_layers, job.bf16_last_layers, job.bf16_attention,
                 job.bf16_latent) == (0, 14, True, True)
     assert b300.recompute_moe_act and b300.recompute_norms
+    assert (fp4.mamba_out_dtype, mx.mamba_out_dtype) == ("mxfp8", "")
     assert (mx.bf16_last_layers, mx.bf16_attention, mx.bf16_latent) == (0, False, False)

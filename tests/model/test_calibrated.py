@@ -831,7 +831,7 @@ def test_block_scaled_formats_need_blackwell_tensor_cores(tmp_path, capsys):
     spec.write_text("name: s\njobs: [{name: llama3_8b, dtype: nvfp4}]\ngpus: 8\n"
                     "hardware: {base: [B200, H100-SXM]}\n")
     assert main(["plan", str(spec)]) == 2
-    assert "job llama3_8b[dtype=nvfp4]: nvfp4 needs block-scaled tensor cores" in \
+    assert "job llama3_8b[dtype=nvfp4]: dtype: nvfp4 needs block-scaled tensor cores" in \
         capsys.readouterr().err
     # bf16 on a Volta GPU is refused too (it was costed at V100's fp16 peak); fp16 runs
     with pytest.raises(SweepError, match="bf16 needs bf16 tensor cores .* 'V100' is a Volta"):

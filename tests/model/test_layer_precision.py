@@ -181,3 +181,36 @@ def test_the_op_table_adds_up_with_16_bit_layers(pp):
     rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x, c)}
     total = float(calibrated.evaluate(x, c)["step_time_s"][0])
     assert sum(rows.values()) == pytest.approx(total, rel=1e-9)
+
+
+def test_a_mamba_out_proj_in_a_format_of_its_own():
+    # Megatron-Bridge's Nemotron 3 Super NVFP4 recipe runs the Mamba-2 out_proj in MXFP8
+    gb = load_hardware("GB200-NVL72")
+    base = dataclasses.replace(load_job("nemotron_3_super"), dtype="nvfp4")
+    mixed = dataclasses.replace(base, mamba_out_dtype="mxfp8")
+
+    def mixer(job):
+        x = calibrated.make_context(job, gb, gb.calibration)
+        peak, eff = calibrated._gemm_rate(x)
+        return x, calibrated._mamba_mixer(x, 4096.0, 2.0, peak, eff)
+
+    (_, fp4), (_, mx), (_, both) = mixer(base), mixer(dataclasses.replace(
+        base, dtype="mxfp8")), mixer(mixed)
+    assert both["gemm_f"][0] == pytest.approx(fp4["gemm_f"][0], rel=1e-12)  # in_proj
+    assert both["gemm_f"][1] == pytest.approx(mx["gemm_f"][1], rel=1e-12)  # out_proj
+    assert both["gemm_b"][1] == pytest.approx(mx["gemm_b"][1], rel=1e-12)
+    assert both["gemm_f"][1] > fp4["gemm_f"][1]
+    # a 16-bit block's out_proj is 16-bit
+    x16 = calibrated._b16_context(calibrated.make_context(
+        dataclasses.replace(mixed, bf16_last_layers=14), gb, gb.calibration))
+    b16 = calibrated._mamba_mixer(x16, 4096.0, 2.0, *calibrated._gemm_rate(x16))
+    (_, plain16) = mixer(dataclasses.replace(base, dtype="bf16"))
+    assert b16["gemm_f"][1] == pytest.approx(plain16["gemm_f"][1], rel=1e-12)
+    # a format the hardware lacks is refused naming the key
+    h100 = load_hardware("H100-SXM")
+    fp8 = dataclasses.replace(load_job("nemotron_h_56b"), dtype="fp8", mamba_out_dtype="mxfp8")
+    assert calibrated.unsupported_job_precision(fp8, h100).startswith("mamba_out_dtype: mxfp8")
+    with pytest.raises(SpecError, match="test.yaml: mamba_out_dtype: needs Mamba-2 layers"):
+        parse_job({"n_layers": 4, "hidden": 256, "ffn_hidden": 512, "n_heads": 4,
+                   "seq_len": 512, "global_batch": 8, "dtype": "nvfp4",
+                   "mamba_out_dtype": "mxfp8"}, "test.yaml", "t")

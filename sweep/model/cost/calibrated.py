@@ -175,6 +175,19 @@ def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
     return None
 
 
+def unsupported_job_precision(job: Job, hw: Hardware) -> str | None:
+    """unsupported_precision of the job's dtype, or of its Mamba-2 out_proj's own format
+    (mamba_out_dtype, a low-precision job's), naming the key."""
+    why = unsupported_precision(job.dtype, hw)
+    if why:
+        return f"dtype: {why}"
+    if job.mamba_out_dtype and job.dtype in LOW_PRECISION and job.mamba_layers:
+        why = unsupported_precision(job.mamba_out_dtype, hw)
+        if why:
+            return f"mamba_out_dtype: {why}"
+    return None
+
+
 def low_precision(dtype: str, hw: Hardware) -> tuple[float, float]:
     """(bytes per element of the low-precision copy of a GEMM operand, scales included;
     tensor peak FLOP/s of the format) for a job's dtype; (0, 0) for 16/32-bit jobs.
@@ -433,10 +446,11 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
     # only, "ignoring FP4 in MTP layers"); else the job's own entries (_mtp_context)
     own = fp8 and job.mtp_layers > 0 and (job.mtp_bf16 or job.dtype == "nvfp4")
     # per-layer precision (Megatron-Core first_last_layers_bf16: get_fp8_context /
-    # get_fp4_context give the first and last layers no quantization context): the share of
-    # blocks in 16 bits and their entries (B16_PREFIX), blended with the job's in
-    # _layer_terms and _routed_terms; per module, the attention projections and a latent
-    # MoE's projections (a quantization recipe's overrides: _layer, moe._latent_projections)
+    # get_fp4_context give the first and last layers no quantization context): the blocks
+    # among them and their entries (B16_PREFIX: _layer_terms and _routed_terms cost the
+    # blocks in 16 bits too, _combine places them on the edge stages); per module, the
+    # attention projections and a latent MoE's projections (a quantization recipe's
+    # overrides: _layer, moe._latent_projections)
     share = job.bf16_block_share if fp8 else 0.0
     sixteen = bool(share) or (fp8 and (job.bf16_attention or job.bf16_latent))
     x16 = make_context(dataclasses.replace(
@@ -445,6 +459,18 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         if (own or sixteen) else x
     x.update({MTP16_PREFIX + k: (x16 if own else x)[k] for k in PRECISION_KEYS})
     x.update({B16_PREFIX + k: (x16 if sixteen else x)[k] for k in PRECISION_KEYS})
+    # a Mamba-2 out_proj in a format of its own (mamba_out_dtype, a low-precision job's:
+    # _mamba_mixer); a 16-bit block's in 16 bits (_b16_context)
+    out_dtype = job.mamba_out_dtype if fp8 and job.mamba_layers else ""
+    if not out_dtype or out_dtype == job.dtype:
+        xo = x
+    elif out_dtype == "bf16" and x16 is not x:
+        xo = x16
+    else:
+        xo = make_context(dataclasses.replace(
+            job, dtype=out_dtype, mamba_out_dtype="", mtp_bf16=False, bf16_first_layers=0,
+            bf16_last_layers=0, bf16_attention=False, bf16_latent=False), hw, params, strategy)
+    x.update({MAMBA_OUT_PREFIX + k: xo[k] for k in PRECISION_KEYS})
     x["mtp_bf16"] = float(own)
     first16, last16 = job.bf16_end_blocks if fp8 else (0, 0)
     x.update(bf16_share=share, bf16_first_blocks=float(first16),
@@ -472,6 +498,8 @@ PRECISION_KEYS = ("fp8", "nvfp4", "block_scaled", "blockwise", "current_scaling"
 MTP16_PREFIX = "mtp16:"
 #: and for the blocks of the bf16_first_layers and bf16_last_layers
 B16_PREFIX = "b16:"
+#: and for a Mamba-2 out_proj (mamba_out_dtype)
+MAMBA_OUT_PREFIX = "mo:"
 
 
 def make_row_context(job: Job, hw: HardwareRows, strategy: str = "1d") -> dict:
@@ -689,9 +717,16 @@ def _mamba_mixer(x, T, t, peak, eff):
     ob, ab = x["gemm_operand_bytes"], x["act_bytes"]
     w_in = x["m_in_width"]  # (z, x, B, C, dt: Job.mamba_in_width)
     shapes = [(T, w_in / t, e), (T, e, d_in / t)]
-    gemm_f = [gemm_s(M, N, K, x, peak, eff, operand_bytes=ob) for M, N, K in shapes]
-    gemm_b = [gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
-              + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob) for M, N, K in shapes]
+    # (out_proj in its own format where mamba_out_dtype gives one: MAMBA_OUT_PREFIX entries,
+    # the job's otherwise)
+    xo = dict(x, **{k: x[MAMBA_OUT_PREFIX + k] for k in PRECISION_KEYS})
+    peak_o, eff_o = _gemm_rate(xo)
+    rates = [(x, peak, eff, ob), (xo, peak_o, eff_o, xo["gemm_operand_bytes"])]
+    gemm_f = [gemm_s(M, N, K, xr, pr, er, operand_bytes=obr)
+              for (M, N, K), (xr, pr, er, obr) in zip(shapes, rates)]
+    gemm_b = [gemm_s(M, K, N, xr, pr, er, operand_bytes=obr)
+              + gemm_s(K, N, M, xr, pr, er, operand_bytes=obr)
+              for (M, N, K), (xr, pr, er, obr) in zip(shapes, rates)]
     flops = [2.0 * M * N * K for M, N, K in shapes]
     # the scan's FLOPs as Megatron counts them, 7 d_inner N a token (Megatron-Bridge
     # training/utils/flop_utils.py, hybrid layers; notes section 27), on the TP rank's heads;
@@ -1202,8 +1237,10 @@ def _layer_terms(x, c):
 
 
 def _b16_context(x):
-    """The context of a block in 16 bits (bf16_first_layers, bf16_last_layers)."""
-    return dict(x, **{k: x[B16_PREFIX + k] for k in PRECISION_KEYS})
+    """The context of a block in 16 bits (bf16_first_layers, bf16_last_layers): its Mamba-2
+    out_proj too (no quantization context, no per-module format)."""
+    return dict(x, **{k: x[B16_PREFIX + k] for k in PRECISION_KEYS},
+                **{MAMBA_OUT_PREFIX + k: x[B16_PREFIX + k] for k in PRECISION_KEYS})
 
 
 def _blend(terms, share):
@@ -2218,7 +2255,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         # (under context parallelism after the all-to-alls: B and C repeated up to cp
         # groups)
         mamba = T * ((2.0 * d_in / t + _mamba_bc_width(x, t, cp) + x["m_heads"] / t) * ab
-                     + 2.0 * d_in / t * ab + d_in / t * sb)
+                     + 2.0 * d_in / t * ab + d_in / t * x[MAMBA_OUT_PREFIX + "saved_in_bytes"])
         full = n_sub / 2.0 * (norm_in + masks) + (n_sub - qa) * gemm_in + qa * (
             gemm_in_attn + qkv + attn_out + core) + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
