@@ -180,7 +180,8 @@ TP_OVERLAP_OFF = (r"cfg=qwen3_235b_a22b_pretrain_config_h100_", r"cfg=qwen3_235b
 def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
     """``row`` with the RELEASE_RUNS flags and recompute of its release, model and GPU (where
     it states no recompute), and the note that says so; else ``row`` as it is. The
-    RECIPE_PRECISION flags of its model and precision whatever it states."""
+    RECIPE_PRECISION flags of its model and precision whatever it states, and their note."""
+    recipe = None
     for source, model, precision, flags in RECIPE_PRECISION:
         if (re.search(source, row.get("source") or "")
                 and re.search(model, row.get("model") or "")
@@ -188,6 +189,7 @@ def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]
                 and flags not in (row.get("other_flags") or "")):
             stated = (row.get("other_flags") or "").strip()
             row = {**row, "other_flags": "; ".join(x for x in (stated, flags) if x)}
+            recipe = f"the perf recipe's per-layer precision ({flags})"
     for source, release, model, gpu, precision, flags, recompute in RELEASE_RUNS:
         if (re.search(source, row.get("source") or "")
                 and re.search(release, row.get("release") or "")
@@ -199,8 +201,8 @@ def _release_run(row: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]
                     f"{recompute})")
             stated = (row.get("other_flags") or "").strip()
             return {**row, "other_flags": "; ".join(x for x in (stated, flags) if x),
-                    "recompute": recompute}, note
-    return row, None
+                    "recompute": recompute}, "; ".join(x for x in (recipe, note) if x)
+    return row, recipe
 
 
 def _measured_machine(source: str) -> list[tuple[dict, str]]:

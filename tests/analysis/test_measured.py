@@ -471,4 +471,7 @@ def test_megatron_bridges_nemotron_3_super_nvfp4_rows_run_its_16_bit_layers(tmp_
                 job.bf16_latent) == (0, 14, True, True)
     assert b300.recompute_moe_act and b300.recompute_norms
     assert (fp4.mamba_out_dtype, mx.mamba_out_dtype) == ("mxfp8", "")
+    notes = {c.row["id"]: " ".join(c.assumptions) for c in cases}
+    assert "per-layer precision" in notes["sup_NVFP4"]
+    assert "per-layer precision" not in notes["sup_MXFP8"]
     assert (mx.bf16_last_layers, mx.bf16_attention, mx.bf16_latent) == (0, False, False)

@@ -214,3 +214,31 @@ def test_a_mamba_out_proj_in_a_format_of_its_own():
         parse_job({"n_layers": 4, "hidden": 256, "ffn_hidden": 512, "n_heads": 4,
                    "seq_len": 512, "global_batch": 8, "dtype": "nvfp4",
                    "mamba_out_dtype": "mxfp8"}, "test.yaml", "t")
+
+
+def test_16_bit_blocks_by_global_index_on_the_ranks_holding_them():
+    gb = load_hardware("GB200-NVL72")
+
+    def on(job, pp, v, layers, slot=0.0):
+        x = calibrated.make_context(job, gb, gb.calibration)
+        g = calibrated._b16_blocks(x, np.float64(pp), np.float64(v), float(job.blocks),
+                                   np.float64(layers), slot, job.is_moe)
+        return [tuple(float(a) for a in g(np.float64(r))) for r in range(pp)]
+
+    llama = dataclasses.replace(load_job("llama3_70b"), dtype="fp8", fp8_scaling="current")
+    # the first 20 of 80 layers: one stage's at pp 4, one chunk of 5 on each rank at vpp 4
+    first = dataclasses.replace(llama, bf16_first_layers=20)
+    assert on(first, 4, 1, 20) == [(20, 0), (0, 0), (0, 0), (0, 0)]
+    assert on(first, 4, 4, 20) == [(5, 0), (5, 0), (5, 0), (5, 0)]
+    # NVFP4 may keep more than a stage: the last 30 spill onto the third rank
+    last = dataclasses.replace(llama, dtype="nvfp4", bf16_last_layers=30)
+    assert on(last, 4, 1, 20) == [(0, 0), (0, 0), (10, 0), (20, 0)]
+    # embedding slots: 82 items of 21 a stage, the last rank's 18 blocks and 2 of the third's
+    slots = dataclasses.replace(llama, bf16_last_layers=20)
+    assert on(slots, 4, 1, 21, slot=1.0) == [(0, 0), (0, 0), (2, 0), (18, 0)]
+    # DeepSeek-V3's first three (dense) blocks: its first stage's dense blocks all 16-bit,
+    # its MoE blocks none
+    v3 = dataclasses.replace(load_job("deepseek_v3"), dtype="mxfp8", bf16_first_layers=3)
+    n16, moe16 = on(v3, 8, 1, 8)[0]
+    assert (n16, moe16) == (3, 0)
+    assert calibrated._b16_shares(n16, moe16, 8.0, 5.0) == (1.0, 0.0)

@@ -1243,19 +1243,66 @@ def _b16_context(x):
                 **{MAMBA_OUT_PREFIX + k: x[B16_PREFIX + k] for k in PRECISION_KEYS})
 
 
-def _blend(terms, share):
-    """Per-block terms of a stage whose blocks are ``share`` in 16 bits: the job's format's
-    and the B16_PREFIX ones mixed (lists, per-GEMM times, entry by entry); ``terms`` itself
-    without 16-bit blocks."""
+def _blend(terms, share, share_moe=None):
+    """Per-block terms of a stage whose dense blocks are ``share`` in 16 bits and whose MoE
+    blocks ``share_moe`` (default the same): the job's format's and the B16_PREFIX ones mixed
+    (lists, per-GEMM times, entry by entry); ``terms`` itself without 16-bit blocks."""
     if B16_PREFIX + "fwd" not in terms:
         return terms
+    share_moe = share if share_moe is None else share_moe
 
-    def mix(a, b):
+    def mix(a, b, s):
         if isinstance(a, list):
-            return [mix(u, v) for u, v in zip(a, b)]
-        return (1.0 - share) * a + share * b
-    return {k: mix(v, terms[B16_PREFIX + k]) if B16_PREFIX + k in terms else v
+            return [mix(u, v, s) for u, v in zip(a, b)]
+        return (1.0 - s) * a + s * b
+    return {k: mix(v, terms[B16_PREFIX + k], share_moe if k.startswith(MOE_PREFIX) else share)
+            if B16_PREFIX + k in terms else v
             for k, v in terms.items() if not k.startswith(B16_PREFIX)}
+
+
+def _b16_moe(x, n, moe_on):
+    """MoE blocks among the 16-bit blocks (bf16_first_blocks, bf16_last_blocks) of a model
+    of ``n`` blocks."""
+    if not moe_on:
+        return 0.0
+    f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
+    return moe.moe_layers_before(x, f16) + moe.moe_layers_before(x, n) \
+        - moe.moe_layers_before(x, n - l16)
+
+
+def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
+    """A function of a pipeline rank giving (its 16-bit blocks, the MoE blocks among them):
+    the first bf16_first_blocks and last bf16_last_blocks blocks by global index (Megatron-Core
+    fp8_utils.py is_first_last_bf16_layer: "layer_no is a global layer index"), the ranks
+    holding chunks of layers / v item positions round-robin (interleaved stages; one chunk a
+    rank without), the embedding slot item 0. A region's MoE blocks spread evenly over it."""
+    f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
+    chunk = np.maximum(layers / v, 1.0)
+
+    def before(k, rank):  # item positions < k on the rank
+        q = np.floor(k / chunk + 1e-9)
+        full = np.maximum(np.ceil((q - rank) / pp - 1e-9), 0.0)
+        return full * chunk + np.where(np.abs(np.mod(q, pp) - rank) < 0.5, k - q * chunk, 0.0)
+
+    def blocks(n, rank):  # blocks 0 .. n - 1 on the rank
+        return before(n + slot, rank) - before(slot, rank)
+
+    moe_f = moe.moe_layers_before(x, f16) / np.maximum(f16, 1.0) if moe_on else 0.0
+    moe_l = (moe.moe_layers_before(x, L) - moe.moe_layers_before(x, L - l16)) \
+        / np.maximum(l16, 1.0) if moe_on else 0.0
+
+    def on_rank(rank):
+        first = blocks(f16, rank)
+        last = blocks(L, rank) - blocks(L - l16, rank)
+        return first + last, first * moe_f + last * moe_l
+    return on_rank
+
+
+def _b16_shares(n16, moe16, n, nm):
+    """(dense share, MoE share) of a stage's blocks in 16 bits: n16 16-bit blocks of which
+    moe16 MoE, of n blocks of which nm MoE."""
+    dense16 = np.clip(n16 - moe16, 0.0, np.maximum(n - nm, 0.0))
+    return dense16 / np.maximum(n - nm, 1.0), np.clip(moe16, 0.0, nm) / np.maximum(nm, 1.0)
 
 
 def _block_terms(x, c, lo):
@@ -1702,23 +1749,6 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     layers_first = layers - slot
     # (candidates.last_stage_layers is the same rule for one candidate)
     layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
-    # per-layer precision: the first stage holds the bf16_first_layers' blocks and the last
-    # the bf16_last_layers' (Megatron-Core allows at most a stage's layers at either end,
-    # transformer_config.py L1536 - 1556: no middle stage holds any), one stage both; each
-    # stage's blocks are its share of 16-bit blocks (_blend), the whole model's for FLOPs
-    if B16_PREFIX + "fwd" in lay:
-        f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
-        both = (f16 + l16) / np.maximum(L, 1.0)
-        share_first = np.where(multi, np.minimum(f16, layers_first)
-                               / np.maximum(layers_first, 1.0), both)
-        share_last = np.where(multi, np.minimum(l16, layers_last)
-                              / np.maximum(layers_last, 1.0), both)
-        share_mid = np.where(multi, 0.0, both)
-        lay_first, lay_last, lay_mid, lay_all = (_blend(lay, s) for s in (
-            share_first, share_last, share_mid, both))
-    else:
-        share_first = share_last = share_mid = 0.0
-        lay_first = lay_last = lay_mid = lay_all = lay
     m = B / (dp * b)  # micro-batches per iteration
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = as_array(c["recompute"])
@@ -1743,6 +1773,47 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         nm_mid = np.minimum(np.where(multi, nm_mid, nm_first), layers)
     else:
         nm_first = nm_last = nm_mid = 0.0
+    # per-layer precision: the 16-bit blocks by global index (the first and last ones) on the
+    # pipeline ranks holding them (_b16_blocks: chunks of interleaved stages round-robin), each
+    # stage's dense and MoE blocks mixed by their 16-bit shares (_blend), the whole model's
+    # for FLOPs; an MTP depth in the job's format
+    has16 = B16_PREFIX + "fwd" in lay
+    if has16:
+        g16 = _b16_blocks(x, pp, v, L, layers, slot, moe_on)
+        stages = {"first": (0.0, layers_first, nm_first), "last": (pp - 1.0, layers_last,
+                                                                 nm_last)}
+        shares, counts = {}, {}
+        for name, (rank, n, nm) in stages.items():
+            counts[name] = g16(rank)
+            shares[name] = _b16_shares(*counts[name], n, nm)
+        # the busiest middle rank: the second or the second-to-last (pp >= 3)
+        mid16 = [g16(np.minimum(1.0, pp - 1.0)), g16(np.maximum(pp - 2.0, 0.0))]
+        worst = np.where(mid16[0][0] >= mid16[1][0], 0, 1)
+        mid_counts = [np.where(worst == 0, a, b) for a, b in zip(*mid16)]
+        counts["mid"] = tuple(np.where(multi, s, one) for s, one in zip(mid_counts,
+                                                                        counts["first"]))
+        shares["mid"] = tuple(np.where(multi, s, one) for s, one in zip(
+            _b16_shares(*mid_counts, layers, nm_mid), shares["first"]))
+        nm_all16 = moe.moe_layers_before(x, L) if moe_on else 0.0
+        total16 = x["bf16_first_blocks"] + x["bf16_last_blocks"]
+        moe16_all = _b16_moe(x, L, moe_on)
+        shares["all"] = _b16_shares(total16, moe16_all, L, nm_all16)
+        lay_first, lay_last, lay_mid, lay_all = (
+            _blend(lay, *shares[k]) for k in ("first", "last", "mid", "all"))
+    else:
+        shares = {k: (0.0, 0.0) for k in ("first", "last", "mid", "all")}
+        counts = {k: (0.0, 0.0) for k in ("first", "last", "mid")}
+        lay_first = lay_last = lay_mid = lay_all = lay
+
+    def memory_view(stage, n, nm):
+        """(the stage's terms, its 16-bit share of non-expert weights, of expert weights) for
+        its memory: n blocks of which nm MoE (an MTP depth among them in the job's format)."""
+        if not has16:
+            return lay, 0.0, 0.0
+        n16, moe16 = counts[stage]
+        dense, moe_share = _b16_shares(n16, moe16, n, nm)
+        return _blend(lay, dense, moe_share), np.minimum(n16 / np.maximum(n, 1.0), 1.0), \
+            moe_share
 
     def mix(dense, moe_block, n, nm):
         """A per-block term summed over n blocks of which nm are MoE blocks."""
@@ -1884,8 +1955,9 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     n_slow = np.where(first_slowest, layers_first, np.where(last_slowest, layers_last, layers))
     nm_slow = np.where(first_slowest, nm_first, np.where(last_slowest, nm_last, nm_mid)) \
         if moe_on else 0.0
-    lay_slow = _blend(lay, np.where(first_slowest, share_first, np.where(
-        last_slowest, share_last, share_mid)))
+    lay_slow = _blend(lay, *(np.where(first_slowest, f, np.where(last_slowest, la, mi))
+                             for f, la, mi in zip(shares["first"], shares["last"],
+                                                  shares["mid"])))
     # 1F1B: m micro-batches on the slowest stage plus the fill and drain, shortened by v
     # virtual stages per GPU: bubble (p - 1) / (v m) of the work (N21 eq. 2 and 3)
     steady = m * t_max
@@ -2049,36 +2121,40 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
         own = (x["hybrid"] > 0) | (x["mtp_bf16"] > 0) | (x["csa"] > 0)
         depth_acts = np.where(own, x["mtp"] * (
             lay[MTP_PREFIX + kind + "act_layer"] - lay[kind + "act_layer"]), 0.0)
+    view, w16, e16 = memory_view("first", layers_first + on_one * x["mtp"],
+                                 nm_first + on_one * nm_mtp)
     mem = _memory(x, c, T, t, layers_first + on_one * x["mtp"], m, p_layer,
-                  p_edge + on_one * p_mtp, shard, lay_first, ~multi, nm_first + on_one * nm_mtp,
+                  p_edge + on_one * p_mtp, shard, view, ~multi, nm_first + on_one * nm_mtp,
                   (nm_first + on_one * nm_mtp_weights) * p_exp_layer, exp_shard,
                   heads=1.0 + on_one * x["mtp"], p_vocab=vocab_params,
                   p_layer_moe=p_layer_moe, extra_acts=on_one * depth_acts,
                   recomputable=layers_first if has_mtp else None,
                   nm_weights=nm_first + on_one * nm_mtp_weights if has_mtp else None,
-                  share16=share_first)
+                  share16=w16, share16_exp=e16)
     mem_first = mem["mem_bytes"]  # (the others only ever replace it by a larger one)
     # (when no candidate has embedding slots, a middle stage never holds more: fewer
     # weights and no logits)
     if moe_on or np.any((x["embedding_slots"] > 0) & (x["V"] > 0)):
         # (MoE: a middle stage of MoE blocks may hold more than a first stage of dense ones)
-        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, lay_mid, False,
+        view, w16, e16 = memory_view("mid", layers, nm_mid)
+        mem_mid = _memory(x, c, T, t, layers, m, p_layer, p_mid, shard, view, False,
                           nm_mid, nm_mid * p_exp_layer, exp_shard, p_layer_moe=p_layer_moe,
-                          middle_stage=True, share16=share_mid)
+                          middle_stage=True, share16=w16, share16_exp=e16)
         larger = (mem_mid["mem_bytes"] > mem["mem_bytes"]) & (pp != 2)  # (none with two)
         mem = {k: np.where(larger, mem_mid[k], v) for k, v in mem.items()}
     if has_last:
         # the last blocks (MoE: all MoE, where the first may be dense), the LM head and the
         # logits, one micro-batch in flight (1F1B); with multi-token prediction also the MTP
         # depths and their logits
+        view, w16, e16 = memory_view("last", layers_last + x["mtp"], nm_last + nm_mtp)
         mem_last = _memory(x, c, T, t, layers_last + x["mtp"], m, p_layer, p_last + p_mtp,
-                           shard, lay_last, True, nm_last + nm_mtp,
+                           shard, view, True, nm_last + nm_mtp,
                            (nm_last + nm_mtp_weights) * p_exp_layer, exp_shard,
                            last_stage=True, heads=1.0 + x["mtp"], p_vocab=vocab_params,
                            p_layer_moe=p_layer_moe, extra_acts=depth_acts,
                            recomputable=layers_last if has_mtp else None,
                            nm_weights=nm_last + nm_mtp_weights if has_mtp else None,
-                           share16=share_last)
+                           share16=w16, share16_exp=e16)
         larger = multi & (mem_last["mem_bytes"] > mem["mem_bytes"])
         mem = {k: np.where(larger, mem_last[k], v) for k, v in mem.items()}
     out = {
@@ -2347,7 +2423,7 @@ def _boxes_max_sum(boxes):
 def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm=0.0,
             p_exp=0.0, exp_shard=1.0, last_stage=False, heads=1.0, p_vocab=0.0,
             p_layer_moe=0.0, middle_stage=False, extra_acts=0.0, recomputable=None,
-            nm_weights=None, share16=0.0):
+            nm_weights=None, share16=0.0, share16_exp=0.0):
     """Bytes per GPU on a stage of ``layers`` layers and ``p_stage`` weights: weights,
     gradients, optimizer state (ZeRO sharding), activations of the micro-batches in flight
     (as many as its pipeline rank holds), logits if ``vocab_stage`` (of ``heads`` LM heads: the
@@ -2359,17 +2435,19 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     per micro-batch kept beyond ``layers`` blocks of ``lay`` (a hybrid's MTP depths);
     ``recomputable``: the blocks first-k recompute may checkpoint (default all; not the MTP
     depths); ``nm_weights``: the MoE blocks whose routed weights ``p_exp`` holds (default nm;
-    MTP depths sharing one set count once); ``share16``: the share of its blocks in 16 bits
-    (bf16_first_layers, bf16_last_layers: 16-bit weights, no low-precision copy - Megatron-Core
-    builds them outside fp8_model_init)."""
+    MTP depths sharing one set count once); ``share16`` / ``share16_exp``: the share of its
+    blocks' weights / routed experts in 16-bit blocks (bf16_first_layers, bf16_last_layers:
+    16-bit weights, no low-precision copy - Megatron-Core builds them outside
+    fp8_model_init)."""
     ab, g_b = x["act_bytes"], x["grad_bytes"]
     training = x["training"] > 0
     zero = as_array(c["zero"])
     pp = as_array(c["pp"], dtype=np.float64)
     v = as_array(c["vpp"], dtype=np.float64)
     # the 16-bit weights and their low-precision copy, or that copy alone (lp_params)
-    w_b = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_weight_copy_bytes"]
-    w_b = (1.0 - share16) * w_b + share16 * ab
+    w_lp = ab * (1.0 - x["lp_params"]) + x["fp8"] * x["lp_weight_copy_bytes"]
+    w_b = (1.0 - share16) * w_lp + share16 * ab
+    w_b_exp = (1.0 - share16_exp) * w_lp + share16_exp * ab
     # ZeRO (Rajbhandari et al. 2020, section 5): stage 1 shards optimizer state, 2 also the
     # gradients, 3 also the weights; FSDP's sharded fp32 params are the master weights, and
     # it holds two layers gathered (prefetch) - or the whole stage under PP
@@ -2401,7 +2479,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         nm_w = nm if nm_weights is None else nm_weights
         exp_gathered = np.where(fsdp_pp, p_exp, 2.0 * p_exp / np.maximum(nm_w, 1.0)) * ab
         weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
-                                     p_exp * w_b)
+                                     p_exp * w_b_exp)
         grads = grads + np.where((zero >= 2) & ~fsdp_pp, p_exp * g_b / exp_shard, p_exp * g_b)
         optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
             / exp_shard
