@@ -221,8 +221,8 @@ def test_16_bit_blocks_by_global_index_on_the_ranks_holding_them():
 
     def on(job, pp, v, layers, slot=0.0):
         x = calibrated.make_context(job, gb, gb.calibration)
-        g = calibrated._b16_blocks(x, np.float64(pp), np.float64(v), float(job.blocks),
-                                   np.float64(layers), slot, job.is_moe)
+        g, _ = calibrated._b16_blocks(x, np.float64(pp), np.float64(v), float(job.blocks),
+                                      np.float64(layers), slot, job.is_moe)
         return [tuple(float(a) for a in g(np.float64(r))) for r in range(pp)]
 
     llama = dataclasses.replace(load_job("llama3_70b"), dtype="fp8", fp8_scaling="current")
@@ -242,3 +242,24 @@ def test_16_bit_blocks_by_global_index_on_the_ranks_holding_them():
     n16, moe16 = on(v3, 8, 1, 8)[0]
     assert (n16, moe16) == (3, 0)
     assert calibrated._b16_shares(n16, moe16, 8.0, 5.0) == (1.0, 0.0)
+    # interleaved chunks leaving a whole chunk empty at the end (61 layers, pp 8 x vpp 4,
+    # chunks of 2): the last blocks counted from the end stay on the last rank
+    short = dataclasses.replace(llama, n_layers=61, bf16_last_layers=1)
+    assert on(short, 8, 4, 8)[-1] == (1, 0)
+    # a middle rank holding both a first and a last chunk is the busiest
+    both = dataclasses.replace(llama, bf16_first_layers=6, bf16_last_layers=6)
+    assert on(both, 5, 8, 16) == [(2, 0), (2, 0), (4, 0), (2, 0), (2, 0)]
+
+
+def test_the_busiest_middle_rank_sets_the_middle_stage():
+    # 80 layers at pp 5 x vpp 8 (chunks of 2), the first and last 6 in 16 bits: the third
+    # rank holds 4 of them, the other middle ranks 2; the middle stage is that rank's
+    dense = dataclasses.replace(FP8, n_experts=0, top_k=0, moe_ffn_hidden=0, ffn_hidden=2048,
+                                n_layers=80, global_batch=40, fp8_scaling="current")
+    job = dataclasses.replace(dense, bf16_first_layers=6, bf16_last_layers=6)
+    x = ctx(job)
+    c = candidate_block(1, mbs=1, pp=5, vpp=8, dp=1)
+    lay = calibrated._layer_terms(x, c)
+    mid = calibrated._step(x, c)[1]["mid"]
+    view = calibrated._blend(lay, 4.0 / 16.0)
+    assert mid == pytest.approx(16.0 * (view["fwd"] + view["bwd"]), rel=1e-12)

@@ -1271,13 +1271,17 @@ def _b16_moe(x, n, moe_on):
 
 
 def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
-    """A function of a pipeline rank giving (its 16-bit blocks, the MoE blocks among them):
-    the first bf16_first_blocks and last bf16_last_blocks blocks by global index (Megatron-Core
-    fp8_utils.py is_first_last_bf16_layer: "layer_no is a global layer index"), the ranks
-    holding chunks of layers / v item positions round-robin (interleaved stages; one chunk a
-    rank without), the embedding slot item 0. A region's MoE blocks spread evenly over it."""
+    """(a function of a pipeline rank giving its 16-bit blocks and the MoE blocks among
+    them, the ranks where those counts change): the first bf16_first_blocks and last
+    bf16_last_blocks blocks by global index (Megatron-Core fp8_utils.py
+    is_first_last_bf16_layer: "layer_no is a global layer index"), the ranks holding chunks
+    of layers / v item positions round-robin (interleaved stages; one chunk a rank without),
+    the embedding slot item 0 - the last region counted from the end, the loss slot last,
+    where the chunks leave a whole chunk or more empty at the end (so that the last rank holds
+    the last blocks, as _combine's layers_last says). A region's MoE blocks spread evenly."""
     f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
     chunk = np.maximum(layers / v, 1.0)
+    from_end = pp * layers - (L + 2.0 * slot) >= chunk
 
     def before(k, rank):  # item positions < k on the rank
         q = np.floor(k / chunk + 1e-9)
@@ -1293,9 +1297,18 @@ def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
 
     def on_rank(rank):
         first = blocks(f16, rank)
-        last = blocks(L, rank) - blocks(L - l16, rank)
+        last = np.where(from_end, blocks(l16, pp - 1.0 - rank),
+                        blocks(L, rank) - blocks(L - l16, rank))
         return first + last, first * moe_f + last * moe_l
-    return on_rank
+
+    # (each count is a step function of the rank: full chunks on the ranks before the one
+    # holding a region's partial chunk; the busiest middle rank is among these)
+    def partial(n):
+        return np.mod(np.floor((n + slot) / chunk + 1e-9), pp)
+    last_partial = np.where(from_end, pp - 1.0 - partial(l16), partial(L))
+    steps = [partial(f16), partial(f16) - 1.0, last_partial, last_partial + 1.0,
+             np.mod(partial(L - l16), pp), np.mod(partial(L - l16), pp) + 1.0]
+    return on_rank, steps
 
 
 def _b16_shares(n16, moe16, n, nm):
@@ -1779,17 +1792,22 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # for FLOPs; an MTP depth in the job's format
     has16 = B16_PREFIX + "fwd" in lay
     if has16:
-        g16 = _b16_blocks(x, pp, v, L, layers, slot, moe_on)
+        g16, steps = _b16_blocks(x, pp, v, L, layers, slot, moe_on)
         stages = {"first": (0.0, layers_first, nm_first), "last": (pp - 1.0, layers_last,
                                                                  nm_last)}
         shares, counts = {}, {}
         for name, (rank, n, nm) in stages.items():
             counts[name] = g16(rank)
             shares[name] = _b16_shares(*counts[name], n, nm)
-        # the busiest middle rank: the second or the second-to-last (pp >= 3)
-        mid16 = [g16(np.minimum(1.0, pp - 1.0)), g16(np.maximum(pp - 2.0, 0.0))]
-        worst = np.where(mid16[0][0] >= mid16[1][0], 0, 1)
-        mid_counts = [np.where(worst == 0, a, b) for a, b in zip(*mid16)]
+        # the busiest middle rank (pp >= 3): the most 16-bit blocks among the second, the
+        # second-to-last and the ranks where a count steps (_b16_blocks)
+        mid_counts = (np.zeros_like(pp), np.zeros_like(pp))
+        for rank in [1.0, pp - 2.0, *steps]:
+            rank = np.clip(rank, 1.0, np.maximum(pp - 2.0, 1.0))
+            n16, moe16 = g16(rank)
+            more = n16 > mid_counts[0]
+            mid_counts = (np.where(more, n16, mid_counts[0]), np.where(more, moe16,
+                                                                      mid_counts[1]))
         counts["mid"] = tuple(np.where(multi, s, one) for s, one in zip(mid_counts,
                                                                         counts["first"]))
         shares["mid"] = tuple(np.where(multi, s, one) for s, one in zip(
