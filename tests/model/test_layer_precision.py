@@ -221,7 +221,7 @@ def test_16_bit_blocks_by_global_index_on_the_ranks_holding_them():
 
     def on(job, pp, v, layers, slot=0.0):
         x = calibrated.make_context(job, gb, gb.calibration)
-        g, _ = calibrated._b16_blocks(x, np.float64(pp), np.float64(v), float(job.blocks),
+        g, *_ = calibrated._b16_blocks(x, np.float64(pp), np.float64(v), float(job.blocks),
                                       np.float64(layers), slot, job.is_moe)
         return [tuple(float(a) for a in g(np.float64(r))) for r in range(pp)]
 

@@ -44,7 +44,15 @@ from .dedup import unique_rows
 from .flops import csa_keys_per_query
 from .fuse import Gathered, as_array, fused, map_leaves
 from .fuse import enabled as fuse_enabled
-from .kernels import FLASH_KV_BLOCK, collective_s, flash_attention_s, gemm_s, memory_s, p2p_s
+from .kernels import (
+    FLASH_KV_BLOCK,
+    collective_s,
+    flash_attention_s,
+    gemm_passes_s,
+    gemm_s,
+    memory_s,
+    p2p_s,
+)
 
 __all__ = ["evaluate", "op_table", "make_context", "make_row_context", "stack_contexts",
            "STRATEGIES", "DEFAULT_PARAMETERS", "PARAMETERS", "TP_OVERLAP_RESIDUAL",
@@ -564,7 +572,7 @@ def _gemm_rate(x):
     return peak_lin, x["gemm_eff"] * x["gemm_sustained"]
 
 
-def _attention_gemms(x, T, Ta, t, peak, eff, shapes, gemm_each, gemm_b_each, flops_each):
+def _attention_gemms(x, T, Ta, t, peak, eff, gemm_each, gemm_b_each, flops_each):
     """([forward], [backward], [FLOPs]) of a block's QKV and output projections (the first
     two of the plain GEMMs given), MLA's (_mla_projections) or csa's (csa.projections:
     recompute_mla_up re-runs its q_b) where the job has them, and the up-projections'
@@ -778,27 +786,17 @@ def _layer(x, c, lay):
         # Megatron TP sharding (N21 section 2.3): column-parallel QKV and up, row-parallel
         # output and down projections
         shapes = [(T, w_qkv / t, e), (T, e, w_o / t), (T, f_up / t, e), (T, e, f / t)]
-        ob = x["gemm_operand_bytes"]
-        gemm_each = [gemm_s(M, N, K, x, peak_lin, eff, operand_bytes=ob)
-                     for M, N, K in shapes]
-        # backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N)
-        gemm_b_each = [gemm_s(M, K, N, x, peak_lin, eff, operand_bytes=ob)
-                       + gemm_s(K, N, M, x, peak_lin, eff, operand_bytes=ob)
-                       for M, N, K in shapes]
-        flops_each = [2.0 * M * N * K for M, N, K in shapes]
-        att, mla_up_f = _attention_gemms(x, T, Ta, t, peak_lin, eff, shapes, gemm_each,
-                                         gemm_b_each, flops_each)
+        # (backward: dgrad (M x N)(N x K), wgrad (K x M)(M x N))
+        gemm_each, gemm_b_each, flops_each = gemm_passes_s(shapes, x, peak_lin, eff,
+                                                           x["gemm_operand_bytes"])
+        att, mla_up_f = _attention_gemms(x, T, Ta, t, peak_lin, eff, gemm_each, gemm_b_each,
+                                         flops_each)
         if np.any(as_array(x["bf16_attn"]) > 0):
             # (bf16_attention: the attention projections in 16 bits, their inputs not cast)
             x16 = _b16_context(x)
             peak16, eff16 = _gemm_rate(x16)
-            ob16 = x16["gemm_operand_bytes"]
-            plain = [[gemm_s(M, N, K, x16, peak16, eff16, operand_bytes=ob16) for M, N, K
-                      in shapes[:2]], [gemm_s(M, K, N, x16, peak16, eff16, operand_bytes=ob16)
-                                       + gemm_s(K, N, M, x16, peak16, eff16,
-                                                operand_bytes=ob16) for M, N, K in shapes[:2]],
-                     flops_each[:2]]
-            att16, up16 = _attention_gemms(x16, T, Ta, t, peak16, eff16, shapes, *plain)
+            plain = gemm_passes_s(shapes[:2], x16, peak16, eff16, x16["gemm_operand_bytes"])
+            att16, up16 = _attention_gemms(x16, T, Ta, t, peak16, eff16, *plain)
             on = x["bf16_attn"] > 0
             att = [[np.where(on, a16, a) for a16, a in zip(new, old)]
                    for new, old in zip(att16, att)]
@@ -1260,19 +1258,9 @@ def _blend(terms, share, share_moe=None):
             for k, v in terms.items() if not k.startswith(B16_PREFIX)}
 
 
-def _b16_moe(x, n, moe_on):
-    """MoE blocks among the 16-bit blocks (bf16_first_blocks, bf16_last_blocks) of a model
-    of ``n`` blocks."""
-    if not moe_on:
-        return 0.0
-    f16, l16 = x["bf16_first_blocks"], x["bf16_last_blocks"]
-    return moe.moe_layers_before(x, f16) + moe.moe_layers_before(x, n) \
-        - moe.moe_layers_before(x, n - l16)
-
-
 def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
     """(a function of a pipeline rank giving its 16-bit blocks and the MoE blocks among
-    them, the ranks where those counts change): the first bf16_first_blocks and last
+    them, the ranks where those counts change, the model's 16-bit MoE blocks): the first bf16_first_blocks and last
     bf16_last_blocks blocks by global index (Megatron-Core fp8_utils.py
     is_first_last_bf16_layer: "layer_no is a global layer index"), the ranks holding chunks
     of layers / v item positions round-robin (interleaved stages; one chunk a rank without),
@@ -1291,9 +1279,10 @@ def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
     def blocks(n, rank):  # blocks 0 .. n - 1 on the rank
         return before(n + slot, rank) - before(slot, rank)
 
-    moe_f = moe.moe_layers_before(x, f16) / np.maximum(f16, 1.0) if moe_on else 0.0
-    moe_l = (moe.moe_layers_before(x, L) - moe.moe_layers_before(x, L - l16)) \
-        / np.maximum(l16, 1.0) if moe_on else 0.0
+    moe_first = moe.moe_layers_before(x, f16) if moe_on else 0.0
+    moe_last = moe.moe_layers_before(x, L) - moe.moe_layers_before(x, L - l16) \
+        if moe_on else 0.0
+    moe_f, moe_l = moe_first / np.maximum(f16, 1.0), moe_last / np.maximum(l16, 1.0)
 
     def on_rank(rank):
         first = blocks(f16, rank)
@@ -1308,7 +1297,7 @@ def _b16_blocks(x, pp, v, L, layers, slot, moe_on):
     last_partial = np.where(from_end, pp - 1.0 - partial(l16), partial(L))
     steps = [partial(f16), partial(f16) - 1.0, last_partial, last_partial + 1.0,
              np.mod(partial(L - l16), pp), np.mod(partial(L - l16), pp) + 1.0]
-    return on_rank, steps
+    return on_rank, steps, moe_first + moe_last
 
 
 def _b16_shares(n16, moe16, n, nm):
@@ -1792,7 +1781,7 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     # for FLOPs; an MTP depth in the job's format
     has16 = B16_PREFIX + "fwd" in lay
     if has16:
-        g16, steps = _b16_blocks(x, pp, v, L, layers, slot, moe_on)
+        g16, steps, moe16_all = _b16_blocks(x, pp, v, L, layers, slot, moe_on)
         stages = {"first": (0.0, layers_first, nm_first), "last": (pp - 1.0, layers_last,
                                                                  nm_last)}
         shares, counts = {}, {}
@@ -1808,14 +1797,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
             more = n16 > mid_counts[0]
             mid_counts = (np.where(more, n16, mid_counts[0]), np.where(more, moe16,
                                                                       mid_counts[1]))
+        # (one stage: the first's, its layers and MoE blocks the middle's)
         counts["mid"] = tuple(np.where(multi, s, one) for s, one in zip(mid_counts,
                                                                         counts["first"]))
-        shares["mid"] = tuple(np.where(multi, s, one) for s, one in zip(
-            _b16_shares(*mid_counts, layers, nm_mid), shares["first"]))
-        nm_all16 = moe.moe_layers_before(x, L) if moe_on else 0.0
-        total16 = x["bf16_first_blocks"] + x["bf16_last_blocks"]
-        moe16_all = _b16_moe(x, L, moe_on)
-        shares["all"] = _b16_shares(total16, moe16_all, L, nm_all16)
+        shares["mid"] = _b16_shares(*counts["mid"], layers, nm_mid)
+        shares["all"] = _b16_shares(x["bf16_first_blocks"] + x["bf16_last_blocks"], moe16_all,
+                                    L, moe.moe_layers_before(x, L) if moe_on else 0.0)
         lay_first, lay_last, lay_mid, lay_all = (
             _blend(lay, *shares[k]) for k in ("first", "last", "mid", "all"))
     else:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..job import CSA_RATIO
-from .kernels import flash_attention_s, gemm_s
+from .kernels import flash_attention_s, gemm_passes_s, gemm_s
 
 __all__ = ["HC_KERNELS_EAGER", "HC_KERNELS_FUSED", "core", "elementwise_bytes", "hc_passes",
            "projections", "saved_bytes", "sparse_slowdown"]
@@ -56,13 +56,16 @@ HC_KERNELS_FUSED, HC_KERNELS_EAGER = 3.0, 7.0 + 2.0 * 20.0
 
 
 def _gemms(shapes, x, peak, eff, ob, share=1.0):
-    """(forward, backward, forward FLOPs) of GEMMs (M, N, K) taken ``share`` times: the
-    backward's dgrad (M x N)(N x K) and wgrad (K x M)(M x N)."""
-    fwd = sum(gemm_s(M, N, K, x, peak, eff, operand_bytes=ob) for M, N, K in shapes)
-    bwd = sum(gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
-              + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob) for M, N, K in shapes)
-    flops = sum(2.0 * M * N * K for M, N, K in shapes)
-    return share * fwd, share * bwd, share * flops
+    """(forward, backward, forward FLOPs) of GEMMs (M, N, K) summed (kernels.gemm_passes_s),
+    taken ``share`` times."""
+    return tuple(share * sum(part) for part in gemm_passes_s(shapes, x, peak, eff, ob))
+
+
+def _compressor_widths(x: Mapping):
+    """Elements a token's compressors write on the average layer: a ratio-4 layer's two
+    linears 2 D wide and its indexer's two 2 x width, a ratio-128 layer's two D wide."""
+    D = x["d"]
+    return x["csa_frac"] * (2.0 * 2.0 * D + 2.0 * 2.0 * x["idim"]) + x["hca_frac"] * 2.0 * D
 
 
 def projections(x: Mapping, T, peak, eff) -> dict:
@@ -77,16 +80,16 @@ def projections(x: Mapping, T, peak, eff) -> dict:
     # ratio-4 layers: two h -> 2 D compressor linears, the indexer's two h -> 2 width ones,
     # its queries and head weights; ratio-128: two h -> D
     idx = x["idim"]
-    csa = _gemms([(T, 2.0 * D, e), (T, 2.0 * D, e), (T, 2.0 * idx, e), (T, 2.0 * idx, e),
-                  (T, x["ih"] * idx, ql), (T, x["ih"], e)], x, peak, eff, ob, x["csa_frac"])
-    hca = _gemms([(T, D, e), (T, D, e)], x, peak, eff, ob, x["hca_frac"])
+    ratio4 = _gemms([(T, 2.0 * D, e), (T, 2.0 * D, e), (T, 2.0 * idx, e), (T, 2.0 * idx, e),
+                     (T, x["ih"] * idx, ql), (T, x["ih"], e)], x, peak, eff, ob, x["csa_frac"])
+    ratio128 = _gemms([(T, D, e), (T, D, e)], x, peak, eff, ob, x["hca_frac"])
     g, ol = np.maximum(x["o_groups"], 1.0), x["o_lora"]  # (1: rows without csa)
     peak16, ab = x["peak16_flops_per_s"], x["act_bytes"]
     o_a = gemm_s(T, ol, H * D / g, x, peak16, eff, batch=g, operand_bytes=ab)
     o_a_b = 2.0 * gemm_s(T, H * D / g, ol, x, peak16, eff, batch=g, operand_bytes=ab)
     o_b = _gemms([(T, e, g * ol)], x, peak, eff, ob)
-    return {"in_f": base[0] + csa[0] + hca[0], "in_b": base[1] + csa[1] + hca[1],
-            "in_flops": base[2] + csa[2] + hca[2],
+    into = [a + b + c for a, b, c in zip(base, ratio4, ratio128)]
+    return {"in_f": into[0], "in_b": into[1], "in_flops": into[2],
             "out_f": o_a + o_b[0], "out_b": o_a_b + o_b[1],
             "out_flops": 2.0 * T * H * D * ol + o_b[2],
             "up_f": gemm_s(*q_b, x, peak, eff, operand_bytes=ob)}
@@ -102,11 +105,14 @@ def sparse_slowdown(x: Mapping) -> tuple:
     TFLOPS forward and 605 backward against Pro's 1346 and 786 (cuDNN benchmarks above);
     the backward never faster than SPARSE_BWD_SLOWDOWN."""
     H, ab = x["H"], x["act_bytes"]
-    flops_per_byte = x["hbm_Bps"] * x["hbm_eff"] / x["peak16_flops_per_s"]
-    bytes_f = GATHER_ROWS_F * ab / (4.0 * np.maximum(H, 1.0))
-    bytes_b = GATHER_ROWS_B * ab / (10.0 * np.maximum(H, 1.0))
-    slow_f = np.maximum(1.0, DENSE_KERNEL_FRACTION_F * bytes_f / flops_per_byte)
-    slow_b = np.maximum(SPARSE_BWD_SLOWDOWN, DENSE_KERNEL_FRACTION_B * bytes_b / flops_per_byte)
+    # bytes the HBM moves per FLOP of the 16-bit peak; bytes the kernel reads per FLOP
+    hw_bytes_per_flop = x["hbm_Bps"] * x["hbm_eff"] / x["peak16_flops_per_s"]
+    kernel_bytes_per_flop_f = GATHER_ROWS_F * ab / (4.0 * np.maximum(H, 1.0))
+    kernel_bytes_per_flop_b = GATHER_ROWS_B * ab / (10.0 * np.maximum(H, 1.0))
+    slow_f = np.maximum(1.0, DENSE_KERNEL_FRACTION_F * kernel_bytes_per_flop_f
+                        / hw_bytes_per_flop)
+    slow_b = np.maximum(SPARSE_BWD_SLOWDOWN, DENSE_KERNEL_FRACTION_B * kernel_bytes_per_flop_b
+                        / hw_bytes_per_flop)
     return slow_f, slow_b
 
 
@@ -143,8 +149,7 @@ def elementwise_bytes(x: Mapping, T) -> np.ndarray:
     indexer's fp32 scores written and read by the top-k (s / 4 a query)."""
     ab, H, D = x["act_bytes"], x["H"], x["d"]
     q_norm = 2.0 * H * D * ab
-    gates = ab * (x["csa_frac"] * (2.0 * 2.0 * D + 2.0 * 2.0 * x["idim"])
-                  + x["hca_frac"] * 2.0 * D)
+    gates = ab * _compressor_widths(x)
     scores = x["csa_frac"] * 2.0 * x["s"] / CSA_RATIO * SCORE_BYTES
     return T * (q_norm + gates + scores)
 
@@ -157,9 +162,7 @@ def saved_bytes(x: Mapping, T) -> dict:
     saved-input width)."""
     ab, sb, H, D = x["act_bytes"], x["saved_in_bytes"], x["H"], x["d"]
     qkv = H * D * ab * (1.0 - x["rc_mla_up"]) + (x["q_lora"] + D) * ab \
-        + ab * (x["csa_frac"] * (2.0 * 2.0 * D + 2.0 * 2.0 * x["idim"])
-                + x["hca_frac"] * 2.0 * D) \
-        + x["csa_frac"] * x["itopk_eff"] * INDEX_BYTES
+        + ab * _compressor_widths(x) + x["csa_frac"] * x["itopk_eff"] * INDEX_BYTES
     out = H * D * ab + x["o_groups"] * x["o_lora"] * sb
     return {"qkv": T * qkv, "out": T * out}
 
@@ -169,7 +172,7 @@ def hc_passes(x: Mapping, fused) -> np.ndarray:
     connections add to a layer's forward beyond a plain residual's 3 per sublayer (read two,
     write one), over its two sublayers (Megatron-Core d98e8a6 hyper_connection.py
     HyperConnectionModule, n streams): the mappings read the n streams, the aggregate reads
-    them and writes one, the merge H_res x + H_post^T y reads n + 1 and writes n - 4 n + 2
+    them and writes one, the merge H_res x + H_post^T y reads n + 1 and writes n: 4 n + 2
     fused (use_fused_mhc); unfused the norm and the projection read the streams apart and
     the merge runs as a bmm, an expansion and an add, 7 n + 2. Zero without streams."""
     n = x["hc"]

@@ -107,11 +107,9 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
     dense_total = dense_layers + (0 if last_is_moe else mtp)
     fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
                  + moe_total * matmul_params_per_layer(job, moe=True))
-    if job.attention == "csa":
-        fwd += _csa_flops_per_token(job)
-        fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
-    elif not job.is_hybrid:
-        fwd += (job.attention_layers + mtp) * _core_flops_per_token(job)
+    if not job.is_hybrid:
+        fwd += _csa_flops_per_token(job) if job.attention == "csa" else \
+            (job.attention_layers + mtp) * _core_flops_per_token(job)
         fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
     else:
         # a hybrid's FFN layers hold no attention, its attention layers stand alone

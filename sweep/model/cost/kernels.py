@@ -13,7 +13,7 @@ import numpy as np
 
 from .fuse import as_array
 
-__all__ = ["gemm_s", "flash_attention_s", "softmax_exp_factor", "memory_s", "collective_s",
+__all__ = ["gemm_s", "gemm_passes_s", "flash_attention_s", "softmax_exp_factor", "memory_s", "collective_s",
            "p2p_s", "K_TILE", "EXP_EXPOSED", "FLASH_BWD_FACTOR", "FLASH_KV_BLOCK"]
 
 #: depth of the k-loop tile of tensor-core GEMM kernels (elements): K is padded to it
@@ -83,6 +83,16 @@ def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0, operand_bytes=None
     ob = ab if operand_bytes is None else operand_bytes
     t_mem = batch * (ob * (m * k + k * n) + ab * m * n) / (x["hbm_Bps"] * x["hbm_eff"])
     return np.maximum(t_math, t_mem) + x["kernel_s"]
+
+
+def gemm_passes_s(shapes, x: Mapping, peak, efficiency, operand_bytes=None) -> tuple:
+    """([forward], [backward], [FLOPs]) of GEMMs (M, N, K): forward (M x K)(K x N), backward
+    its dgrad (M x N)(N x K) and wgrad (K x M)(M x N) (gemm_s each)."""
+    ob = operand_bytes
+    fwd = [gemm_s(M, N, K, x, peak, efficiency, operand_bytes=ob) for M, N, K in shapes]
+    bwd = [gemm_s(M, K, N, x, peak, efficiency, operand_bytes=ob)
+           + gemm_s(K, N, M, x, peak, efficiency, operand_bytes=ob) for M, N, K in shapes]
+    return fwd, bwd, [2.0 * M * N * K for M, N, K in shapes]
 
 
 def flash_attention_s(b, heads, q_len, kv_len, head_dim, x: Mapping, causal_fraction,
