@@ -187,6 +187,11 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
          (f"the 16-bit first / last layers ({job.bf16_first_layers} / "
           f"{job.bf16_last_layers}) must each fit a stage of {job.n_layers // pp} layers at "
           f"pp = {pp}")),
+        (not job.dsa or cp == 1 or cfg.get("cp_comm", 0) == 1,
+         ("DeepSeek sparse attention under context parallelism all-gathers its keys "
+          "(cp_comm=1)")),
+        (not job.dsa or rec != 4, "DeepSeek sparse attention runs without per-op recompute "
+                                  "(4)"),
         (job.attention != "csa" or (tp == 1 and cp == 1 and rec != 4),
          ("compressed sparse attention (csa) runs at tp = 1 and cp = 1, without per-op "
           "recompute (4)")),

@@ -919,8 +919,9 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
             and not job.is_hybrid else [1]
         policies: list[tuple[int, int]] = [(Recompute.NONE, 0)]
         if job.training:
-            # (torchtitan's per-op policy is not a hybrid or csa stack's)
-            policies += [(Recompute.SELECTIVE, 0)] + ([] if job.is_hybrid
+            # (torchtitan's per-op policy is not a hybrid, csa or DSA stack's: Megatron-Core
+            # runs those)
+            policies += [(Recompute.SELECTIVE, 0)] + ([] if job.is_hybrid or job.dsa
                                                       or job.attention == "csa" else [
                 (Recompute.OP_SAC, 0)]) + [(Recompute.FULL, 0)]
             policies += [(Recompute.FIRST_K, k) for k in first_k_layers(stage)]
@@ -943,7 +944,7 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         base["mbs"] = np.concatenate([np.repeat(m, len(p)) for m, p in zip(micro, pols)])
         policy_rows = np.concatenate([np.tile(p, (len(m), 1)) for m, p in zip(micro, pols)])
         base["recompute"], base["recompute_layers"] = policy_rows[:, 0], policy_rows[:, 1]
-    axes = [_sp_axis(base, strategy == "1d", job.is_moe), _cp_comm_axis(base),
+    axes = [_sp_axis(base, strategy == "1d", job.is_moe), _cp_comm_axis(base, not job.dsa),
             _zero_axis(base, job.training)]
     if job.is_moe:
         axes.append(_expert_axis(base, job))
@@ -958,13 +959,15 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
     return CandidateSpace(base, axes)
 
 
-def _cp_comm_axis(base: np.ndarray) -> InnerAxis:
-    """K/V exchange of context parallelism: 0 ring, 1 all-gather (only when cp > 1)."""
+def _cp_comm_axis(base: np.ndarray, ring: bool = True) -> InnerAxis:
+    """K/V exchange of context parallelism: 0 ring, 1 all-gather (only when cp > 1); without
+    ``ring`` (DeepSeek sparse attention: Megatron-Core refuses another cp_comm_type,
+    transformer_config.py L3162 - 3177) the all-gather alone when cp > 1."""
     options = np.zeros(2, dtype=[("cp_comm", "i4")])
     options["cp_comm"] = (0, 1)
     split = base["cp"] > 1
     return InnerAxis.by_key(options, len(base), split.astype(np.int64),
-                            lambda rows: np.stack([np.ones(len(rows), bool), split[rows]], 1))
+                            lambda rows: np.stack([~split[rows] | ring, split[rows]], 1))
 
 
 def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> InnerAxis:

@@ -74,9 +74,12 @@ _INT_FIELDS = {
                   "indexer (compress_ratios 4)",
     "hca_layers": "csa: layers whose keys add every ratio-128 compressed entry "
                   "(compress_ratios 128); the other layers attend to the window alone",
-    "index_heads": "csa: the indexer's heads (index_n_heads)",
-    "index_head_dim": "csa: width of one indexer head (index_head_dim)",
-    "index_topk": "csa: compressed entries the indexer picks per query (index_topk)",
+    "index_heads": "csa, or MLA with DeepSeek sparse attention (DSA): the indexer's heads "
+                   "(index_n_heads)",
+    "index_head_dim": "csa, DSA: width of one indexer head (index_head_dim)",
+    "index_topk": "csa: compressed entries the indexer picks per query; DSA (attention: mla "
+                  "with the indexer: DeepSeek-V3.2, GLM-5): the earlier tokens each query "
+                  "attends to (index_topk)",
     "hc_streams": "hyper-connections (DeepSeek-V4 mHC): residual streams of the model "
                   "width a token carries (hc_mult); 0 = a plain residual",
     # per-layer precision of fp8 / MXFP8 / NVFP4 jobs (Megatron-Core first_last_layers_bf16)
@@ -119,6 +122,9 @@ MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_d
 #: the fields of DeepSeek-V4's compressed sparse attention (attention: csa) alone
 CSA_FIELDS = ("o_lora_rank", "o_groups", "csa_layers", "hca_layers", "index_heads",
               "index_head_dim", "index_topk")
+#: the indexer's fields, which MLA attention takes too: DeepSeek sparse attention (DSA,
+#: DeepSeek-V3.2 and GLM-5; Megatron-Core experimental_attention_variant dsa)
+INDEXER_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 #: compression ratios of csa's two compressed kinds of layer (Megatron-Bridge v0.6.0
 #: flop_utils.py L928 - 935: "Only 0, 4, and 128 are supported")
 CSA_RATIO, HCA_RATIO = 4, 128
@@ -465,6 +471,23 @@ class Job:
         return self.n_experts > 0
 
     @property
+    def dsa(self) -> bool:
+        """Whether MLA attention is DeepSeek sparse attention: an indexer picks the
+        index_topk earlier tokens each query attends to (DeepSeek-V3.2, GLM-5; Megatron-Core
+        experimental_attention_variant dsa)."""
+        return self.attention == "mla" and self.index_topk > 0
+
+    def indexer_params(self) -> int:
+        """DSA: weights of one layer's indexer (Megatron-LM d98e8a6 experimental_attention_
+        variant/dsa.py DSAIndexer L1159 - 1204): linear_wq_b q_lora -> heads x width,
+        linear_wk h -> width with its LayerNorm (weight and bias), linear_weights_proj h ->
+        heads; 0 for other attention."""
+        if not self.dsa:
+            return 0
+        e, ih, idim = self.hidden, self.index_heads, self.index_head_dim
+        return self.q_lora_rank * ih * idim + e * idim + 2 * idim + e * ih
+
+    @property
     def moe_width(self) -> int:
         """Width of the tokens the routed experts see and the all-to-alls move: the latent
         size of a latent MoE (Megatron-Core moe_layer.py: fc1_latent_proj before the
@@ -519,7 +542,7 @@ class Job:
             q_lora, kv_lora = self.q_lora_rank, self.kv_lora_rank
             q = (e * q_lora + q_lora + q_lora * H * (dn + dr)) if q_lora else e * H * (dn + dr)
             kv = e * (kv_lora + dr) + kv_lora + kv_lora * H * (dn + dv)
-            return q + kv + H * dv * e
+            return q + kv + H * dv * e + self.indexer_params()
         return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
 
     def compressor_params(self) -> int:
@@ -849,9 +872,11 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
     kind = values.get("attention", "mha")
     if kind != "csa":
         for key in CSA_FIELDS:
-            if values.get(key):
+            if values.get(key) and not (kind == "mla" and key in INDEXER_FIELDS):
                 raise _fail(source, key, "is a compressed-sparse-attention setting; give "
-                                         "attention: csa")
+                                         "attention: csa" + (
+                                             " (or attention: mla for DeepSeek sparse "
+                                             "attention)" if key in INDEXER_FIELDS else ""))
     if values.get("hc_streams") == 1:
         raise _fail(source, "hc_streams", "expected 0 (no hyper-connections) or at least 2 "
                                           "residual streams, got 1")
@@ -868,6 +893,30 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         if not values.get(key):
             raise _fail(source, key, "missing (attention: mla needs it)")
+    # DeepSeek sparse attention: the indexer's three fields together, its queries from the
+    # compressed query (Megatron-LM dsa.py DSAIndexer linear_wq_b reads q_lora); its
+    # sparse kernels are fused ones
+    given = [key for key in INDEXER_FIELDS if values.get(key)]
+    if given:
+        for key in INDEXER_FIELDS:
+            if not values.get(key):
+                raise _fail(source, key, f"missing (DeepSeek sparse attention: {given[0]} "
+                                         f"needs index_heads, index_head_dim and index_topk)")
+        if not values.get("q_lora_rank"):
+            raise _fail(source, "q_lora_rank", "missing (the DSA indexer's queries come from "
+                                               "the compressed query)")
+        if values["qk_rope_head_dim"] > values["index_head_dim"]:
+            raise _fail(source, "index_head_dim", f"{values['index_head_dim']} is narrower "
+                                                  f"than the RoPE part qk_rope_head_dim = "
+                                                  f"{values['qk_rope_head_dim']} it carries")
+        for key, why in (("hybrid_pattern", "not modelled"),
+                         ("sliding_window", "its indexer picks the keys"),
+                         ("attention_kernel", "its sparse kernels are fused")):
+            if key == "attention_kernel" and values.get(key) != "materialized":
+                continue
+            if values.get(key):
+                raise _fail(source, key, f"cannot be set with DeepSeek sparse attention "
+                                         f"(index_topk): {why}")
 
 
 def _check_csa(values: dict[str, Any], source: str) -> None:

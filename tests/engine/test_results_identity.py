@@ -53,6 +53,7 @@ SPECS = {
     "hybrid-long-context": ("hybrid-long-context", (), False),
     "latent-moe-nvlink": ("latent-moe-nvlink", (), True),
     "deepseek-v4-nvlink": ("deepseek-v4-nvlink", (), False),
+    "sparse-attention-long-context": ("sparse-attention-long-context", (), True),
 }
 
 

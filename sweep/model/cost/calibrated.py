@@ -39,9 +39,9 @@ from ..hardware import GENERATION_DEFAULTS, Hardware
 from ..job import CSA_RATIO, Job
 from ..rows import HardwareRows
 from ..schema import Reason, Recompute
-from . import csa, moe
+from . import csa, dsa, moe
 from .dedup import unique_rows
-from .flops import csa_keys_per_query
+from .flops import csa_keys_per_query, dsa_keys_per_query
 from .fuse import Gathered, as_array, fused, map_leaves
 from .fuse import enabled as fuse_enabled
 from .kernels import (
@@ -304,8 +304,10 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         kv_heads, d_attn = H, (d_qk + dv) / 2.0
         w_qkv, w_o = H * (2 * d_qk + dv), H * dv
         # down-projections (queries, and keys/values with the shared RoPE key) replicated
-        # over TP; the up-projections and the output projection sharded
-        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim)
+        # over TP; the up-projections and the output projection sharded; a DSA indexer
+        # duplicated (dsa.py DSAIndexer: parallel_mode "duplicated")
+        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim) \
+            + job.indexer_params()
     else:
         kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
         w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
@@ -334,6 +336,12 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # (an MTP depth's csa layer attends to its window alone: Megatron-Bridge's bridge
         # appends compress ratio 0 for it, deepseek_v4_bridge.py L455 - 465)
         "mtp_csa_keys": (csa_keys_per_query(job, executed=True)[0] if csa_job else 0.0),
+        # DeepSeek sparse attention (dsa.py): the mean keys a query attends to, the sparse
+        # kernels' measured rates on this generation, the stored top-k list's entries
+        "dsa": float(job.dsa), "dsa_keys": dsa_keys_per_query(job) if job.dsa else 0.0,
+        "dsa_frac_f": dsa.KERNEL_FRACTION.get(hw.generation, dsa.KERNEL_FRACTION["hopper"])[0],
+        "dsa_frac_b": dsa.KERNEL_FRACTION.get(hw.generation, dsa.KERNEL_FRACTION["hopper"])[1],
+        "dsa_topk_width": dsa.topk_width(job.index_topk, job.seq_len) if job.dsa else 0.0,
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
         # hybrid Mamba-2 / Transformer models: attention and Mamba-2 layers per block (a
@@ -584,6 +592,10 @@ def _attention_gemms(x, T, Ta, t, peak, eff, gemm_each, gemm_b_each, flops_each)
         f[0], b[0], fl[0] = (np.where(x["mla"] > 0, new, old) for new, old in
                              zip(mla[:3], (f[0], b[0], fl[0])))
         mla_up_f = np.where(x["mla"] > 0, mla[3], 0.0)
+        if np.any(x["dsa"] > 0):  # (DSA: the indexer's linears, dsa.projections)
+            idx = dsa.projections(x, T, peak, eff)
+            f[0], b[0], fl[0] = (np.where(x["dsa"] > 0, old + new, old) for new, old in
+                                 zip(idx, (f[0], b[0], fl[0])))
     if np.any(x["csa"] > 0):
         proj = csa.projections(x, T, peak, eff)
         row = x["csa"] > 0
@@ -879,6 +891,13 @@ def _layer(x, c, lay):
         fa_f, fa_b, attn_flops, attn_flops_b = (np.where(csa_row, new, old) for new, old in zip(
             (sparse["f"], sparse["b"], sparse["flops"], sparse["flops_b"]),
             (fa_f, fa_b, attn_flops, attn_flops_b)))
+    if np.any(x["dsa"] > 0) and not summa:
+        # DeepSeek sparse attention: the chosen keys and the indexer (dsa.core)
+        sparse = dsa.core(x, b, Hl, q_len, eff)
+        dsa_row = x["dsa"] > 0
+        fa_f, fa_b, attn_flops, attn_flops_b = (np.where(dsa_row, new, old) for new, old in zip(
+            (sparse["f"], sparse["b"], sparse["flops"], sparse["flops_b"]),
+            (fa_f, fa_b, attn_flops, attn_flops_b)))
     attn_f = np.where(flash, fa_f, mat_f)
     attn_b = np.where(flash, fa_b, mat_b)
     attn_layer_f, attn_layer_b = attn_f, attn_b  # (one attention layer's: the CP ring hides
@@ -1003,6 +1022,12 @@ def _layer(x, c, lay):
                                          0.0) \
             + np.where(x["hc"] > 0, 2.0 * np.where(fused, csa.HC_KERNELS_FUSED,
                                                    csa.HC_KERNELS_EAGER), 0.0)
+    if np.any(x["dsa"] > 0):
+        # DeepSeek sparse attention's scores, top-k lists, indexer norm and RoPE, absorbed
+        # queries (dsa.elementwise_bytes): five kernels more (norm, RoPE, top-k, two copies)
+        elem_bytes_f = elem_bytes_f + np.where(x["dsa"] > 0, dsa.elementwise_bytes(x, T, t),
+                                               0.0)
+        kernels_f = kernels_f + np.where(x["dsa"] > 0, 5.0, 0.0)
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
     elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
@@ -1078,6 +1103,12 @@ def _layer(x, c, lay):
     # (Llama 3, arXiv 2407.21783 section 3.3.2)
     group, domain = lay["kv_group"], lay["kv_domain"]
     kv_full = 2.0 * b * Kvl * d * s * ab
+    if np.any(x["dsa"] > 0):
+        # (DSA: the absorbed latent key, kv_lora + rope wide, and the indexer's key, one
+        # of each a token, all-gathered; its value is the latent key's first kv_lora
+        # channels: dsa.py L1829 - 1863, L1981 - 1990)
+        kv_full = np.where(x["dsa"] > 0, b * s * (x["kv_lora"] + x["d_rope"] + x["idim"]) * ab,
+                           kv_full)
     step = p2p_s(kv_full / group, domain >= group, x)
     ring_f = (group - 1) * step
     ring_f_exp = np.maximum(ring_f - attn_layer_f, 0) + step
@@ -2302,6 +2333,8 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
         + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
     attn_out = T * x["w_o"] / t * sb_attn  # the output projection's input
+    if np.any(x["dsa"] > 0):  # (DeepSeek sparse attention's absorbed queries and indexer)
+        qkv = qkv + np.where(x["dsa"] > 0, dsa.saved_bytes(x, T, t), 0.0)
     if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
         kept = csa.saved_bytes(dict(x, saved_in_bytes=sb_attn), T)
         qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from ..job import CSA_RATIO, HCA_RATIO, Job
 
 __all__ = ["model_flops_per_iteration", "matmul_params_per_layer", "model_flops_per_token",
-           "csa_keys_per_query"]
+           "csa_keys_per_query", "dsa_keys_per_query"]
 
 
 def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
@@ -30,8 +30,11 @@ def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     latent MoE's two projections (Megatron-Bridge v0.6.0 training/utils/flop_utils.py L526 -
     536: routed experts on moe_latent_size, plus 4 b s h L for the projections). MLA's two
     LoRA norms are counted, as Megatron counts them."""
-    # (csa: without its heads' sink logits, which Megatron-Bridge does not count)
-    attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0)
+    # (csa: without its heads' sink logits, which Megatron-Bridge does not count; DSA:
+    # without its indexer, which Megatron-Bridge v0.6.0 does not count either: a dsa
+    # variant takes the dense MLA branch, flop_utils.py L969 - 1015)
+    attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0) \
+        - job.indexer_params()
     if not moe:
         return attention + job.ffn_params(job.ffn_hidden)
     return (attention + job.ffn_params(job.shared_ffn_hidden)
@@ -76,6 +79,17 @@ def csa_keys_per_query(job: Job, executed: bool = False) -> tuple[float, float, 
     k = min(job.index_topk, s // CSA_RATIO)
     r4 = w + (k * (1.0 - k * CSA_RATIO / (2.0 * s)) if k else 0.0)
     return w, r4, w + (s // HCA_RATIO) / 2.0
+
+
+def dsa_keys_per_query(job: Job) -> float:
+    """Keys a query of a DeepSeek-sparse-attention layer attends to on average: the
+    indexer's top k of the tokens up to it, all of them while fewer (Megatron-LM d98e8a6
+    dsa_cudnn_kernels.py: effective_topk = min(index_topk, keys), the valid entries
+    compacted and counted by topk_length, L283, L982 - 990, L2157): the mean over the
+    positions p = 1 .. s of min(k, p), k - k (k - 1) / 2s when s >= k, else (s + 1) / 2.
+    Model FLOPs do not use it: Megatron-Bridge counts DSA as dense causal MLA."""
+    s, k = job.seq_len, job.index_topk
+    return k - k * (k - 1) / (2.0 * s) if s >= k else (s + 1) / 2.0
 
 
 def _csa_flops_per_token(job: Job) -> float:

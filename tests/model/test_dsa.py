@@ -1,0 +1,229 @@
+"""DeepSeek sparse attention (MLA with an indexer: DeepSeek-V3.2, GLM-5): the indexer's
+weights, the keys a query attends to, the model FLOPs as Megatron-Bridge counts them, the
+layer's indexer GEMMs, sparse kernels and context-parallel all-gather by hand; properties (a
+larger top k or indexer is never faster; a DSA row beside a dense one leaves it unchanged;
+at 128K tokens DSA beats the same model's dense MLA); the candidate space (CP all-gathers);
+the shipped models' sizes and the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sweep.analysis.predict import predict
+from sweep.engine.catalog import load_hardware, load_job
+from sweep.errors import SpecError, SweepError
+from sweep.model.candidates import enumerate_calibrated
+from sweep.model.cost import calibrated, dsa
+from sweep.model.cost.flops import dsa_keys_per_query, model_flops_per_token
+from sweep.model.cost.kernels import TC_ALIGN, gemm_s
+from sweep.model.job import parse_job
+from sweep.model.schema import Recompute
+from tests.conftest import candidate_block
+
+RAW = {"n_layers": 4, "hidden": 256, "ffn_hidden": 512, "n_heads": 4, "n_kv_heads": 4,
+       "head_dim": 48, "vocab": 1024, "seq_len": 512, "global_batch": 8, "mlp": "swiglu",
+       "norm": "rmsnorm", "position": "rope", "attention": "mla", "q_lora_rank": 64,
+       "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+       "index_heads": 2, "index_head_dim": 32, "index_topk": 128}
+NO_INDEXER = {"index_heads": 0, "index_head_dim": 0, "index_topk": 0}
+
+
+def job(**kw):
+    return parse_job({**RAW, **kw}, "test.yaml", "t")
+
+
+def ctx(j, hw="H100-SXM"):
+    h = load_hardware(hw)
+    return calibrated.make_context(j, h, h.calibration)
+
+
+def step(j, hw="H100-SXM", n=1, **config):
+    c = candidate_block(1, **config)
+    c["dp"] = np.asarray([n // (c["tp"][0] * c["cp"][0] * c["pp"][0])])
+    return calibrated.evaluate(ctx(j, hw), c)
+
+
+# ------------------------------------------------------------------------------ by hand
+
+def test_the_indexers_weights_by_hand():
+    j, mla = job(), job(**NO_INDEXER)
+    # linear_wq_b q_lora -> 2 x 32, linear_wk h -> 32 and its LayerNorm, weights h -> 2
+    assert j.dsa and not mla.dsa
+    assert j.indexer_params() == 64 * 2 * 32 + 256 * 32 + 2 * 32 + 256 * 2
+    assert j.attention_params() - mla.attention_params() == j.indexer_params()
+    assert j.params_total() - mla.params_total() == 4 * j.indexer_params()
+
+
+def test_keys_a_query_attends_to_by_hand():
+    # min(128, p) over p = 1 .. 512: 128 x 129 / 2 + 384 x 128, over 512 queries
+    assert dsa_keys_per_query(job()) == pytest.approx((128 * 129 / 2 + 384 * 128) / 512)
+    # a top k past the sequence: every earlier token, (s + 1) / 2 on average
+    assert dsa_keys_per_query(job(index_topk=4096)) == 256.5
+    # the stored top-k list: min(k, s) padded to 512 entries
+    assert dsa.topk_width(128, 512) == 512.0 and dsa.topk_width(2048, 131072) == 2048.0
+    assert dsa.topk_width(600, 131072) == 1024.0
+
+
+def test_model_flops_count_dsa_as_dense_mla():
+    # Megatron-Bridge v0.6.0 has no DSA term (flop_utils.py): the dense causal MLA branch,
+    # without the indexer's weights
+    assert model_flops_per_token(job()) == model_flops_per_token(job(**NO_INDEXER))
+
+
+def test_the_indexer_gemms_and_sparse_kernels_by_hand():
+    j = job()
+    x = ctx(j)
+    T, e = 512.0, 256.0
+    peak, eff = x["peak16_flops_per_s"], x["gemm_eff"] * x["gemm_sustained"]
+    ob = x["gemm_operand_bytes"]
+    shapes = [(T, 64.0, 64.0), (T, 32.0, e), (T, 2.0, e)]
+    f, b, flops = dsa.projections(x, T, peak, eff)
+    assert f == pytest.approx(sum(gemm_s(M, N, K, x, peak, eff, operand_bytes=ob)
+                                  for M, N, K in shapes), rel=1e-12)
+    # backward: the weight gradients alone (the inputs are detached)
+    assert b == pytest.approx(sum(gemm_s(K, N, M, x, peak, eff, operand_bytes=ob)
+                                  for M, N, K in shapes), rel=1e-12)
+    assert flops == 2 * T * (64 * 64 + 32 * e + 2 * e)
+    # 4 heads padded to 64; QK 32 + 16 wide, PV 32, over the mean keys; Hopper's fractions
+    keys = x["dsa_keys"]
+    frac_f, frac_b = 640 / 989.4, 370 / 989.4
+    per_head = 2 * 512 * keys * (48 + 32)
+    core = dsa.core(x, 1.0, 4.0, 512.0, eff)
+    attn_f = 64 * per_head / (peak * frac_f) + x["kernel_s"]
+    target = 64 * 2 * 512 * keys * 48 / (peak * frac_f)
+    scores = gemm_s(512.0, 256.0, 32.0, x, peak, eff, batch=2.0)
+    # (the mean keys, 112.125, as a GEMM width rounded up to the tensor cores' alignment)
+    index_b = 3 * gemm_s(512.0, 112.0 + TC_ALIGN, 32.0, x, peak, eff, batch=2.0)
+    assert core["attn_f"] == pytest.approx(attn_f, rel=1e-12)
+    assert core["f"] == pytest.approx(attn_f + target + scores + index_b, rel=1e-12)
+    assert core["b"] == pytest.approx(2.5 * 64 * per_head / (peak * frac_b) + x["kernel_s"],
+                                      rel=1e-12)
+    assert core["flops"] == pytest.approx(4 * per_head + 2 * 512 * 2 * 32 * 256
+                                          + 6 * 512 * 2 * 32 * keys + 2 * 4 * 512 * keys * 48)
+    # a forward-only job computes no loss: no target logits, no indexer backward
+    fwd_only = dsa.core(dict(x, training=0.0), 1.0, 4.0, 512.0, eff)
+    assert fwd_only["f"] == pytest.approx(attn_f + scores, rel=1e-12)
+
+
+def test_context_parallelism_all_gathers_the_latent_and_indexer_keys():
+    j = job()
+    x = ctx(j)
+    c = candidate_block(1, cp=2, mbs=1, cp_comm=1)
+    lay = calibrated._layer(x, c, calibrated._layout(x, c))
+    # one latent row (32 + 16) and one indexer key (32) a token, 16 bits, the whole sequence
+    assert float(lay["kv_gathered"][0]) == 512 * (32 + 16 + 32) * 2
+    # the queries are split: about half the indexer scores and sparse attention per rank
+    # (plus each kernel's fixed launch time)
+    x = ctx(job(seq_len=16384))
+    one, two = (calibrated._layer(x, c, calibrated._layout(x, c)) for c in (
+        candidate_block(1, mbs=1), candidate_block(1, cp=2, mbs=1, cp_comm=1)))
+    assert 0.45 < float(two["attn_f"][0]) / float(one["attn_f"][0]) < 0.6
+
+
+def test_candidates_all_gather_under_context_parallelism_without_per_op_recompute():
+    space = enumerate_calibrated(job(), 4, 8)
+    cols = space.columns(0, len(space))
+    split = cols["cp"] > 1
+    assert split.any() and (cols["cp_comm"][split] == 1).all()
+    assert Recompute.OP_SAC not in set(np.unique(cols["recompute"]).tolist())
+    other = enumerate_calibrated(job(**NO_INDEXER), 4, 8)
+    plain = other.columns(0, len(other))
+    assert (plain["cp_comm"][plain["cp"] > 1] == 0).any()
+    hw = load_hardware("H100-SXM")
+    with pytest.raises(SweepError, match="all-gathers its keys"):
+        predict("calibrated", job(), hw, "1d", 4, {"cp": 2, "cp_comm": 0})
+
+
+# ------------------------------------------------------------------------------ properties
+
+# (8 indexer heads and more: a 2-wide head-weight GEMM is off the tensor cores' alignment)
+@pytest.mark.parametrize("change", [{"index_topk": 256}, {"index_heads": 16},
+                                    {"index_head_dim": 64}])
+def test_a_larger_top_k_or_indexer_is_never_faster_or_smaller(change):
+    base, more = job(index_heads=8), job(**{"index_heads": 8, **change})
+    for config in ({"mbs": 1}, {"mbs": 2, "recompute": 2}, {"cp": 2, "cp_comm": 1}):
+        a, b = step(base, n=2, **config), step(more, n=2, **config)
+        assert b["step_time_s"][0] > a["step_time_s"][0], (change, config)
+        assert b["mem_bytes"][0] >= a["mem_bytes"][0], (change, config)
+
+
+def test_a_block_beside_a_dsa_row_is_unchanged():
+    h100 = load_hardware("H100-SXM")
+    dense = calibrated.make_context(load_job("deepseek_v3"), h100, h100.calibration)
+    other = calibrated.make_context(load_job("deepseek_v32"), h100, h100.calibration)
+    c = candidate_block(2, mbs=1, cp=2, cp_comm=1, ep=8)
+    c["dp"] = np.array([4, 4])
+    both = calibrated.evaluate(calibrated.stack_contexts([dense, other]), c)
+    for i, x in enumerate((dense, other)):
+        alone = calibrated.evaluate(x, {k: v[i:i + 1] for k, v in c.items()})
+        for key in ("step_time_s", "mem_bytes", "hardware_flops"):
+            assert both[key][i] == alone[key][0], (i, key)
+
+
+def test_at_128k_tokens_dsa_beats_dense_mla_and_not_at_4k():
+    glm = load_job("glm5")
+    sparse = glm
+    dense = dataclasses.replace(glm, **NO_INDEXER)
+    config = {"mbs": 1, "cp": 32, "cp_comm": 1, "pp": 4, "ep": 32, "recompute": 2}
+    long = [float(step(j, "GB200-NVL72", 128, **config)["step_time_s"][0])
+            for j in (sparse, dense)]
+    assert long[0] < 0.5 * long[1]
+    # at 4K the indexer costs more than the keys it saves (2048 of 2048 on average)
+    short = [float(step(dataclasses.replace(j, seq_len=4096), "GB200-NVL72", 128,
+                        **{**config, "cp": 1})["step_time_s"][0]) for j in (sparse, dense)]
+    assert short[0] > short[1]
+
+
+def test_the_op_table_of_glm5_adds_up():
+    hw = load_hardware("GB200-NVL72")
+    x = calibrated.make_context(load_job("glm5"), hw, hw.calibration)
+    c = candidate_block(1, cp=32, cp_comm=1, pp=6, ep=32, mbs=1, recompute=2)
+    rows = {r["name"]: float(r["time_s"][0]) for r in calibrated.op_table(x, c)}
+    assert min(rows["attention core"], rows["CP communication (exposed)"],
+               rows["multi-token prediction"]) > 0
+    total = float(calibrated.evaluate(x, c)["step_time_s"][0])
+    assert sum(rows.values()) == pytest.approx(total, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------ benchmarks
+
+def test_sparse_kernels_reproduce_cudnns_glm_benchmark_on_gb200():
+    # cuDNN's DSA benchmark at GLM-5's shape on GB200 (64 heads, QK 576, PV 512, every query
+    # gathering 2048 keys, s = 4096): 1.138 ms forward, 4.423 ms backward
+    hw = load_hardware("GB200-NVL72")
+    x = calibrated.make_context(load_job("glm5"), hw, hw.calibration)
+    x = dict(x, dsa_keys=2048.0, kernel_s=0.0, training=0.0)
+    eff = x["gemm_eff"] * x["gemm_sustained"]
+    core = dsa.core(x, 1.0, 64.0, 4096.0, eff)
+    assert float(core["attn_f"]) == pytest.approx(1.138e-3, rel=0.02)
+    assert float(core["b"]) == pytest.approx(4.423e-3, rel=0.02)
+
+
+# ------------------------------------------------------------------------------ the jobs
+
+def test_shipped_models_have_their_published_sizes():
+    # GLM-5.2's export: 743,377,000,704 parameters (Megatron-Bridge glm5-2 card); DeepSeek-
+    # V3.2 is DeepSeek-V3 plus an indexer in each of its 61 layers
+    assert load_job("glm5").params_total() == pytest.approx(743_377_000_704, rel=0.002)
+    v3, v32 = load_job("deepseek_v3"), load_job("deepseek_v32")
+    assert v32.params_total() - v3.params_total() == 61 * v32.indexer_params()
+    assert v32.indexer_params() == 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"index_heads": 0}, "index_heads"),
+    ({"index_topk": 0}, "index_topk"),
+    ({"q_lora_rank": 0}, "q_lora_rank"),
+    ({"index_head_dim": 8}, "index_head_dim"),
+    ({"sliding_window": 64}, "sliding_window"),
+    ({"attention_kernel": "materialized"}, "attention_kernel"),
+    ({"attention": "mha", "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0,
+      "qk_rope_head_dim": 0, "v_head_dim": 0}, "index_heads"),
+    ({"o_groups": 2}, "o_groups"),
+])
+def test_inconsistent_dsa_jobs_are_refused_naming_the_key(change, key):
+    with pytest.raises(SpecError, match=f"test.yaml: {key}: "):
+        job(**change)
