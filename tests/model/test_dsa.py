@@ -67,10 +67,24 @@ def test_keys_a_query_attends_to_by_hand():
     assert dsa.topk_width(600, 131072) == 1024.0
 
 
-def test_model_flops_count_dsa_as_dense_mla():
-    # Megatron-Bridge v0.6.0 has no DSA term (flop_utils.py): the dense causal MLA branch,
-    # without the indexer's weights
-    assert model_flops_per_token(job()) == model_flops_per_token(job(**NO_INDEXER))
+def test_model_flops_as_megatron_bridge_counts_dsa():
+    # Megatron-Bridge main 52fc01b (PR #5324) flop_utils.py "dsa": the dense MLA count less
+    # its causal core, plus per layer: absorbed attention over the chosen keys (QK 32 + 16,
+    # PV 32), the indexer's projections forward and weight gradient, its scores over every
+    # earlier token forward ((s + 1) / 2) and over the chosen keys backward, the loss's
+    # target logits
+    j, mla = job(), job(**NO_INDEXER)
+    keys, dense = (128 * 129 / 2 + 384 * 128) / 512, 513 / 2
+    core_mla = 2 * 256 * 4 * (48 + 32)  # (the dense causal core: s / 2 keys, QK 48, V 32)
+    per_layer = 6 * keys * 4 * (48 + 32) + 4 * (64 * 64 + 256 * 32 + 256 * 2) \
+        + 2 * dense * 2 * 33 + 4 * keys * 2 * 33 + 2 * keys * 4 * 48
+    assert model_flops_per_token(j) == pytest.approx(
+        model_flops_per_token(mla) + 4 * (per_layer - 3 * core_mla), rel=1e-12)
+    # forward only: attention and projections once, scores forward, no loss
+    fwd_layer = 2 * keys * 4 * (48 + 32) + 2 * (64 * 64 + 256 * 32 + 256 * 2) \
+        + 2 * dense * 2 * 33
+    assert model_flops_per_token(j, training=False) == pytest.approx(
+        model_flops_per_token(mla, training=False) + 4 * (fwd_layer - core_mla), rel=1e-12)
 
 
 def test_the_indexer_gemms_and_sparse_kernels_by_hand():

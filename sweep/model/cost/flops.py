@@ -31,8 +31,7 @@ def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     536: routed experts on moe_latent_size, plus 4 b s h L for the projections). MLA's two
     LoRA norms are counted, as Megatron counts them."""
     # (csa: without its heads' sink logits, which Megatron-Bridge does not count; DSA:
-    # without its indexer, which Megatron-Bridge v0.6.0 does not count either: a dsa
-    # variant takes the dense MLA branch, flop_utils.py L969 - 1015)
+    # without its indexer, whose FLOPs _dsa_flops_per_token counts, its norm aside)
     attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0) \
         - job.indexer_params()
     if not moe:
@@ -86,10 +85,32 @@ def dsa_keys_per_query(job: Job) -> float:
     indexer's top k of the tokens up to it, all of them while fewer (Megatron-LM d98e8a6
     dsa_cudnn_kernels.py: effective_topk = min(index_topk, keys), the valid entries
     compacted and counted by topk_length, L283, L982 - 990, L2157): the mean over the
-    positions p = 1 .. s of min(k, p), k - k (k - 1) / 2s when s >= k, else (s + 1) / 2.
-    Model FLOPs do not use it: Megatron-Bridge counts DSA as dense causal MLA."""
+    positions p = 1 .. s of min(k, p), k - k (k - 1) / 2s when s >= k, else (s + 1) / 2 -
+    Megatron-Bridge's sparse_causal_context (flop_utils.py @52fc01b)."""
     s, k = job.seq_len, job.index_topk
     return k - k * (k - 1) / (2.0 * s) if s >= k else (s + 1) / 2.0
+
+
+def _dsa_flops_per_token(job: Job, training: bool) -> float:
+    """FLOPs per token of every DSA layer's sparse attention and indexer, the MTP depths'
+    included, forward and backward, as Megatron-Bridge counts them since its PR #5324
+    (main 52fc01b, 2026-08-05, flop_utils.py "dsa" branch; v0.6.0 counted dense causal MLA):
+    absorbed attention 3 x 2 x keys x H x (kv_lora + rope + kv_lora) over the mean chosen
+    keys (dsa_keys_per_query); the indexer's projections forward and weight gradient (4 x
+    weights; forward-only 2 x), its scores 2 x heads x (width + 1) per earlier token ((s +
+    1) / 2), their gradient on the chosen keys alone (4 x, the sparse KL loss), and the
+    loss's target logits 2 x keys x H x (kv_lora + rope) - no loss when not training."""
+    layers = job.n_layers + job.mtp_layers
+    s, H, ih, idim = job.seq_len, job.n_heads, job.index_heads, job.index_head_dim
+    keys, dense = dsa_keys_per_query(job), (s + 1) / 2.0
+    qk, v = job.kv_lora_rank + job.qk_rope_head_dim, job.kv_lora_rank
+    projections = job.q_lora_rank * ih * idim + job.hidden * idim + job.hidden * ih
+    score = ih * (idim + 1)
+    per_layer = (3.0 if training else 1.0) * 2.0 * keys * H * (qk + v) \
+        + (4.0 if training else 2.0) * projections + 2.0 * dense * score
+    if training:
+        per_layer += 4.0 * keys * score + 2.0 * keys * H * qk
+    return layers * per_layer
 
 
 def _csa_flops_per_token(job: Job) -> float:
@@ -121,9 +142,13 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
     dense_total = dense_layers + (0 if last_is_moe else mtp)
     fwd = 2.0 * (dense_total * matmul_params_per_layer(job)
                  + moe_total * matmul_params_per_layer(job, moe=True))
-    if not job.is_hybrid:
+    dsa = 0.0  # (DSA's own, forward and backward: its indexer is not 3 x a forward)
+    if job.dsa:
+        dsa = _dsa_flops_per_token(job, training)
+    elif not job.is_hybrid:
         fwd += _csa_flops_per_token(job) if job.attention == "csa" else \
             (job.attention_layers + mtp) * _core_flops_per_token(job)
+    if not job.is_hybrid:
         fwd += 2.0 * mtp * (2 * job.hidden**2 + 3 * job.hidden)  # MTP projection and norms
     else:
         # a hybrid's FFN layers hold no attention, its attention layers stand alone
@@ -143,7 +168,7 @@ def model_flops_per_token(job: Job, training: bool = True) -> float:
             2.0 * job.hidden * job.mamba_in_width + 7.0 * d_in * job.mamba_state
             + 2.0 * d_in * job.hidden)
     fwd += 2.0 * job.hidden * job.vocab * (1 + mtp)  # LM head(s)
-    return (3.0 if training else 1.0) * fwd
+    return (3.0 if training else 1.0) * fwd + dsa
 
 
 def model_flops_per_iteration(job: Job, training: bool = True) -> float:
