@@ -187,11 +187,11 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
          (f"the 16-bit first / last layers ({job.bf16_first_layers} / "
           f"{job.bf16_last_layers}) must each fit a stage of {job.n_layers // pp} layers at "
           f"pp = {pp}")),
-        (not job.dsa or cp == 1 or cfg.get("cp_comm", 0) == 1,
+        (not job.dsa or cp == 1 or cfg.get("cp_comm", 1) == 1,
          ("DeepSeek sparse attention under context parallelism all-gathers its keys "
           "(cp_comm=1)")),
-        (not job.dsa or rec != 4, "DeepSeek sparse attention runs without per-op recompute "
-                                  "(4)"),
+        (not job.dsa or rec != 4,
+         "DeepSeek sparse attention runs without per-op recompute (4)"),
         (job.attention != "csa" or (tp == 1 and cp == 1 and rec != 4),
          ("compressed sparse attention (csa) runs at tp = 1 and cp = 1, without per-op "
           "recompute (4)")),
@@ -222,6 +222,9 @@ def _diagnose_calibrated(job: Job, hw: Hardware, n: int, cfg: Mapping[str, int])
          f"ep x etp = {ep * etp} must divide tp x cp x dp = {tp * cp * dp} (parallel folding)"),
         (not job.is_moe or tp == 1 or cfg.get("sp", 1) == 1,
          "an MoE job with tp > 1 needs sequence parallelism (sp=1)"),
+        (not job.dsa or tp == 1 or cfg.get("sp", 1) == 1,
+         ("DeepSeek sparse attention (absorbed MLA) with tp > 1 needs sequence parallelism "
+          "(sp=1)")),
         (cfg.get("a2a_overlap", 0) == 0 or (ep > 1 and (pp == 1 or vpp > 1) and rec not in (2, 3)),
          "a2a_overlap needs ep > 1, one stage or interleaved stages, no full / first-k "
          "recompute"),

@@ -944,7 +944,10 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
         base["mbs"] = np.concatenate([np.repeat(m, len(p)) for m, p in zip(micro, pols)])
         policy_rows = np.concatenate([np.tile(p, (len(m), 1)) for m, p in zip(micro, pols)])
         base["recompute"], base["recompute_layers"] = policy_rows[:, 0], policy_rows[:, 1]
-    axes = [_sp_axis(base, strategy == "1d", job.is_moe), _cp_comm_axis(base, not job.dsa),
+    # (absorbed MLA, DSA's, needs sequence parallelism under TP as MoE layers do:
+    # absorbed_mla.py L171 - 173)
+    axes = [_sp_axis(base, strategy == "1d", job.is_moe or job.dsa),
+            _cp_comm_axis(base, not job.dsa),
             _zero_axis(base, job.training)]
     if job.is_moe:
         axes.append(_expert_axis(base, job))
@@ -970,16 +973,18 @@ def _cp_comm_axis(base: np.ndarray, ring: bool = True) -> InnerAxis:
                             lambda rows: np.stack([~split[rows] | ring, split[rows]], 1))
 
 
-def _sp_axis(base: np.ndarray, megatron: bool = True, moe: bool = False) -> InnerAxis:
-    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when Megatron tp > 1. MoE models
-    with tp > 1 need sequence parallelism (Megatron-Core moe_layer.py MoELayer refuses
-    tensor parallelism without it): (0, 0) only when tp = 1."""
+def _sp_axis(base: np.ndarray, megatron: bool = True, sp_required: bool = False
+             ) -> InnerAxis:
+    """(sp, tp_overlap): (0, 0) always; (1, 0) and (1, 1) when Megatron tp > 1. Where tp > 1
+    needs sequence parallelism (``sp_required``: MoE models, Megatron-Core moe_layer.py
+    MoELayer refuses tensor parallelism without it; DSA's absorbed MLA likewise): (0, 0) only
+    when tp = 1."""
     options = np.array([(0, 0), (1, 0), (1, 1)], dtype=[("sp", "i4"), ("tp_overlap", "i4")])
     tp_on = (base["tp"] > 1) & megatron
 
     def rule(rows: np.ndarray) -> np.ndarray:
         on = tp_on[rows]
-        plain = ~on if moe else np.ones_like(on)
+        plain = ~on if sp_required else np.ones_like(on)
         return np.stack([plain, on, on], axis=1)
 
     return InnerAxis.by_key(options, len(base), tp_on.astype(np.int64), rule)

@@ -900,8 +900,9 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
     if given:
         for key in INDEXER_FIELDS:
             if not values.get(key):
-                raise _fail(source, key, f"missing (DeepSeek sparse attention: {given[0]} "
-                                         f"needs index_heads, index_head_dim and index_topk)")
+                raise _fail(source, key, f"missing (DeepSeek sparse attention, {given[0]} "
+                                         f"given, needs index_heads, index_head_dim and "
+                                         f"index_topk together)")
         if not values.get("q_lora_rank"):
             raise _fail(source, "q_lora_rank", "missing (the DSA indexer's queries come from "
                                                "the compressed query)")
@@ -909,12 +910,19 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
             raise _fail(source, "index_head_dim", f"{values['index_head_dim']} is narrower "
                                                   f"than the RoPE part qk_rope_head_dim = "
                                                   f"{values['qk_rope_head_dim']} it carries")
-        for key, why in (("hybrid_pattern", "not modelled"),
-                         ("sliding_window", "its indexer picks the keys"),
-                         ("attention_kernel", "its sparse kernels are fused")):
-            if key == "attention_kernel" and values.get(key) != "materialized":
-                continue
-            if values.get(key):
+        # (Megatron-Core's absorbed MLA: no biases, no fp8 / fp4 with its up-projection
+        # recompute, absorbed_mla.py L170, L671 - 673; DSA's mask is causal)
+        low = values.get("dtype") in ("fp8", "mxfp8", "nvfp4")
+        for key, bad, why in (
+                ("hybrid_pattern", values.get("hybrid_pattern"), "not modelled"),
+                ("sliding_window", values.get("sliding_window"), "its indexer picks the keys"),
+                ("attention_kernel", values.get("attention_kernel") == "materialized",
+                 "its sparse kernels are fused"),
+                ("causal", values.get("causal") is False, "its attention is causal"),
+                ("bias", values.get("bias"), "absorbed MLA has no biases"),
+                ("recompute_mla_up", values.get("recompute_mla_up") and low,
+                 "absorbed MLA refuses it for fp8 / fp4 GEMMs")):
+            if bad:
                 raise _fail(source, key, f"cannot be set with DeepSeek sparse attention "
                                          f"(index_topk): {why}")
 

@@ -18,7 +18,7 @@ from sweep.errors import SpecError, SweepError
 from sweep.model.candidates import enumerate_calibrated
 from sweep.model.cost import calibrated, dsa
 from sweep.model.cost.flops import dsa_keys_per_query, model_flops_per_token
-from sweep.model.cost.kernels import TC_ALIGN, gemm_s
+from sweep.model.cost.kernels import collective_s, gemm_s
 from sweep.model.job import parse_job
 from sweep.model.schema import Recompute
 from tests.conftest import candidate_block
@@ -108,9 +108,11 @@ def test_the_indexer_gemms_and_sparse_kernels_by_hand():
     core = dsa.core(x, 1.0, 4.0, 512.0, eff)
     attn_f = 64 * per_head / (peak * frac_f) + x["kernel_s"]
     target = 64 * 2 * 512 * keys * 48 / (peak * frac_f)
-    scores = gemm_s(512.0, 256.0, 32.0, x, peak, eff, batch=2.0)
-    # (the mean keys, 112.125, as a GEMM width rounded up to the tensor cores' alignment)
-    index_b = 3 * gemm_s(512.0, 112.0 + TC_ALIGN, 32.0, x, peak, eff, batch=2.0)
+    # the scores summed over the heads on chip (no per-head output: the one fp32 matrix is
+    # elementwise traffic); the indexer backward over the whole padded list (512 entries)
+    # at 64 heads (cuDNN pads them), writing no [queries x keys] matrix
+    scores = gemm_s(512.0, 256.0, 32.0, x, peak, eff, batch=2.0, out_bytes=0.0)
+    index_b = 3 * gemm_s(512.0, 512.0, 32.0, x, peak, eff, batch=64.0, out_bytes=0.0)
     assert core["attn_f"] == pytest.approx(attn_f, rel=1e-12)
     assert core["f"] == pytest.approx(attn_f + target + scores + index_b, rel=1e-12)
     assert core["b"] == pytest.approx(2.5 * 64 * per_head / (peak * frac_b) + x["kernel_s"],
@@ -135,6 +137,87 @@ def test_context_parallelism_all_gathers_the_latent_and_indexer_keys():
     one, two = (calibrated._layer(x, c, calibrated._layout(x, c)) for c in (
         candidate_block(1, mbs=1), candidate_block(1, cp=2, mbs=1, cp_comm=1)))
     assert 0.45 < float(two["attn_f"][0]) / float(one["attn_f"][0]) < 0.6
+
+
+def _layer(j, hw="H100-SXM", **config):
+    x = ctx(j, hw)
+    c = candidate_block(1, **config)
+    return x, calibrated._layer(x, c, calibrated._layout(x, c))
+
+
+def test_activations_absorbed_mla_keeps_by_hand():
+    # absorbed MLA keeps no per-head keys or values: the queries after q_b (H x 48), the
+    # absorbed ones (H x 48 of 32 + 16), the compressed query (64), the latent key (32 + 16)
+    # and the latent output (H x 32); the core attention's own: the gathered key row and
+    # indexer key (2 x 256 tokens x (48 + 32)), the top-k lists (512 entries x 4 bytes) and
+    # the indexer's query and weight gradients (2 x 32 + 2) a local token
+    x, xm = ctx(job()), ctx(job(**NO_INDEXER))
+    T, ab = 256.0, 2.0
+    qkv = T * (4 * (48 + 32 + 16) + 64 + 4 * 32) * ab + T * (32 + 16) * ab
+    qkv_mla = T * 4 * (2 * 48 + 32) * ab + T * (64 + 32 + 16) * ab
+    core = 2 * T * (32 + 16 + 32) * ab + T * (512 * 4 + (2 * 32 + 2) * ab)
+
+    def kept(xx, policy):
+        return float(calibrated._activation_bytes_per_layer(xx, T, T, 1.0, False, 2.0, policy))
+    assert kept(x, Recompute.NONE) - kept(xm, Recompute.NONE) == pytest.approx(
+        qkv - qkv_mla + core)
+    # selective recompute re-runs the core attention: its own tensors are not kept
+    assert kept(x, Recompute.SELECTIVE) == pytest.approx(kept(x, Recompute.NONE) - core)
+    # recompute_mla_up drops both query tensors
+    assert kept(x, Recompute.NONE) - kept(ctx(job(recompute_mla_up=True)), Recompute.NONE) \
+        == pytest.approx(T * 4 * (48 + 32 + 16) * ab)
+
+
+def test_the_backward_reads_no_scores_and_cp_reduce_scatters_alone():
+    # the fp32 scores and top-k lists are forward traffic: the elementwise backward is MLA's
+    (x, dsa_lay), (_, mla_lay) = (_layer(j, cp=2, mbs=1, cp_comm=1)
+                                  for j in (job(), job(**NO_INDEXER)))
+    assert float(dsa_lay["memory_b"][0]) == float(mla_lay["memory_b"][0])
+    assert float(dsa_lay["memory_f"][0]) > float(mla_lay["memory_f"][0])
+    # the gathered keys are kept: forward one all-gather, backward one reduce-scatter
+    kv = 512 * (32 + 16 + 32) * 2.0
+    assert float(dsa_lay["cp_f"][0]) == pytest.approx(float(collective_s(
+        "allgather", kv, 2.0, 2.0, x)))
+    assert float(dsa_lay["cp_b"][0]) == pytest.approx(float(collective_s(
+        "reducescatter", kv, 2.0, 2.0, x)))
+
+
+def test_tensor_parallelism_gathers_the_indexers_inputs_and_reduces_its_target():
+    # under TP 2 (sequence parallel) the indexer all-gathers the attention input and the
+    # compressed query of the 512 tokens, and the loss target (512 x 512 fp32) is all-reduced
+    (x, dsa_lay), (_, mla_lay) = (_layer(j, tp=2, sp=1, mbs=1)
+                                  for j in (job(), job(**NO_INDEXER)))
+    extra = collective_s("allgather", 512 * (256 + 64) * 2.0, 2.0, 2.0, x) \
+        + collective_s("allreduce", 512 * 512 * 4.0, 2.0, 2.0, x)
+    assert float(dsa_lay["tp_f"][0] - mla_lay["tp_f"][0]) == pytest.approx(float(extra))
+    # and the candidates at TP > 1 are all sequence parallel
+    space = enumerate_calibrated(job(), 4, 8)
+    cols = space.columns(0, len(space))
+    assert (cols["sp"][cols["tp"] > 1] == 1).all()
+
+
+def test_absorption_einsums_run_in_16_bits_and_recompute_reruns_the_key_part():
+    j = job(dtype="fp8")
+    x = ctx(j)
+    T = 512.0
+    peak, eff = calibrated._gemm_rate(x)
+    fwd, _, _, up = calibrated._mla_projections(x, T, T, 1.0, peak, eff)
+    ob, p16 = x["gemm_operand_bytes"], x["peak16_flops_per_s"]
+    plain = [gemm_s(T, 64.0, 256.0, x, peak, eff, operand_bytes=ob),
+             gemm_s(T, 4 * 48.0, 64.0, x, peak, eff, operand_bytes=ob),
+             gemm_s(T, 48.0, 256.0, x, peak, eff, operand_bytes=ob)]
+    absorb = gemm_s(T, 4 * (32.0 + 32.0), 32.0, x, p16, eff, operand_bytes=2.0)
+    assert float(fwd) == pytest.approx(float(sum(plain) + absorb), rel=1e-12)
+    # recompute_mla_up: q_b and the key absorption (4 x 32 of the 4 x 64), not the value's
+    assert float(up) == pytest.approx(float(plain[1] + gemm_s(
+        T, 4 * 32.0, 32.0, x, p16, eff, operand_bytes=2.0)), rel=1e-12)
+
+
+def test_gpus_before_hopper_are_refused():
+    hw = load_hardware("A100-80GB")
+    with pytest.raises(SweepError, match="fused kernels need Hopper or newer"):
+        predict("calibrated", job(), hw, "1d", 1, {})
+    assert calibrated.unsupported_job_precision(job(), load_hardware("H100-SXM")) is None
 
 
 def test_candidates_all_gather_under_context_parallelism_without_per_op_recompute():
@@ -237,6 +320,9 @@ def test_shipped_models_have_their_published_sizes():
     ({"attention": "mha", "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0,
       "qk_rope_head_dim": 0, "v_head_dim": 0}, "index_heads"),
     ({"o_groups": 2}, "o_groups"),
+    ({"causal": False}, "causal"),
+    ({"bias": True}, "bias"),
+    ({"dtype": "fp8", "recompute_mla_up": True}, "recompute_mla_up"),
 ])
 def test_inconsistent_dsa_jobs_are_refused_naming_the_key(change, key):
     with pytest.raises(SpecError, match=f"test.yaml: {key}: "):

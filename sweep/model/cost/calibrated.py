@@ -185,10 +185,16 @@ def unsupported_precision(dtype: str, hw: Hardware) -> str | None:
 
 def unsupported_job_precision(job: Job, hw: Hardware) -> str | None:
     """unsupported_precision of the job's dtype, or of its Mamba-2 out_proj's own format
-    (mamba_out_dtype, a low-precision job's), naming the key."""
+    (mamba_out_dtype, a low-precision job's), or DSA's kernels on a GPU before Hopper,
+    naming the key."""
     why = unsupported_precision(job.dtype, hw)
     if why:
         return f"dtype: {why}"
+    if job.dsa and hw.generation not in dsa.KERNEL_FRACTION:
+        # (Megatron-Core's fused DSA kernels need SM90 or newer, dsa_cudnn_kernels.py L340 -
+        # 345; before it an unfused fallback materialises every score)
+        return (f"index_topk: DeepSeek sparse attention's fused kernels need Hopper or newer; "
+                f"{hw.name} is {hw.generation}")
     if job.mamba_out_dtype and job.dtype in LOW_PRECISION and job.mamba_layers:
         why = unsupported_precision(job.mamba_out_dtype, hw)
         if why:
@@ -339,8 +345,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # DeepSeek sparse attention (dsa.py): the mean keys a query attends to, the sparse
         # kernels' measured rates on this generation, the stored top-k list's entries
         "dsa": float(job.dsa), "dsa_keys": dsa_keys_per_query(job) if job.dsa else 0.0,
-        "dsa_frac_f": dsa.KERNEL_FRACTION.get(hw.generation, dsa.KERNEL_FRACTION["hopper"])[0],
-        "dsa_frac_b": dsa.KERNEL_FRACTION.get(hw.generation, dsa.KERNEL_FRACTION["hopper"])[1],
+        "dsa_frac_f": dsa.kernel_fraction(hw.generation)[0],
+        "dsa_frac_b": dsa.kernel_fraction(hw.generation)[1],
         "dsa_topk_width": dsa.topk_width(job.index_topk, job.seq_len) if job.dsa else 0.0,
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
@@ -623,15 +629,29 @@ def _mla_projections(x, T, Ta, t, peak, eff):
     shapes = [(Ta, np.maximum(qr, 1.0), e), (T, H * d_qk / t, np.maximum(qr, 1.0)),
               (T, H * d_qk / t, e), (Ta, kvr + dr, e), (T, H * (d_qk - dr + d_v) / t, kvr)]
     use = [q_compressed, q_compressed, ~q_compressed, True, True]
-    fwd = sum(np.where(u, gemm_s(M, N, K, x, peak, eff, operand_bytes=ob), 0.0)
-              for u, (M, N, K) in zip(use, shapes))
-    bwd = sum(np.where(u, gemm_s(M, K, N, x, peak, eff, operand_bytes=ob)
-                       + gemm_s(K, N, M, x, peak, eff, operand_bytes=ob), 0.0)
-              for u, (M, N, K) in zip(use, shapes))
+    rates = [(peak, eff, ob)] * 5
+    dsa_row = x["dsa"] > 0
+    if np.any(dsa_row):
+        # (DSA, absorbed: the key absorption and the value up-projection are plain 16-bit
+        # einsums, absorbed_mla.py L562 - 573, L875 - 912, whatever the job's format)
+        rates[4] = (np.where(dsa_row, x["peak16_flops_per_s"], peak), eff,
+                    np.where(dsa_row, x["act_bytes"], ob))
+    fwd = sum(np.where(u, gemm_s(M, N, K, x, p, ef, operand_bytes=o), 0.0)
+              for u, (M, N, K), (p, ef, o) in zip(use, shapes, rates))
+    bwd = sum(np.where(u, gemm_s(M, K, N, x, p, ef, operand_bytes=o)
+                       + gemm_s(K, N, M, x, p, ef, operand_bytes=o), 0.0)
+              for u, (M, N, K), (p, ef, o) in zip(use, shapes, rates))
     flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
     up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob),
                   gemm_s(*shapes[2], x, peak, eff, operand_bytes=ob)) \
-        + gemm_s(*shapes[4], x, peak, eff, operand_bytes=ob)
+        + gemm_s(*shapes[4], x, *rates[4][:2], operand_bytes=rates[4][2])
+    if np.any(dsa_row):
+        # (DSA: recompute_mla_up re-runs the key absorption, not the value up-projection,
+        # which sits outside the checkpoint: absorbed_mla.py L878 - 885)
+        k_part = gemm_s(T, H * (d_qk - dr) / t, kvr, x, *rates[4][:2],
+                        operand_bytes=rates[4][2])
+        up = np.where(dsa_row, up - gemm_s(*shapes[4], x, *rates[4][:2],
+                                           operand_bytes=rates[4][2]) + k_part, up)
     return fwd, bwd, flops, up
 
 
@@ -1022,16 +1042,16 @@ def _layer(x, c, lay):
                                          0.0) \
             + np.where(x["hc"] > 0, 2.0 * np.where(fused, csa.HC_KERNELS_FUSED,
                                                    csa.HC_KERNELS_EAGER), 0.0)
-    if np.any(x["dsa"] > 0):
-        # DeepSeek sparse attention's scores, top-k lists, indexer norm and RoPE, absorbed
-        # queries (dsa.elementwise_bytes): five kernels more (norm, RoPE, top-k, two copies)
-        elem_bytes_f = elem_bytes_f + np.where(x["dsa"] > 0, dsa.elementwise_bytes(x, T, t),
-                                               0.0)
-        kernels_f = kernels_f + np.where(x["dsa"] > 0, 5.0, 0.0)
     elem_f = memory_s(elem_bytes_f + cast_f, x, kernels_f + cast_kernels_f)
     # backward ~ twice the passes of the forward's elementwise ops; the casts as counted
     elem_b = memory_s(2.0 * elem_bytes_f + rope_b_extra + cast_b, x,
                       2.0 * kernels_f + cast_kernels_b)
+    if np.any(x["dsa"] > 0):
+        # DeepSeek sparse attention's scores, top-k lists, indexer norm and RoPE, absorbed
+        # queries (dsa.elementwise_bytes), forward only: five kernels more (norm, RoPE,
+        # top-k, two copies)
+        elem_f = elem_f + np.where(x["dsa"] > 0, memory_s(dsa.elementwise_bytes(x, T, t), x,
+                                                          5.0), 0.0)
     if summa:
         # SUMMA broadcasts, plus the norms' row statistics (mean, variance in fp32) reduced
         # across the t GPUs holding a row's columns, twice per pass
@@ -1091,6 +1111,16 @@ def _layer(x, c, lay):
                                  + np.maximum(reduce - half_b, 0.0), tp_b)
         tp_b_exp = np.where(overlap, np.maximum(tp_b - gemm_b, 0)
                             + TP_OVERLAP_RESIDUAL * tp_b, bwd_alone)
+        if np.any(x["dsa"] > 0):
+            # DSA under TP (sequence parallel): the indexer's duplicated linears all-gather
+            # their inputs, the attention input and the compressed query (dsa.py L1273 -
+            # 1275), and the sparse loss's target (fp32, a top-k list a query) is all-
+            # reduced (dsa_cudnn_kernels.py L1816 - 1818), exposed, forward only
+            gather = collective_s("allgather", T * (e + x["q_lora"]) * ab, t, c["nv_tp"], x)
+            target = collective_s("allreduce", T * x["dsa_topk_width"] * dsa.SCORE_BYTES, t,
+                                  c["nv_tp"], x)
+            tp_f_exp = tp_f_exp + np.where((x["dsa"] > 0) & (t > 1), gather + np.where(
+                x["training"] > 0, target, 0.0), 0.0)
         # current scaling's amax all-reduces over the TP group (one fp32 each, blocking:
         # quantizer.cpp quantize_with_amax) are latency, never hidden
         if np.any(pt["amax_reduces_f"] > 0):
@@ -1117,7 +1147,10 @@ def _layer(x, c, lay):
     rs = collective_s("reducescatter", kv_full, group, domain, x)
     split = group > 1
     cp_f_exp = np.where(split, np.where(lay["kv_allgather"], ag, ring_f_exp), 0.0)
-    cp_b_exp = np.where(split, np.where(lay["kv_allgather"], ag + rs, ring_b_exp), 0.0)
+    # (DSA keeps the gathered keys: its backward reduce-scatters their gradients alone,
+    # dsa_cudnn_kernels.py L1973, L2264 - 2266)
+    gathered_b = np.where(x["dsa"] > 0, rs, ag + rs) if np.any(x["dsa"] > 0) else ag + rs
+    cp_b_exp = np.where(split, np.where(lay["kv_allgather"], gathered_b, ring_b_exp), 0.0)
     ssm_f = ssm_b = ssm_flops = 0.0
     if hybrid:
         ssm_f, ssm_b, ssm_flops = qm * mix["scan_f"], qm * mix["scan_b"], qm * mix["scan_flops"]
@@ -1144,8 +1177,11 @@ def _layer(x, c, lay):
     bwd = gemm_b + attn_b + elem_b + tp_b_exp + cp_b_exp + ssm_b
     # activation recompute adds forward work to the backward pass (K22 section 5)
     r = c["recompute"]
-    core_recompute = qa * np.where(flash, fa_f, mat_core_f) if hybrid \
-        else np.where(flash, fa_f, mat_core_f)
+    core_f = fa_f
+    if np.any(x["dsa"] > 0):  # (DSA: the checkpointed core attention re-gathers its keys)
+        core_f = fa_f + np.where(x["dsa"] > 0, cp_f_exp, 0.0)
+    core_recompute = qa * np.where(flash, core_f, mat_core_f) if hybrid \
+        else np.where(flash, core_f, mat_core_f)
     extra = np.select([r == Recompute.SELECTIVE, r == Recompute.FULL, r == Recompute.OP_SAC],
                       [core_recompute, fwd, elem_f + op_sac_gemm], 0.0)
     # recompute_modules on top of the policy: the two norms, MLA's up-projections
@@ -2333,8 +2369,11 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
         + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
     attn_out = T * x["w_o"] / t * sb_attn  # the output projection's input
-    if np.any(x["dsa"] > 0):  # (DeepSeek sparse attention's absorbed queries and indexer)
-        qkv = qkv + np.where(x["dsa"] > 0, dsa.saved_bytes(x, T, t), 0.0)
+    dsa_core = 0.0
+    if np.any(x["dsa"] > 0):  # (DeepSeek sparse attention's own: dsa.saved_bytes)
+        kept = dsa.saved_bytes(x, T, Ta, t, cp)
+        qkv = np.where(x["dsa"] > 0, kept["qkv"], qkv)
+        dsa_core = np.where(x["dsa"] > 0, kept["core"], 0.0)
     if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
         kept = csa.saved_bytes(dict(x, saved_in_bytes=sb_attn), T)
         qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)
@@ -2346,9 +2385,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     # fc1's output, fc2's input; a dropout on the hidden activation keeps its 1-byte mask
     # (timm's Mlp drop1; K22 table 2 counts dropout after attention and the MLP alone)
     mlp = T * f_up / t * ab + T * f / t * sb + x["mlp_drop"] * T * f / t
-    full = norm_in + masks + gemm_in + gemm_in_attn + qkv + attn_out + core + mlp
+    full = norm_in + masks + gemm_in + gemm_in_attn + qkv + attn_out + core + mlp + dsa_core
     r = as_array(recompute)
-    selective = full - np.where(flash, 0.0, core)  # the score matrix is recomputed
+    # the score matrix is recomputed (DSA: the core attention's own tensors)
+    selective = full - np.where(flash, 0.0, core) - dsa_core
     checkpoint = Ta * e * ab  # full recompute keeps each layer's input
     # per-op SAC keeps the block input, the attention output (and its softmax statistics)
     # and every other GEMM output: q, v and the gate (SwiGLU: then down) or up projection

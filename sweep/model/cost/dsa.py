@@ -29,8 +29,8 @@ import numpy as np
 
 from .kernels import TC_ALIGN, gemm_s
 
-__all__ = ["KERNEL_FRACTION", "core", "elementwise_bytes", "projections", "saved_bytes",
-           "topk_width"]
+__all__ = ["KERNEL_FRACTION", "core", "elementwise_bytes", "kernel_fraction", "projections",
+           "saved_bytes", "topk_width"]
 
 #: bytes of one indexer score (fp32) and of one chosen key's index (int32)
 SCORE_BYTES, INDEX_BYTES = 4.0, 4.0
@@ -47,6 +47,12 @@ TOPK_ALIGN = 512.0
 #: glm53_20260928_143653.csv), both of 989.4; other generations (no FlashMLA) Hopper's
 KERNEL_FRACTION = {"blackwell": (1026.0 / 2500.0, 668.0 / 2500.0),
                    "hopper": (640.0 / 989.4, 370.0 / 989.4)}
+
+
+def kernel_fraction(generation: str) -> tuple[float, float]:
+    """KERNEL_FRACTION of a generation; a GPU before Hopper, where the fused kernels do not
+    run (the job is refused: calibrated.unsupported_job_precision), Hopper's."""
+    return KERNEL_FRACTION.get(generation, KERNEL_FRACTION["hopper"])
 #: the kernels run the local query heads padded to a multiple of 64 (dsa_cudnn_kernels.py
 #: L348 - 399: 64 on SM90, 64 or 128 on SM100)
 HEAD_ALIGN = 64.0
@@ -87,10 +93,14 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
       (flops.dsa_keys_per_query), 2.5x backward, at the measured kernel fractions
       (KERNEL_FRACTION), heads padded to HEAD_ALIGN;
     * training, in the forward: the KL target's logits over the chosen keys (QK only, 2 H k
-      576) at the forward rate; the indexer's backward on the chosen keys (its query,
-      weight and key gradients: 3 x 2 heads x width x k a query) at the GEMM rate;
+      576) at the forward rate; the indexer's backward on the stored top-k lists (its query,
+      weight and key gradients: 3 x 2 heads x width a query and list entry, the heads padded
+      to 64 and the whole padded list: it has no top-k length, dsa_cudnn_kernels.py L1470 -
+      1499) at the GEMM rate;
     * the indexer's scores, 2 x heads x width FLOPs per query and earlier token (s / 2 on
-      average), at the 16-bit GEMM rate."""
+      average), at the 16-bit GEMM rate, summed over the heads on chip (one fp32 matrix
+      written: elementwise_bytes).
+    FLOPs as executed, without padding."""
     s, H_pad = x["s"], np.ceil(heads / HEAD_ALIGN) * HEAD_ALIGN
     keys, d_qk, d_v = x["dsa_keys"], x["kv_lora"] + x["d_rope"], x["kv_lora"]
     peak16 = x["peak16_flops_per_s"]
@@ -104,9 +114,10 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
     ih, idim = x["ih"], x["idim"]
     # (the mean key counts as GEMM widths, rounded up to the tensor cores' alignment: an
     # average of whole rows, not a misaligned operand)
-    scores = gemm_s(q_len, _aligned(s / 2.0), idim, x, peak16, eff, batch=b * ih)
-    index_b = np.where(training, 3.0 * gemm_s(q_len, _aligned(keys), idim, x, peak16, eff,
-                                              batch=b * ih), 0.0)
+    scores = gemm_s(q_len, _aligned(s / 2.0), idim, x, peak16, eff, batch=b * ih, out_bytes=0.0)
+    index_b = np.where(training, 3.0 * gemm_s(
+        q_len, _aligned(x["dsa_topk_width"]), idim, x, peak16, eff,
+        batch=b * np.maximum(ih, HEAD_ALIGN), out_bytes=0.0), 0.0)
     attn_flops = heads * per_head
     index_flops = 2.0 * queries * ih * idim * s / 2.0
     index_b_flops = np.where(training, 3.0 * 2.0 * queries * ih * idim * keys
@@ -117,7 +128,9 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
 
 
 def elementwise_bytes(x: Mapping, T, t) -> np.ndarray:
-    """Forward memory traffic of a DSA layer beyond MLA's, for T tokens on a rank of TP t:
+    """Forward memory traffic of a DSA layer beyond MLA's, for T tokens on a rank of TP t
+    (forward only: the backward runs the sparse kernels and scales the kept indexer
+    gradients, dsa_cudnn_kernels.py L2295 - 2337):
     the indexer's fp32 scores written and read by the top-k (s / 2 earlier tokens a query
     on average), its top-k list written, its key's LayerNorm and the RoPE on its queries'
     and key's rotary part (read and write), and the absorbed query (H / t x 576) assembled
@@ -130,13 +143,24 @@ def elementwise_bytes(x: Mapping, T, t) -> np.ndarray:
     return T * (scores + index_list + indexer + absorbed)
 
 
-def saved_bytes(x: Mapping, T, t) -> np.ndarray:
-    """What a DSA layer keeps beyond MLA's for its backward, per micro-batch on T tokens:
-    the absorbed queries (H / t x 576) and the attention's latent output (H / t x 512, the
-    value up-projection's input), the stored top-k lists (int32) and the indexer's
-    gradients computed in the forward (its queries', weights' and key's, 16-bit)."""
-    ab = x["act_bytes"]
-    absorbed = x["H"] / t * (2.0 * x["kv_lora"] + x["d_rope"]) * ab
-    index_list = x["dsa_topk_width"] * INDEX_BYTES
-    grads = (x["ih"] * x["idim"] + x["ih"] + x["idim"]) * ab
-    return T * (absorbed + index_list + grads)
+def saved_bytes(x: Mapping, T, Ta, t, cp) -> dict:
+    """What a DSA layer keeps for its backward, per micro-batch on T local tokens (Ta with
+    sequence parallelism) of a rank of TP t and CP cp (absorbed MLA saves no per-head keys
+    or values: absorbed_mla.py L562 - 582; dsa_cudnn_kernels.py L2264 - 2274): ``qkv`` the
+    queries after q_b (the absorption's input) and the absorbed ones (H / t x 576) unless
+    recompute_mla_up re-runs them (absorbed_mla.py L671 - 677), the latent key on the SP
+    shard, the compressed query and the attention input on all T tokens (the indexer's
+    duplicated linears keep their gathered inputs: dsa.py L1273 - 1275; the input's SP
+    shard is counted with the block's), and the attention's latent output (H / t x 512,
+    the value up-projection's input); ``core``, what
+    checkpointing the core attention (selective recompute) drops: the key row of every
+    token (576, gathered under CP), the stored top-k lists (int32) and the indexer's
+    gradients computed in the forward (its queries' and weights' per local token, its
+    key's per gathered token, 16-bit); the LSE is the fused attention's (calibrated)."""
+    ab, H, dr, kvr = x["act_bytes"], x["H"], x["d_rope"], x["kv_lora"]
+    queries = H / t * (x["d_qk"] + kvr + dr) * ab * (1.0 - x["rc_mla_up"])
+    qkv = T * (queries + x["q_lora"] * ab + H / t * kvr * ab) + Ta * (kvr + dr) * ab \
+        + (T - Ta) * x["e"] * ab
+    gathered = T * cp * (kvr + dr + x["idim"]) * ab
+    local = T * (x["dsa_topk_width"] * INDEX_BYTES + (x["ih"] * x["idim"] + x["ih"]) * ab)
+    return {"qkv": qkv, "core": gathered + local}

@@ -54,8 +54,8 @@ def _wave_efficiency(tiles, sm):
     return tiles / np.maximum(waves * sm, 1.0)
 
 
-def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0, operand_bytes=None
-           ) -> np.ndarray:
+def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0, operand_bytes=None,
+           out_bytes=None) -> np.ndarray:
     """Time of ``batch`` GEMMs (m x k)(k x n) on tensor cores.
 
     Math time 2mnk / (peak x efficiency x padding x waves): m, n are padded to the output
@@ -63,7 +63,8 @@ def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0, operand_bytes=None
     tile and its halves the one with the best wave efficiency is taken, as cuBLAS heuristics
     do. The roofline against the operands' HBM traffic, plus one kernel's fixed overhead:
     the two inputs at ``operand_bytes`` an element (default the activations' 16 or 32 bits;
-    a low-precision GEMM's quantized copies), the output at the activations' width.
+    a low-precision GEMM's quantized copies), the output at ``out_bytes`` (default the
+    activations' width; 0 for a fused kernel that reduces its products on chip).
     """
     m, n, k = (as_array(v, dtype=np.float64) for v in (m, n, k))
     tm, tn, sm = x["tile_m"], x["tile_n"], x["sm_count"]
@@ -81,7 +82,8 @@ def gemm_s(m, n, k, x: Mapping, peak, efficiency, batch=1.0, operand_bytes=None
     t_math = flops / np.maximum(peak * efficiency * best * k_pad, 1e-300)
     ab = x["act_bytes"]
     ob = ab if operand_bytes is None else operand_bytes
-    t_mem = batch * (ob * (m * k + k * n) + ab * m * n) / (x["hbm_Bps"] * x["hbm_eff"])
+    out = ab if out_bytes is None else out_bytes
+    t_mem = batch * (ob * (m * k + k * n) + out * m * n) / (x["hbm_Bps"] * x["hbm_eff"])
     return np.maximum(t_math, t_mem) + x["kernel_s"]
 
 
