@@ -190,7 +190,7 @@ def unsupported_job_precision(job: Job, hw: Hardware) -> str | None:
     why = unsupported_precision(job.dtype, hw)
     if why:
         return f"dtype: {why}"
-    if job.dsa and hw.generation not in dsa.KERNEL_FRACTION:
+    if job.dsa and hw.generation in dsa.BEFORE_HOPPER:
         # (Megatron-Core's fused DSA kernels need SM90 or newer, dsa_cudnn_kernels.py L340 -
         # 345; before it an unfused fallback materialises every score)
         return (f"index_topk: DeepSeek sparse attention's fused kernels need Hopper or newer; "
@@ -342,11 +342,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # (an MTP depth's csa layer attends to its window alone: Megatron-Bridge's bridge
         # appends compress ratio 0 for it, deepseek_v4_bridge.py L455 - 465)
         "mtp_csa_keys": (csa_keys_per_query(job, executed=True)[0] if csa_job else 0.0),
-        # DeepSeek sparse attention (dsa.py): the mean keys a query attends to, the sparse
-        # kernels' measured rates on this generation, the stored top-k list's entries
+        # DeepSeek sparse attention (dsa.py): the mean keys a query attends to, the stored
+        # top-k list's entries
         "dsa": float(job.dsa), "dsa_keys": dsa_keys_per_query(job) if job.dsa else 0.0,
-        "dsa_frac_f": dsa.kernel_fraction(hw.generation)[0],
-        "dsa_frac_b": dsa.kernel_fraction(hw.generation)[1],
         "dsa_topk_width": dsa.topk_width(job.index_topk, job.seq_len) if job.dsa else 0.0,
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),

@@ -27,32 +27,41 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .csa import DENSE_KERNEL_FRACTION_B, DENSE_KERNEL_FRACTION_F, SPARSE_BWD_SLOWDOWN
 from .kernels import TC_ALIGN, gemm_s
 
-__all__ = ["KERNEL_FRACTION", "core", "elementwise_bytes", "kernel_fraction", "projections",
-           "saved_bytes", "topk_width"]
+__all__ = ["BEFORE_HOPPER", "core", "elementwise_bytes", "projections", "saved_bytes",
+           "sparse_kernels_s", "topk_width"]
 
 #: bytes of one indexer score (fp32) and of one chosen key's index (int32)
 SCORE_BYTES, INDEX_BYTES = 4.0, 4.0
 #: the top-k list is padded to a multiple of this many entries (dsa_cudnn_kernels.py
 #: L340 - 345, L887 - 892)
 TOPK_ALIGN = 512.0
-#: the sparse kernels' rate, forward and backward, as fractions of the 16-bit tensor peak,
-#: FLOPs as the benchmarks count them (forward 2 H k (576 + 512) a query, backward 2.5x):
-#: Blackwell from cuDNN's DSA benchmark at GLM-5's shape (64 heads, top 2048, s = 4096) on
-#: GB200, 1026 and 668 TFLOPS of 2500 (NVIDIA/cudnn-frontend benchmark/dsa/results/glm53/
-#: gb200/glm53_20260928_124257.csv @07b111f); Hopper: FlashMLA's sparse prefill forward, up
-#: to 640 TFLOPS on H800 (deepseek-ai/FlashMLA README, 2025-09-29, DeepSeek-V3.2's 128 heads)
-#: and cuDNN's sparse backward at GLM-5's shape on H200, 370 TFLOPS (glm53/h200/
-#: glm53_20260928_143653.csv), both of 989.4; other generations (no FlashMLA) Hopper's
-KERNEL_FRACTION = {"blackwell": (1026.0 / 2500.0, 668.0 / 2500.0),
-                   "hopper": (640.0 / 989.4, 370.0 / 989.4)}
-
-
-def kernel_fraction(generation: str) -> tuple[float, float]:
-    """KERNEL_FRACTION of a generation; a GPU before Hopper, where the fused kernels do not
-    run (the job is refused: calibrated.unsupported_job_precision), Hopper's."""
-    return KERNEL_FRACTION.get(generation, KERNEL_FRACTION["hopper"])
+#: The sparse kernels gather each query's chosen key rows (576 x 2 bytes, K = V) from HBM,
+#: no reuse between queries but what the L2 catches, and run H heads of MMAs on them: a
+#: kernel takes the longer of its FLOPs at a compute-bound fraction of the 16-bit peak and
+#: its rows at the HBM's rate (FlashMLA's own analysis of MLA kernels, deepseek-ai/FlashMLA
+#: docs/20250422-new-kernel-deep-dive.md: FLOPs / bytes ~ 2 H). Compute-bound fractions:
+#: forward a dense fused kernel's, cuDNN's causal attention at DeepSeek-V3's heads on GB200,
+#: 1406 of 2500 TFLOPS (csa.DENSE_KERNEL_FRACTION_F); backward cuDNN's sparse backward where
+#: it is compute-bound, at DeepSeek-V4-Pro's 128 heads on GB200, 786 of 2500
+#: (benchmark/dsa/results/deepseek_v4/gb200/deepseek_v4_20260928_122733.csv @07b4346)
+COMPUTE_FRACTION_F = DENSE_KERNEL_FRACTION_F
+COMPUTE_FRACTION_B = DENSE_KERNEL_FRACTION_B / SPARSE_BWD_SLOWDOWN
+#: key rows read per query and chosen key, forward and backward (the backward reads them
+#: again and accumulates their fp32 gradients), from cuDNN's DSA benchmark at GLM-5's shape
+#: on GB200, HBM-bound there (64 heads, QK 576, PV 512, every query 2048 keys, s = 4096:
+#: 1.138 ms forward, 4.423 ms backward, NVIDIA/cudnn-frontend benchmark/dsa/results/glm53/
+#: gb200/glm53_20260928_124257.csv @07b111f) at the GB200's 8 TB/s: 1.138 ms x 8e12 B/s /
+#: (4096 x 2048 x 1152 B) and the same for 4.423 ms. Against cuDNN's backward on H200
+#: (370 TFLOPS, glm53/h200) this gives 311 (compute-bound); against FlashMLA's sparse
+#: forward on H800 (up to 640 TFLOPS, README 2025-09-29) 556
+ROW_READS_F = 1.138e-3 * 8e12 / (4096.0 * 2048.0 * 1152.0)
+ROW_READS_B = 4.423e-3 * 8e12 / (4096.0 * 2048.0 * 1152.0)
+#: generations whose GPUs run the fused DSA kernels (SM90 and newer, dsa_cudnn_kernels.py
+#: L340 - 345); on older ones an unfused fallback materialises every score (refused)
+BEFORE_HOPPER = ("volta", "ampere")
 #: the kernels run the local query heads padded to a multiple of 64 (dsa_cudnn_kernels.py
 #: L348 - 399: 64 on SM90, 64 or 128 on SM100)
 HEAD_ALIGN = 64.0
@@ -83,6 +92,25 @@ def projections(x: Mapping, T, peak, eff):
     return fwd, wgrad, flops
 
 
+def sparse_kernels_s(x: Mapping, queries, keys, heads) -> tuple:
+    """(forward, backward, the loss target's logits) time of the sparse attention kernels
+    for ``queries`` queries of ``heads`` heads (padded to HEAD_ALIGN), ``keys`` chosen keys
+    each: the longer of the FLOPs (2 H k (576 + 512) forward, 2.5x backward, 2 H k 576 for
+    the target's QK) at COMPUTE_FRACTION_* of the 16-bit peak and the key rows (ROW_READS_*
+    x (kv_lora + rope) x 16 bits a query and key; the target's read once more as the
+    forward's) at the HBM's rate, plus a kernel's launch."""
+    H_pad = np.ceil(heads / HEAD_ALIGN) * HEAD_ALIGN
+    d_qk, d_v = x["kv_lora"] + x["d_rope"], x["kv_lora"]
+    qk_flops = 2.0 * queries * keys * H_pad * d_qk
+    flops_f = qk_flops * (d_qk + d_v) / d_qk
+    rows = queries * keys * d_qk * x["act_bytes"] / x["hbm_Bps"]
+    peak16 = x["peak16_flops_per_s"]
+    fwd = np.maximum(flops_f / (peak16 * COMPUTE_FRACTION_F), ROW_READS_F * rows)
+    bwd = np.maximum(2.5 * flops_f / (peak16 * COMPUTE_FRACTION_B), ROW_READS_B * rows)
+    target = np.maximum(qk_flops / (peak16 * COMPUTE_FRACTION_F), ROW_READS_F * rows)
+    return fwd + x["kernel_s"], bwd + x["kernel_s"], target + x["kernel_s"]
+
+
 def core(x: Mapping, b, heads, q_len, eff) -> dict:
     """The sparse attention and the indexer per micro-batch of b sequences on ``heads``
     local query heads and q_len local queries (context parallelism: a zigzag shard of the
@@ -90,8 +118,7 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
     ``flops`` / ``flops_b`` executed FLOPs.
 
     * attention: 2 H k (576 + 512) FLOPs a query forward, k the mean chosen keys
-      (flops.dsa_keys_per_query), 2.5x backward, at the measured kernel fractions
-      (KERNEL_FRACTION), heads padded to HEAD_ALIGN;
+      (flops.dsa_keys_per_query), 2.5x backward (sparse_kernels_s);
     * training, in the forward: the KL target's logits over the chosen keys (QK only, 2 H k
       576) at the forward rate; the indexer's backward on the stored top-k lists (its query,
       weight and key gradients: 3 x 2 heads x width a query and list entry, the heads padded
@@ -106,11 +133,9 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
     peak16 = x["peak16_flops_per_s"]
     queries = b * q_len
     per_head = 2.0 * queries * keys * (d_qk + d_v)
-    attn_f = H_pad * per_head / (peak16 * x["dsa_frac_f"]) + x["kernel_s"]
-    attn_b = 2.5 * H_pad * per_head / (peak16 * x["dsa_frac_b"]) + x["kernel_s"]
+    attn_f, attn_b, target = sparse_kernels_s(x, queries, keys, heads)
     training = x["training"] > 0
-    target_f = np.where(training, H_pad * 2.0 * queries * keys * d_qk
-                        / (peak16 * x["dsa_frac_f"]), 0.0)
+    target_f = np.where(training, target, 0.0)
     ih, idim = x["ih"], x["idim"]
     # (the mean key counts as GEMM widths, rounded up to the tensor cores' alignment: an
     # average of whole rows, not a misaligned operand)
