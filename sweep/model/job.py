@@ -80,6 +80,11 @@ _INT_FIELDS = {
     "index_topk": "csa: compressed entries the indexer picks per query; DSA (attention: mla "
                   "with the indexer: DeepSeek-V3.2, GLM-5): the earlier tokens each query "
                   "attends to (index_topk)",
+    "index_topk_freq": "DSA IndexShare (GLM-5.2): consecutive layers sharing one layer's top-k, "
+                       "the others skipping their indexer (Megatron-Core "
+                       "dsa_indexer_topk_freq); 1 = every layer its own",
+    "index_skip_topk_offset": "DSA IndexShare: layers before this one compute their own top-k "
+                              "(dsa_indexer_skip_topk_offset; GLM-5.2: 3)",
     "hc_streams": "hyper-connections (DeepSeek-V4 mHC): residual streams of the model "
                   "width a token carries (hc_mult); 0 = a plain residual",
     # per-layer precision of fp8 / MXFP8 / NVFP4 jobs (Megatron-Core first_last_layers_bf16)
@@ -110,7 +115,8 @@ _ZERO_OK = {"vocab", "n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden"
             "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
             "v_head_dim", "mtp_layers", "sliding_window", "full_attention_every",
             "o_lora_rank", "o_groups", "csa_layers", "hca_layers", "index_heads",
-            "index_head_dim", "index_topk", "hc_streams", "bf16_first_layers",
+            "index_head_dim", "index_topk", "index_skip_topk_offset", "hc_streams",
+            "bf16_first_layers",
             "bf16_last_layers", "mamba_heads", "mamba_head_dim",
             "mamba_state", "mamba_groups", "mamba_conv"}
 #: the fields of an MoE model, and of MLA attention (validated together)
@@ -148,7 +154,8 @@ INT_MAX = {
     "v_head_dim": 2**16, "mtp_layers": 2**8, "sliding_window": 2**24,
     "full_attention_every": 2**16, "o_lora_rank": 2**20, "o_groups": 2**16,
     "csa_layers": 2**16, "hca_layers": 2**16, "index_heads": 2**16, "index_head_dim": 2**16,
-    "index_topk": 2**24, "hc_streams": 2**6, "bf16_first_layers": 2**16,
+    "index_topk": 2**24, "index_topk_freq": 2**16, "index_skip_topk_offset": 2**16,
+    "hc_streams": 2**6, "bf16_first_layers": 2**16,
     "bf16_last_layers": 2**16, "mamba_heads": 2**16, "mamba_head_dim": 2**16,
     "mamba_state": 2**16, "mamba_groups": 2**16, "mamba_conv": 2**8,
 }
@@ -233,6 +240,8 @@ _BOOL_FIELDS = {
                       "Megatron-Bridge's Nemotron 3 Super NVFP4 te_quant.cfg)",
     "bf16_latent": "fp8 / MXFP8 / NVFP4 jobs run a latent MoE's two projections in 16 bits "
                    "(the same recipe)",
+    "index_loss": "DSA: the indexer is trained by its KL loss on the chosen keys (GLM-5's "
+                  "use_sparse_loss); false: a loss coefficient of 0, the top-k under no_grad",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
@@ -348,6 +357,9 @@ class Job:
     index_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
+    index_topk_freq: int = 1
+    index_skip_topk_offset: int = 0
+    index_loss: bool = True
     hc_streams: int = 0
     # per-layer and per-module precision under a low-precision recipe
     bf16_first_layers: int = 0
@@ -487,6 +499,26 @@ class Job:
         e, ih, idim = self.hidden, self.index_heads, self.index_head_dim
         return self.q_lora_rank * ih * idim + e * idim + 2 * idim + e * ih
 
+    def indexer_layers(self, layers: int | None = None) -> int:
+        """DSA: of ``layers`` layers numbered from 1 (default the model's; an MTP stack
+        numbers its own from 1), those that compute their top-k (and hold an indexer); under
+        IndexShare layer n reuses another's unless (max(n - max(offset, 1), 0)) % freq == 0
+        (Megatron-LM d98e8a6 dsa.py is_dsa_skip_topk_layer L37 - 47; Megatron-Bridge main
+        52fc01b flop_utils.py count_indexer_layers). 0 for other attention."""
+        if not self.dsa:
+            return 0
+        n = self.n_layers if layers is None else layers
+        offset, freq = max(self.index_skip_topk_offset, 1), self.index_topk_freq
+        return sum(max(k - offset, 0) % freq == 0 for k in range(1, n + 1))
+
+    @property
+    def indexer_share(self) -> float:
+        """DSA: the share of the layers (MTP depths included) that compute their top-k."""
+        if not self.dsa:
+            return 0.0
+        layers = self.n_layers + self.mtp_layers
+        return (self.indexer_layers() + self.indexer_layers(self.mtp_layers)) / layers
+
     @property
     def moe_width(self) -> int:
         """Width of the tokens the routed experts see and the all-to-alls move: the latent
@@ -542,15 +574,19 @@ class Job:
             q_lora, kv_lora = self.q_lora_rank, self.kv_lora_rank
             q = (e * q_lora + q_lora + q_lora * H * (dn + dr)) if q_lora else e * H * (dn + dr)
             kv = e * (kv_lora + dr) + kv_lora + kv_lora * H * (dn + dv)
-            return q + kv + H * dv * e + self.indexer_params()
+            return q + kv + H * dv * e
         return e * (self.attention_width + 2 * self.kv_width) + self.attention_width * e
 
     def compressor_params(self) -> int:
-        """csa: weights of every layer's compressors and indexer (Megatron-Bridge v0.6.0
-        flop_utils.py L937 - 964): a ratio-4 layer's two h -> 2 head_dim compressor
-        linears (two overlapping windows), its indexer's two h -> 2 index_head_dim
-        compressor linears, q_lora -> heads x index_head_dim queries and h -> heads weights;
-        a ratio-128 layer's two h -> head_dim linears; 0 for other attention."""
+        """Attention weights some layers hold and others do not, the model's total: csa's
+        compressors and indexers (Megatron-Bridge v0.6.0 flop_utils.py L937 - 964: a ratio-4
+        layer's two h -> 2 head_dim compressor linears (two overlapping windows), its
+        indexer's two h -> 2 index_head_dim compressor linears, q_lora -> heads x
+        index_head_dim queries and h -> heads weights; a ratio-128 layer's two h -> head_dim
+        linears); DSA's indexers, in the layers that compute their top-k (a layer reusing
+        another's builds none, dsa.py L1580 - 1584); 0 for other attention."""
+        if self.dsa:
+            return self.indexer_layers() * self.indexer_params()
         if self.attention != "csa":
             return 0
         e, D = self.hidden, self.head_dim
@@ -877,6 +913,11 @@ def _check_mla(values: dict[str, Any], source: str) -> None:
                                          "attention: csa" + (
                                              " (or attention: mla for DeepSeek sparse "
                                              "attention)" if key in INDEXER_FIELDS else ""))
+    dsa = kind == "mla" and values.get("index_topk")
+    for key, off in (("index_topk_freq", 1), ("index_skip_topk_offset", 0), ("index_loss", True)):
+        if values.get(key, off) != off and not dsa:
+            raise _fail(source, key, "is a DeepSeek sparse attention setting (attention: mla "
+                                     "with index_heads, index_head_dim, index_topk)")
     if values.get("hc_streams") == 1:
         raise _fail(source, "hc_streams", "expected 0 (no hyper-connections) or at least 2 "
                                           "residual streams, got 1")

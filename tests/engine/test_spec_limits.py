@@ -454,6 +454,9 @@ def test_job_integers_are_bounded(field):
             context.update(csa_layers=1, index_heads=1, index_head_dim=1, index_topk=1)
         if field == "o_groups":
             raw["hidden"] = raw["n_heads"] = 2**16
+    if field in ("index_topk_freq", "index_skip_topk_offset"):  # a DSA job (IndexShare)
+        context = {"attention": "mla", **{k: 1 for k in MLA_FIELDS}, "index_heads": 1,
+                   "index_head_dim": 1, "index_topk": 1}
     if field.startswith("mamba_"):  # a hybrid with a Mamba layer
         context = {"hybrid_pattern": "M-", "n_layers": 2, "mamba_heads": 2**16,
                    "mamba_state": 1}

@@ -53,8 +53,9 @@ def test_the_indexers_weights_by_hand():
     # linear_wq_b q_lora -> 2 x 32, linear_wk h -> 32 and its LayerNorm, weights h -> 2
     assert j.dsa and not mla.dsa
     assert j.indexer_params() == 64 * 2 * 32 + 256 * 32 + 2 * 32 + 256 * 2
-    assert j.attention_params() - mla.attention_params() == j.indexer_params()
-    assert j.params_total() - mla.params_total() == 4 * j.indexer_params()
+    assert j.attention_params() == mla.attention_params()
+    assert j.params_total() - mla.params_total() == j.compressor_params() \
+        == 4 * j.indexer_params()
 
 
 def test_keys_a_query_attends_to_by_hand():
@@ -218,6 +219,55 @@ def test_absorption_einsums_run_in_16_bits_and_recompute_reruns_the_key_part():
         T, 4 * 32.0, 32.0, x, p16, eff, operand_bytes=2.0)), rel=1e-12)
 
 
+def test_index_share_counts_glm52s_computing_layers():
+    # GLM-5.2 (index_topk_freq 4, offset 3): layers 1, 2, 3 and every 4th from 7 compute
+    # their top-k, 21 of 78; the MTP layer, numbered apart, computes its own
+    glm52 = dataclasses.replace(load_job("glm5"), index_topk_freq=4, index_skip_topk_offset=3)
+    assert glm52.indexer_layers() == 21 and glm52.indexer_layers(1) == 1
+    assert glm52.indexer_share == pytest.approx(22 / 79)
+    assert glm52.compressor_params() == 21 * glm52.indexer_params()
+    assert load_job("glm5").indexer_layers() == 78
+    # Megatron-Bridge counts the indexer's FLOPs on the computing layers alone
+    glm5 = load_job("glm5")
+    per_layer = model_flops_per_token(glm5) - model_flops_per_token(glm52)
+    assert per_layer > 0
+    drop = model_flops_per_token(glm5, training=False) - model_flops_per_token(
+        glm52, training=False)
+    s, ih, idim = 131072, 32, 128
+    forward_indexer = 2 * (2048 * ih * idim + 6144 * idim + 6144 * ih) \
+        + 2 * (s + 1) / 2 * ih * (idim + 1)
+    assert drop == pytest.approx((79 - 22) * forward_indexer, rel=1e-12)
+
+
+def test_index_share_and_a_disabled_loss_cost_less_by_hand():
+    shared, plain = job(index_topk_freq=2), job()
+    xs, xp = ctx(shared), ctx(plain)
+    eff = xp["gemm_eff"] * xp["gemm_sustained"]
+    # layers 1 and 3 of 4 compute their top-k (offset 0 counts from layer 1)
+    assert shared.indexer_layers() == 2 and xs["idx_share"] == 0.5
+    a, b = dsa.core(xp, 1.0, 4.0, 512.0, eff), dsa.core(xs, 1.0, 4.0, 512.0, eff)
+    # a computing layer runs the indexer, the loss and the sparse forward once more (for
+    # the loss's LSE); a layer reusing a top-k runs neither
+    attn = a["attn_f"]
+    assert b["f"] == pytest.approx(attn + 0.5 * (a["f"] - attn + attn), rel=1e-12)
+    f = dsa.projections(xp, 512.0, xp["peak16_flops_per_s"], eff)[0]
+    assert dsa.projections(xs, 512.0, xp["peak16_flops_per_s"], eff)[0] == \
+        pytest.approx(0.5 * f, rel=1e-12)
+    # without the loss: no target, no indexer backward, no projection gradients, nothing
+    # of the loss kept
+    off = ctx(job(index_loss=False))
+    c = dsa.core(off, 1.0, 4.0, 512.0, eff)
+    scores = gemm_s(512.0, 256.0, 32.0, xp, xp["peak16_flops_per_s"], eff, batch=2.0,
+                    out_bytes=0.0)
+    assert c["f"] == pytest.approx(attn + scores, rel=1e-12)
+    assert dsa.projections(off, 512.0, xp["peak16_flops_per_s"], eff)[1] == 0.0
+    for config in ({"mbs": 1}, {"mbs": 1, "cp": 2, "cp_comm": 1}):
+        on, no, sh = (step(j, n=2, **config) for j in (plain, job(index_loss=False), shared))
+        assert no["step_time_s"][0] < on["step_time_s"][0]
+        assert no["mem_bytes"][0] < on["mem_bytes"][0]
+        assert sh["mem_bytes"][0] < on["mem_bytes"][0]
+
+
 def test_gpus_before_hopper_are_refused():
     hw = load_hardware("A100-80GB")
     with pytest.raises(SweepError, match="fused kernels need Hopper or newer"):
@@ -341,6 +391,10 @@ def test_shipped_models_have_their_published_sizes():
     ({"causal": False}, "causal"),
     ({"bias": True}, "bias"),
     ({"dtype": "fp8", "recompute_mla_up": True}, "recompute_mla_up"),
+    ({"index_topk_freq": 0}, "index_topk_freq"),
+    ({**NO_INDEXER, "index_topk_freq": 4}, "index_topk_freq"),
+    ({**NO_INDEXER, "index_loss": False}, "index_loss"),
+    ({**NO_INDEXER, "index_skip_topk_offset": 3}, "index_skip_topk_offset"),
 ])
 def test_inconsistent_dsa_jobs_are_refused_naming_the_key(change, key):
     with pytest.raises(SpecError, match=f"test.yaml: {key}: "):

@@ -310,10 +310,8 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         kv_heads, d_attn = H, (d_qk + dv) / 2.0
         w_qkv, w_o = H * (2 * d_qk + dv), H * dv
         # down-projections (queries, and keys/values with the shared RoPE key) replicated
-        # over TP; the up-projections and the output projection sharded; a DSA indexer
-        # duplicated (dsa.py DSAIndexer: parallel_mode "duplicated")
-        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim) \
-            + job.indexer_params()
+        # over TP; the up-projections and the output projection sharded
+        p_attn_rep = job.hidden * (job.q_lora_rank + job.kv_lora_rank + job.qk_rope_head_dim)
     else:
         kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
         w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
@@ -325,9 +323,14 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # widths of the query/key/value projections' output and of the output projection's
         # input; weights of the attention block sharded over TP and replicated
         "w_qkv": float(w_qkv), "w_o": float(w_o),
-        "p_attn_tp": float(job.attention_params() - p_attn_rep + job.compressor_params()
-                           / job.n_layers + job.hc_params_per_layer()),
-        "p_attn_rep": float(p_attn_rep),
+        # (the weights some layers hold, a layer's mean: csa's compressors and indexers, at
+        # TP 1; DSA's indexers, duplicated over TP: dsa.py DSAIndexer parallel_mode
+        # "duplicated")
+        "p_attn_tp": float(job.attention_params() - p_attn_rep + (
+            0.0 if job.dsa else job.compressor_params() / job.n_layers)
+            + job.hc_params_per_layer()),
+        "p_attn_rep": float(p_attn_rep + (job.compressor_params() / job.n_layers
+                                          if job.dsa else 0.0)),
         "mla": float(mla), "q_lora": float(job.q_lora_rank), "kv_lora": float(job.kv_lora_rank),
         # compressed sparse attention (csa.py): its output projection, the shares of
         # ratio-4 and ratio-128 layers, the indexer, the average keys a query attends to
@@ -345,6 +348,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # DeepSeek sparse attention (dsa.py): the mean keys a query attends to, the stored
         # top-k list's entries
         "dsa": float(job.dsa), "dsa_keys": dsa_keys_per_query(job) if job.dsa else 0.0,
+        # (IndexShare: the share of layers computing their top-k; the indexer's loss)
+        "idx_share": job.indexer_share, "idx_shared": float(job.index_topk_freq > 1),
+        "idx_loss": float(job.index_loss),
         "dsa_topk_width": dsa.topk_width(job.index_topk, job.seq_len) if job.dsa else 0.0,
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
         "d_rope": float(job.qk_rope_head_dim), "d_v": float(job.v_head_dim),
@@ -1117,8 +1123,8 @@ def _layer(x, c, lay):
             gather = collective_s("allgather", T * (e + x["q_lora"]) * ab, t, c["nv_tp"], x)
             target = collective_s("allreduce", T * x["dsa_topk_width"] * dsa.SCORE_BYTES, t,
                                   c["nv_tp"], x)
-            tp_f_exp = tp_f_exp + np.where((x["dsa"] > 0) & (t > 1), gather + np.where(
-                x["training"] > 0, target, 0.0), 0.0)
+            tp_f_exp = tp_f_exp + np.where((x["dsa"] > 0) & (t > 1), x["idx_share"] * (
+                gather + np.where(dsa.trains(x), target, 0.0)), 0.0)
         # current scaling's amax all-reduces over the TP group (one fp32 each, blocking:
         # quantizer.cpp quantize_with_amax) are latency, never hidden
         if np.any(pt["amax_reduces_f"] > 0):
@@ -1135,8 +1141,8 @@ def _layer(x, c, lay):
         # (DSA: the absorbed latent key, kv_lora + rope wide, and the indexer's key, one
         # of each a token, all-gathered; its value is the latent key's first kv_lora
         # channels: dsa.py L1829 - 1863, L1981 - 1990)
-        kv_full = np.where(x["dsa"] > 0, b * s * (x["kv_lora"] + x["d_rope"] + x["idim"]) * ab,
-                           kv_full)
+        kv_full = np.where(x["dsa"] > 0, b * s * (x["kv_lora"] + x["d_rope"]
+                                                  + x["idx_share"] * x["idim"]) * ab, kv_full)
     step = p2p_s(kv_full / group, domain >= group, x)
     ring_f = (group - 1) * step
     ring_f_exp = np.maximum(ring_f - attn_layer_f, 0) + step

@@ -31,7 +31,7 @@ from .csa import DENSE_KERNEL_FRACTION_B, DENSE_KERNEL_FRACTION_F, SPARSE_BWD_SL
 from .kernels import TC_ALIGN, gemm_s
 
 __all__ = ["BEFORE_HOPPER", "core", "elementwise_bytes", "projections", "saved_bytes",
-           "sparse_kernels_s", "topk_width"]
+           "sparse_kernels_s", "topk_width", "trains"]
 
 #: bytes of one indexer score (fp32) and of one chosen key's index (int32)
 SCORE_BYTES, INDEX_BYTES = 4.0, 4.0
@@ -78,18 +78,25 @@ def topk_width(job_topk: int, seq_len: int) -> float:
     return float(-(-k // int(TOPK_ALIGN)) * TOPK_ALIGN) if k else 0.0
 
 
+def trains(x: Mapping):
+    """Whether the indexer's KL loss runs (a training job with index_loss)."""
+    return (x["training"] > 0) & (x["idx_loss"] > 0)
+
+
 def projections(x: Mapping, T, peak, eff):
     """(forward, backward, forward FLOPs) of the indexer's three linears on T tokens, in the
     job's GEMM format, duplicated on every TP rank over the whole sequence shard (under
     sequence parallelism the inputs are gathered first, dsa.py L1273 - 1275); backward the
-    weight gradients alone (the inputs are detached, L1886 - 1888)."""
+    weight gradients alone (the inputs are detached, L1886 - 1888), none when the loss does
+    not train the indexer; on the share of the layers that compute their top-k
+    (IndexShare: a layer reusing another's builds no indexer, L1580 - 1584)."""
     ih, idim, e, ql = x["ih"], x["idim"], x["e"], x["q_lora"]
-    ob = x["gemm_operand_bytes"]
+    ob, share = x["gemm_operand_bytes"], x["idx_share"]
     shapes = [(T, ih * idim, ql), (T, idim, e), (T, ih, e)]
     fwd = sum(gemm_s(M, N, K, x, peak, eff, operand_bytes=ob) for M, N, K in shapes)
     wgrad = sum(gemm_s(K, N, M, x, peak, eff, operand_bytes=ob) for M, N, K in shapes)
     flops = sum(2.0 * M * N * K for M, N, K in shapes)
-    return fwd, wgrad, flops
+    return share * fwd, share * np.where(trains(x), wgrad, 0.0), share * flops
 
 
 def sparse_kernels_s(x: Mapping, queries, keys, heads) -> tuple:
@@ -119,37 +126,39 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
 
     * attention: 2 H k (576 + 512) FLOPs a query forward, k the mean chosen keys
       (flops.dsa_keys_per_query), 2.5x backward (sparse_kernels_s);
-    * training, in the forward: the KL target's logits over the chosen keys (QK only, 2 H k
-      576) at the forward rate; the indexer's backward on the stored top-k lists (its query,
-      weight and key gradients: 3 x 2 heads x width a query and list entry, the heads padded
-      to 64 and the whole padded list: it has no top-k length, dsa_cudnn_kernels.py L1470 -
-      1499) at the GEMM rate;
     * the indexer's scores, 2 x heads x width FLOPs per query and earlier token (s / 2 on
       average), at the 16-bit GEMM rate, summed over the heads on chip (one fp32 matrix
-      written: elementwise_bytes).
-    FLOPs as executed, without padding."""
-    s, H_pad = x["s"], np.ceil(heads / HEAD_ALIGN) * HEAD_ALIGN
+      written: elementwise_bytes);
+    * when its loss trains the indexer, in the forward: the KL target's logits over the
+      chosen keys (QK only, 2 H k 576) at the forward rate; the indexer's backward on the
+      stored top-k lists (its query, weight and key gradients: 3 x 2 heads x width a query
+      and list entry, the heads padded to 64 and the whole padded list: it has no top-k
+      length, dsa_cudnn_kernels.py L1470 - 1499) at the GEMM rate; and under IndexShare the
+      sparse forward once more for the loss's LSE (FusedQKTopKWithSparseLossFunc, L2376 -
+      2472);
+    the indexer's parts on the share of the layers that compute their top-k. FLOPs as
+    executed, without padding."""
+    s, share = x["s"], x["idx_share"]
     keys, d_qk, d_v = x["dsa_keys"], x["kv_lora"] + x["d_rope"], x["kv_lora"]
     peak16 = x["peak16_flops_per_s"]
     queries = b * q_len
     per_head = 2.0 * queries * keys * (d_qk + d_v)
     attn_f, attn_b, target = sparse_kernels_s(x, queries, keys, heads)
-    training = x["training"] > 0
-    target_f = np.where(training, target, 0.0)
+    loss_on = trains(x)
     ih, idim = x["ih"], x["idim"]
     # (the mean key counts as GEMM widths, rounded up to the tensor cores' alignment: an
     # average of whole rows, not a misaligned operand)
     scores = gemm_s(q_len, _aligned(s / 2.0), idim, x, peak16, eff, batch=b * ih, out_bytes=0.0)
-    index_b = np.where(training, 3.0 * gemm_s(
-        q_len, _aligned(x["dsa_topk_width"]), idim, x, peak16, eff,
-        batch=b * np.maximum(ih, HEAD_ALIGN), out_bytes=0.0), 0.0)
+    index_b = 3.0 * gemm_s(q_len, _aligned(x["dsa_topk_width"]), idim, x, peak16, eff,
+                           batch=b * np.maximum(ih, HEAD_ALIGN), out_bytes=0.0)
+    loss = target + index_b + np.where(x["idx_shared"] > 0, attn_f, 0.0)
     attn_flops = heads * per_head
     index_flops = 2.0 * queries * ih * idim * s / 2.0
-    index_b_flops = np.where(training, 3.0 * 2.0 * queries * ih * idim * keys
-                             + 2.0 * heads * queries * keys * d_qk, 0.0)
-    return {"f": attn_f + target_f + scores + index_b, "b": attn_b,
-            "flops": attn_flops + index_flops + index_b_flops, "flops_b": 2.5 * attn_flops,
-            "attn_f": attn_f}
+    loss_flops = 3.0 * 2.0 * queries * ih * idim * keys + 2.0 * heads * queries * keys * d_qk \
+        + np.where(x["idx_shared"] > 0, attn_flops, 0.0)
+    return {"f": attn_f + share * (scores + np.where(loss_on, loss, 0.0)), "b": attn_b,
+            "flops": attn_flops + share * (index_flops + np.where(loss_on, loss_flops, 0.0)),
+            "flops_b": 2.5 * attn_flops, "attn_f": attn_f}
 
 
 def elementwise_bytes(x: Mapping, T, t) -> np.ndarray:
@@ -165,7 +174,7 @@ def elementwise_bytes(x: Mapping, T, t) -> np.ndarray:
     index_list = x["dsa_topk_width"] * INDEX_BYTES
     indexer = 2.0 * ab * (idim + (ih + 1.0) * dr)
     absorbed = 2.0 * ab * x["H"] / t * (x["kv_lora"] + dr)
-    return T * (scores + index_list + indexer + absorbed)
+    return T * (x["idx_share"] * (scores + index_list + indexer) + absorbed)
 
 
 def saved_bytes(x: Mapping, T, Ta, t, cp) -> dict:
@@ -174,18 +183,20 @@ def saved_bytes(x: Mapping, T, Ta, t, cp) -> dict:
     or values: absorbed_mla.py L562 - 582; dsa_cudnn_kernels.py L2264 - 2274): ``qkv`` the
     queries after q_b (the absorption's input) and the absorbed ones (H / t x 576) unless
     recompute_mla_up re-runs them (absorbed_mla.py L671 - 677), the latent key on the SP
-    shard, the compressed query and the attention input on all T tokens (the indexer's
-    duplicated linears keep their gathered inputs: dsa.py L1273 - 1275; the input's SP
-    shard is counted with the block's), and the attention's latent output (H / t x 512,
-    the value up-projection's input); ``core``, what
-    checkpointing the core attention (selective recompute) drops: the key row of every
-    token (576, gathered under CP), the stored top-k lists (int32) and the indexer's
-    gradients computed in the forward (its queries' and weights' per local token, its
-    key's per gathered token, 16-bit); the LSE is the fused attention's (calibrated)."""
+    shard and the compressed query, on all T tokens where the loss trains the indexer (its
+    duplicated linears keep their gathered inputs, the attention input's too: dsa.py L1273
+    - 1275; the input's SP shard is counted with the block's), and the attention's latent
+    output (H / t x 512, the value up-projection's input); ``core``, what checkpointing the
+    core attention (selective recompute) drops: the key row of every token (576, gathered
+    under CP), the stored top-k lists (int32) and, with the loss, the indexer's gradients
+    computed in the forward (its queries' and weights' per local token, its key's per
+    gathered token, 16-bit); the LSE is the fused attention's (calibrated). The indexer's
+    parts on the share of the layers computing their top-k."""
     ab, H, dr, kvr = x["act_bytes"], x["H"], x["d_rope"], x["kv_lora"]
+    share, loss_on = x["idx_share"], np.where(trains(x), 1.0, 0.0)
     queries = H / t * (x["d_qk"] + kvr + dr) * ab * (1.0 - x["rc_mla_up"])
-    qkv = T * (queries + x["q_lora"] * ab + H / t * kvr * ab) + Ta * (kvr + dr) * ab \
-        + (T - Ta) * x["e"] * ab
-    gathered = T * cp * (kvr + dr + x["idim"]) * ab
-    local = T * (x["dsa_topk_width"] * INDEX_BYTES + (x["ih"] * x["idim"] + x["ih"]) * ab)
-    return {"qkv": qkv, "core": gathered + local}
+    gathered_in = (T - Ta) * (x["q_lora"] + x["e"]) * ab * share * loss_on
+    qkv = T * (queries + H / t * kvr * ab) + Ta * (x["q_lora"] + kvr + dr) * ab + gathered_in
+    grads = T * (cp * x["idim"] + x["ih"] * x["idim"] + x["ih"]) * ab * loss_on
+    core = T * cp * (kvr + dr) * ab + share * (T * x["dsa_topk_width"] * INDEX_BYTES + grads)
+    return {"qkv": qkv, "core": core}

@@ -30,10 +30,9 @@ def matmul_params_per_layer(job: Job, moe: bool = False) -> int:
     latent MoE's two projections (Megatron-Bridge v0.6.0 training/utils/flop_utils.py L526 -
     536: routed experts on moe_latent_size, plus 4 b s h L for the projections). MLA's two
     LoRA norms are counted, as Megatron counts them."""
-    # (csa: without its heads' sink logits, which Megatron-Bridge does not count; DSA:
-    # without its indexer, whose FLOPs _dsa_flops_per_token counts, its norm aside)
-    attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0) \
-        - job.indexer_params()
+    # (csa: without its heads' sink logits, which Megatron-Bridge does not count; a DSA
+    # indexer's FLOPs _dsa_flops_per_token counts)
+    attention = job.attention_params() - (job.n_heads if job.attention == "csa" else 0)
     if not moe:
         return attention + job.ffn_params(job.ffn_hidden)
     return (attention + job.ffn_params(job.shared_ffn_hidden)
@@ -96,21 +95,25 @@ def _dsa_flops_per_token(job: Job, training: bool) -> float:
     included, forward and backward, as Megatron-Bridge counts them since its PR #5324
     (main 52fc01b, 2026-08-05, flop_utils.py "dsa" branch; v0.6.0 counted dense causal MLA):
     absorbed attention 3 x 2 x keys x H x (kv_lora + rope + kv_lora) over the mean chosen
-    keys (dsa_keys_per_query); the indexer's projections forward and weight gradient (4 x
-    weights; forward-only 2 x), its scores 2 x heads x (width + 1) per earlier token ((s +
-    1) / 2), their gradient on the chosen keys alone (4 x, the sparse KL loss), and the
-    loss's target logits 2 x keys x H x (kv_lora + rope) - no loss when not training."""
+    keys (dsa_keys_per_query); on the layers that compute their top-k (IndexShare:
+    Job.indexer_layers, the MTP depths numbered apart) the indexer's projections forward and
+    weight gradient (4 x weights; untrained 2 x), its scores 2 x heads x (width + 1) per
+    earlier token ((s + 1) / 2), their gradient on the chosen keys alone (4 x, the sparse KL
+    loss), and the loss's target logits 2 x keys x H x (kv_lora + rope) - no loss when not
+    training or without index_loss."""
     layers = job.n_layers + job.mtp_layers
+    computing = job.indexer_layers() + job.indexer_layers(job.mtp_layers)
     s, H, ih, idim = job.seq_len, job.n_heads, job.index_heads, job.index_head_dim
     keys, dense = dsa_keys_per_query(job), (s + 1) / 2.0
     qk, v = job.kv_lora_rank + job.qk_rope_head_dim, job.kv_lora_rank
     projections = job.q_lora_rank * ih * idim + job.hidden * idim + job.hidden * ih
     score = ih * (idim + 1)
-    per_layer = (3.0 if training else 1.0) * 2.0 * keys * H * (qk + v) \
-        + (4.0 if training else 2.0) * projections + 2.0 * dense * score
-    if training:
-        per_layer += 4.0 * keys * score + 2.0 * keys * H * qk
-    return layers * per_layer
+    trains = training and job.index_loss
+    indexer = (4.0 if trains else 2.0) * projections + 2.0 * dense * score
+    if trains:
+        indexer += 4.0 * keys * score + 2.0 * keys * H * qk
+    return layers * (3.0 if training else 1.0) * 2.0 * keys * H * (qk + v) \
+        + computing * indexer
 
 
 def _csa_flops_per_token(job: Job) -> float:
