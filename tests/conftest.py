@@ -94,3 +94,25 @@ def candidate_block(n: int = 1, **kw) -> dict:
     if "nv_ep" not in kw:
         cols["nv_ep"] = expert_ranks_per_domain(cols)
     return cols
+
+
+def calibrated_context(job, hardware: str = "H100-SXM") -> dict:
+    """The calibrated profile's context of ``job`` on a catalog GPU, at its generation's
+    calibration."""
+    from sweep.engine.catalog import load_hardware
+    from sweep.model.cost import calibrated
+
+    hw = load_hardware(hardware)
+    return calibrated.make_context(job, hw, hw.calibration)
+
+
+def calibrated_step(job, hardware: str = "H100-SXM", n: int = 1, **config) -> dict:
+    """One candidate of ``config`` (candidate_block) evaluated by the calibrated profile on
+    ``n`` GPUs, data parallel over what tp x cp x pp leave."""
+    import numpy as np
+
+    from sweep.model.cost import calibrated
+
+    c = candidate_block(1, **config)
+    c["dp"] = np.asarray([n // (c["tp"][0] * c["cp"][0] * c["pp"][0])])
+    return calibrated.evaluate(calibrated_context(job, hardware), c)

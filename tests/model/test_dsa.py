@@ -21,7 +21,7 @@ from sweep.model.cost.flops import dsa_keys_per_query, model_flops_per_token
 from sweep.model.cost.kernels import collective_s, gemm_s
 from sweep.model.job import parse_job
 from sweep.model.schema import Recompute
-from tests.conftest import candidate_block
+from tests.conftest import calibrated_context, calibrated_step, candidate_block
 
 RAW = {"n_layers": 4, "hidden": 256, "ffn_hidden": 512, "n_heads": 4, "n_kv_heads": 4,
        "head_dim": 48, "vocab": 1024, "seq_len": 512, "global_batch": 8, "mlp": "swiglu",
@@ -35,15 +35,7 @@ def job(**kw):
     return parse_job({**RAW, **kw}, "test.yaml", "t")
 
 
-def ctx(j, hw="H100-SXM"):
-    h = load_hardware(hw)
-    return calibrated.make_context(j, h, h.calibration)
-
-
-def step(j, hw="H100-SXM", n=1, **config):
-    c = candidate_block(1, **config)
-    c["dp"] = np.asarray([n // (c["tp"][0] * c["cp"][0] * c["pp"][0])])
-    return calibrated.evaluate(ctx(j, hw), c)
+ctx, step = calibrated_context, calibrated_step
 
 
 # ------------------------------------------------------------------------------ by hand
