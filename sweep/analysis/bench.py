@@ -63,6 +63,10 @@ MOE = Workload("deepseek_v3 calibrated GB200 nvs72 64", "calibrated",
 #: per-layer terms of a main block and of a depth, the routed experts at the latent width
 HYBRID = Workload("nemotron_3_super calibrated GB200 nvs72 64", "calibrated",
                   (("nemotron_3_super", "GB200-NVL72", 72, "1d", 64),))
+#: DeepSeek sparse attention at 128K tokens (GLM-5): context parallelism with the all-gather,
+#: the indexer's terms, EP; with --full or --only
+DSA = Workload("glm5 calibrated GB200 nvs72 64", "calibrated",
+               (("glm5", "GB200-NVL72", 72, "1d", 64),))
 #: many cases that differ only in hardware (issue 19): gpt3_1T 1d on B200 at 8192 GPUs
 #: over a 20 x 20 grid of HBM bandwidth (0.5 - 16 TB/s) and capacity (80 - 1000 GB), as a
 #: hardware-grid spec expands; one enumeration shared, as in a run (SpaceCache). Its
@@ -177,7 +181,7 @@ def run_bench(repeat: int = 5, full: bool = False, only: Sequence[str] = ()) -> 
     Raises:
         SweepError: ``only`` matches no workload (with the names).
     """
-    every = list(STANDARD) + [MOE, HYBRID, MANY_CASES, CALIBRATED_LARGE,
+    every = list(STANDARD) + [MOE, HYBRID, MANY_CASES, CALIBRATED_LARGE, DSA,
                               nersc_reproduction()]
     if only:
         workloads = [w for w in every if any(o.lower() in w.name.lower() for o in only)]

@@ -915,10 +915,12 @@ def _layer(x, c, lay):
         fa_f, fa_b, attn_flops, attn_flops_b = (np.where(csa_row, new, old) for new, old in zip(
             (sparse["f"], sparse["b"], sparse["flops"], sparse["flops_b"]),
             (fa_f, fa_b, attn_flops, attn_flops_b)))
+    indexer_f = None  # (DSA: the indexer's and its loss's share of the forward, op_table)
     if np.any(x["dsa"] > 0) and not summa:
         # DeepSeek sparse attention: the chosen keys and the indexer (dsa.core)
         sparse = dsa.core(x, b, Hl, q_len, eff)
         dsa_row = x["dsa"] > 0
+        indexer_f = np.where(dsa_row, sparse["f"] - sparse["attn_f"], 0.0)
         fa_f, fa_b, attn_flops, attn_flops_b = (np.where(dsa_row, new, old) for new, old in zip(
             (sparse["f"], sparse["b"], sparse["flops"], sparse["flops_b"]),
             (fa_f, fa_b, attn_flops, attn_flops_b)))
@@ -1208,6 +1210,8 @@ def _layer(x, c, lay):
            "flops_b": 2.0 * gemm_flops + attn_flops_b,
            "recompute_flops": extra_flops, "mlp_flops_f": flops_each[2] + flops_each[3],
            "kv_gathered": np.where(split & lay["kv_allgather"], kv_full, 0.0)}
+    if indexer_f is not None:
+        out["indexer_f"] = indexer_f
     if hybrid:
         out.update(ssm_f=ssm_f, ssm_b=ssm_b, compute_f=out["compute_f"] + ssm_f,
                    compute_b=out["compute_b"] + ssm_b, flops_f=out["flops_f"] + ssm_flops,
@@ -2324,7 +2328,10 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
             add(name, moe_reps * (moe_lay[key + "_f"] + bwd * moe_lay[key + "_b"]), kind)
         add("EP all-to-all and ETP collectives (exposed)",
             moe_reps * (moe_lay["ep_f"] + bwd * moe_lay["ep_b"]), "ep_comm_s")
-    add("attention core", both("attn_f") + bwd * both("attn_b"))
+    indexer = both("indexer_f") if "indexer_f" in lay else 0.0
+    add("attention core", both("attn_f") - indexer + bwd * both("attn_b"))
+    if "indexer_f" in lay:  # (DSA: the indexer's scores, top-k and loss; its linears are QKV's)
+        add("DSA indexer: scores, top-k, loss", indexer)
     add("norms, activations, residuals", both("memory_f") + bwd * both("memory_b")
         - (moe_reps * (moe_lay["permute_f"] + moe_lay["expert_act_f"] + bwd * (
             moe_lay["permute_b"] + moe_lay["expert_act_b"])) if moe_on else 0.0),
