@@ -190,6 +190,8 @@ def unsupported_job_precision(job: Job, hw: Hardware) -> str | None:
     why = unsupported_precision(job.dtype, hw)
     if why:
         return f"dtype: {why}"
+    if job.dsa and job.dtype == "fp32":
+        return "dtype: DeepSeek sparse attention's fused kernels are 16-bit; fp32 is not run"
     if job.dsa and hw.generation in dsa.BEFORE_HOPPER:
         # (Megatron-Core's fused DSA kernels need SM90 or newer, dsa_cudnn_kernels.py L340 -
         # 345; before it an unfused fallback materialises every score)
@@ -350,6 +352,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         "dsa": float(job.dsa), "dsa_keys": dsa_keys_per_query(job) if job.dsa else 0.0,
         # (IndexShare: the share of layers computing their top-k; the indexer's loss)
         "idx_share": job.indexer_share, "idx_shared": float(job.index_topk_freq > 1),
+        "idx_group": float(job.index_topk_freq if job.dsa else 1),
         "idx_loss": float(job.index_loss),
         "dsa_topk_width": dsa.topk_width(job.index_topk, job.seq_len) if job.dsa else 0.0,
         "d_qk": float(job.qk_nope_head_dim + job.qk_rope_head_dim),
@@ -1150,7 +1153,12 @@ def _layer(x, c, lay):
     ring_f_exp = np.maximum(ring_f - attn_layer_f, 0) + step
     ring_b_exp = np.maximum(2 * ring_f - attn_layer_b, 0) + step
     ag = collective_s("allgather", kv_full, group, domain, x)
-    rs = collective_s("reducescatter", kv_full, group, domain, x)
+    kv_full_b = kv_full
+    if np.any(x["dsa"] > 0):  # (DSA: an untrained indexer's key is gathered under no_grad,
+        # dsa.py L1979 - 1990: its gradient is not reduce-scattered back)
+        kv_full_b = np.where(dsa.trains(x) | (x["dsa"] <= 0), kv_full, b * s * (
+            x["kv_lora"] + x["d_rope"]) * ab)
+    rs = collective_s("reducescatter", kv_full_b, group, domain, x)
     split = group > 1
     cp_f_exp = np.where(split, np.where(lay["kv_allgather"], ag, ring_f_exp), 0.0)
     # (DSA keeps the gathered keys: its backward reduce-scatters their gradients alone,
@@ -1826,6 +1834,17 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     layers_first = layers - slot
     # (candidates.last_stage_layers is the same rule for one candidate)
     layers_last = np.maximum(items - (pp - 1.0) * layers - slot, 0.0)
+    if np.any(x["idx_group"] > 1.0):
+        # DSA IndexShare: stages of whole sharing groups (dsa.busiest_stage_layers;
+        # Megatron-Bridge's GLM-5.2 GB200 demo, PP 6: 16 layers on its busiest stages against
+        # 13 even); the middle stages take it, or the first of two; the rest keep the even
+        # split's
+        busiest = dsa.busiest_stage_layers(L, x["idx_group"], pp)
+        grouped = multi & (x["idx_group"] > 1.0)
+        two = pp == 2.0
+        layers = np.where(grouped & ~two, np.maximum(layers, busiest), layers)
+        layers_first = np.where(grouped & two, np.maximum(layers_first, busiest - slot),
+                                layers_first)
     m = B / (dp * b)  # micro-batches per iteration
     T = lay["T"]  # tokens per GPU in the tensor-parallel region
     r = as_array(c["recompute"])

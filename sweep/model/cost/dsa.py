@@ -18,7 +18,10 @@ their lines: docs/notes/moe-research.md section 32):
 * the indexer's KL loss on the chosen keys (use_sparse_loss, GLM-5): in the forward pass the
   attention logits over the chosen keys are recomputed for every head (QK only, with the
   forward's LSE) and the indexer's backward runs at once, its gradients kept for the
-  backward pass (dsa_cudnn_kernels.py FusedIndexerSparseAttnFunc L2147 - 2337).
+  backward pass (dsa_cudnn_kernels.py FusedIndexerSparseAttnFunc L2147 - 2337); none with
+  index_loss false;
+* IndexShare (GLM-5.2): the layers reusing another's top-k hold no indexer; the indexer's
+  costs count on the computing layers' share (an average layer, as csa's kinds of layer).
 """
 
 from __future__ import annotations
@@ -30,37 +33,39 @@ import numpy as np
 from .csa import DENSE_KERNEL_FRACTION_B, DENSE_KERNEL_FRACTION_F, SPARSE_BWD_SLOWDOWN
 from .kernels import TC_ALIGN, gemm_s
 
-__all__ = ["BEFORE_HOPPER", "core", "elementwise_bytes", "projections", "saved_bytes",
-           "sparse_kernels_s", "topk_width", "trains"]
+__all__ = ["BEFORE_HOPPER", "busiest_stage_layers", "core", "elementwise_bytes", "projections",
+           "saved_bytes", "sparse_kernels_s", "topk_width", "trains"]
 
 #: bytes of one indexer score (fp32) and of one chosen key's index (int32)
 SCORE_BYTES, INDEX_BYTES = 4.0, 4.0
 #: the top-k list is padded to a multiple of this many entries (dsa_cudnn_kernels.py
 #: L340 - 345, L887 - 892)
 TOPK_ALIGN = 512.0
-#: The sparse kernels gather each query's chosen key rows (576 x 2 bytes, K = V) from HBM,
-#: no reuse between queries but what the L2 catches, and run H heads of MMAs on them: a
-#: kernel takes the longer of its FLOPs at a compute-bound fraction of the 16-bit peak and
-#: its rows at the HBM's rate (FlashMLA's own analysis of MLA kernels, deepseek-ai/FlashMLA
-#: docs/20250422-new-kernel-deep-dive.md: FLOPs / bytes ~ 2 H). Compute-bound fractions:
-#: forward a dense fused kernel's, cuDNN's causal attention at DeepSeek-V3's heads on GB200,
-#: 1406 of 2500 TFLOPS (csa.DENSE_KERNEL_FRACTION_F); backward cuDNN's sparse backward where
-#: it is compute-bound, at DeepSeek-V4-Pro's 128 heads on GB200, 786 of 2500
-#: (benchmark/dsa/results/deepseek_v4/gb200/deepseek_v4_20260928_122733.csv @07b4346)
+#: The sparse kernels gather each query's chosen key rows (576 x 2 bytes, K = V), no reuse
+#: between queries but what the L2 catches, and run H heads of MMAs on them: a kernel takes
+#: the longer of its FLOPs at a compute-bound fraction of the 16-bit peak and its row
+#: gathers (FlashMLA's own analysis of MLA kernels, deepseek-ai/FlashMLA docs/20250422-new-
+#: kernel-deep-dive.md: FLOPs / bytes ~ 2 H). Compute-bound fractions: forward a dense fused
+#: kernel's, cuDNN's causal attention at DeepSeek-V3's heads on GB200, 1406 of 2500 TFLOPS
+#: (csa.DENSE_KERNEL_FRACTION_F); backward cuDNN's sparse backward where it is compute-bound,
+#: at DeepSeek-V4-Pro's 128 heads on GB200, 786 of 2500 (benchmark/dsa/results/deepseek_v4/
+#: gb200/deepseek_v4_20260928_122733.csv @07b4346)
 COMPUTE_FRACTION_F = DENSE_KERNEL_FRACTION_F
 COMPUTE_FRACTION_B = DENSE_KERNEL_FRACTION_B / SPARSE_BWD_SLOWDOWN
-#: key rows read per query and chosen key, forward and backward (the backward reads them
-#: again and accumulates their fp32 gradients), from cuDNN's DSA benchmark at GLM-5's shape
-#: on GB200, HBM-bound there (64 heads, QK 576, PV 512, every query 2048 keys, s = 4096:
-#: 1.138 ms forward, 4.423 ms backward, NVIDIA/cudnn-frontend benchmark/dsa/results/glm53/
-#: gb200/glm53_20260928_124257.csv @07b111f) at the GB200's 8 TB/s: 1.138 ms x 8e12 B/s /
-#: (4096 x 2048 x 1152 B) and the same for 4.423 ms. Against cuDNN's backward on H200
-#: (370 TFLOPS, glm53/h200) this gives 311 (compute-bound); against FlashMLA's sparse
-#: forward on H800 (up to 640 TFLOPS, README 2025-09-29) 556
-ROW_READS_F = 1.138e-3 * 8e12 / (4096.0 * 2048.0 * 1152.0)
-ROW_READS_B = 4.423e-3 * 8e12 / (4096.0 * 2048.0 * 1152.0)
-#: generations whose GPUs run the fused DSA kernels (SM90 and newer, dsa_cudnn_kernels.py
-#: L340 - 345); on older ones an unfused fallback materialises every score (refused)
+#: the row gathers' time a query and key, forward and backward (the backward gathers the rows
+#: again and accumulates their fp32 gradients), in reads of the row at the HBM's nominal
+#: rate: cuDNN's DSA benchmark at GLM-5's shape on GB200 bound by them (64 heads, QK 576, PV
+#: 512, every query 2048 keys, NVIDIA/cudnn-frontend benchmark/dsa/results/glm53/gb200/
+#: glm53_20260928_124257.csv @07b111f) at its longest sequence, s = 32K (9.784 ms forward,
+#: 38.307 ms backward: 32768 x 2048 x 1152 bytes at 8 TB/s, 1.01 and 3.97 times), whose
+#: 38 MB of key rows outgrow the L2 more than the shorter ones' (at s = 4096, 4.7 MB, the
+#: kernels run 8 % faster: the model is 8 % slow there). Long-context training (128K, 151 MB
+#: a CP rank's gathered rows) lies beyond the benchmark; on H200 its backward at 32K is 25 %
+#: slower than this gives (100.8 ms measured, 75.1 compute-bound in the model)
+ROW_READS_F = 9.784e-3 * 8e12 / (32768.0 * 2048.0 * 1152.0)
+ROW_READS_B = 38.307e-3 * 8e12 / (32768.0 * 2048.0 * 1152.0)
+#: generations before Hopper: the fused DSA kernels need SM90 or newer (dsa_cudnn_kernels.py
+#: L340 - 345); there an unfused fallback materialises every score (jobs refused)
 BEFORE_HOPPER = ("volta", "ampere")
 #: the kernels run the local query heads padded to a multiple of 64 (dsa_cudnn_kernels.py
 #: L348 - 399: 64 on SM90, 64 or 128 on SM100)
@@ -70,6 +75,13 @@ HEAD_ALIGN = 64.0
 def _aligned(n):
     """``n`` rounded up to a multiple of the tensor cores' alignment (kernels.TC_ALIGN)."""
     return np.ceil(n / TC_ALIGN) * TC_ALIGN
+
+
+def busiest_stage_layers(layers, freq, pp):
+    """IndexShare under pipeline parallelism: every stage starts on a layer computing its
+    top-k (Megatron-Core refuses cross-stage sharing, dsa.py L1961 - 1972), so stages hold
+    whole groups of ``freq`` layers and the busiest holds freq x ceil(layers / (freq pp))."""
+    return freq * np.ceil(layers / (freq * pp))
 
 
 def topk_width(job_topk: int, seq_len: int) -> float:
@@ -103,14 +115,14 @@ def sparse_kernels_s(x: Mapping, queries, keys, heads) -> tuple:
     """(forward, backward, the loss target's logits) time of the sparse attention kernels
     for ``queries`` queries of ``heads`` heads (padded to HEAD_ALIGN), ``keys`` chosen keys
     each: the longer of the FLOPs (2 H k (576 + 512) forward, 2.5x backward, 2 H k 576 for
-    the target's QK) at COMPUTE_FRACTION_* of the 16-bit peak and the key rows (ROW_READS_*
-    x (kv_lora + rope) x 16 bits a query and key; the target's read once more as the
-    forward's) at the HBM's rate, plus a kernel's launch."""
+    the target's QK) at COMPUTE_FRACTION_* of the 16-bit peak and the key rows' gathers
+    (ROW_READS_* x (kv_lora + rope) x 2 bytes a query and key, the target's once more as the
+    forward's) at the HBM's nominal rate, plus a kernel's launch."""
     H_pad = np.ceil(heads / HEAD_ALIGN) * HEAD_ALIGN
     d_qk, d_v = x["kv_lora"] + x["d_rope"], x["kv_lora"]
     qk_flops = 2.0 * queries * keys * H_pad * d_qk
     flops_f = qk_flops * (d_qk + d_v) / d_qk
-    rows = queries * keys * d_qk * x["act_bytes"] / x["hbm_Bps"]
+    rows = queries * keys * d_qk * 2.0 / x["hbm_Bps"]  # (16-bit rows: the kernels' only)
     peak16 = x["peak16_flops_per_s"]
     fwd = np.maximum(flops_f / (peak16 * COMPUTE_FRACTION_F), ROW_READS_F * rows)
     bwd = np.maximum(2.5 * flops_f / (peak16 * COMPUTE_FRACTION_B), ROW_READS_B * rows)
@@ -188,15 +200,16 @@ def saved_bytes(x: Mapping, T, Ta, t, cp) -> dict:
     - 1275; the input's SP shard is counted with the block's), and the attention's latent
     output (H / t x 512, the value up-projection's input); ``core``, what checkpointing the
     core attention (selective recompute) drops: the key row of every token (576, gathered
-    under CP), the stored top-k lists (int32) and, with the loss, the indexer's gradients
+    under CP), the stored top-k lists (int32; every layer its own copy, IndexShare's too:
+    dsa_cudnn_kernels.py L1988 - 1992, L2547) and, with the loss, the indexer's gradients
     computed in the forward (its queries' and weights' per local token, its key's per
-    gathered token, 16-bit); the LSE is the fused attention's (calibrated). The indexer's
-    parts on the share of the layers computing their top-k."""
+    gathered token, 16-bit), on the share of the layers computing their top-k; the LSE is
+    the fused attention's (calibrated)."""
     ab, H, dr, kvr = x["act_bytes"], x["H"], x["d_rope"], x["kv_lora"]
     share, loss_on = x["idx_share"], np.where(trains(x), 1.0, 0.0)
     queries = H / t * (x["d_qk"] + kvr + dr) * ab * (1.0 - x["rc_mla_up"])
     gathered_in = (T - Ta) * (x["q_lora"] + x["e"]) * ab * share * loss_on
     qkv = T * (queries + H / t * kvr * ab) + Ta * (x["q_lora"] + kvr + dr) * ab + gathered_in
     grads = T * (cp * x["idim"] + x["ih"] * x["idim"] + x["ih"]) * ab * loss_on
-    core = T * cp * (kvr + dr) * ab + share * (T * x["dsa_topk_width"] * INDEX_BYTES + grads)
+    core = T * cp * (kvr + dr) * ab + T * x["dsa_topk_width"] * INDEX_BYTES + share * grads
     return {"qkv": qkv, "core": core}
