@@ -649,16 +649,15 @@ def _mla_projections(x, T, Ta, t, peak, eff):
                        + gemm_s(K, N, M, x, p, ef, operand_bytes=o), 0.0)
               for u, (M, N, K), (p, ef, o) in zip(use, shapes, rates))
     flops = sum(np.where(u, 2.0 * M * N * K, 0.0) for u, (M, N, K) in zip(use, shapes))
-    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob),
-                  gemm_s(*shapes[2], x, peak, eff, operand_bytes=ob)) \
-        + gemm_s(*shapes[4], x, *rates[4][:2], operand_bytes=rates[4][2])
+    kv_peak, _, kv_ob = rates[4]
+    kv_up = gemm_s(*shapes[4], x, kv_peak, eff, operand_bytes=kv_ob)
     if np.any(dsa_row):
         # (DSA: recompute_mla_up re-runs the key absorption, not the value up-projection,
         # which sits outside the checkpoint: absorbed_mla.py L878 - 885)
-        k_part = gemm_s(T, H * (d_qk - dr) / t, kvr, x, *rates[4][:2],
-                        operand_bytes=rates[4][2])
-        up = np.where(dsa_row, up - gemm_s(*shapes[4], x, *rates[4][:2],
-                                           operand_bytes=rates[4][2]) + k_part, up)
+        kv_up = np.where(dsa_row, gemm_s(T, H * (d_qk - dr) / t, kvr, x, kv_peak, eff,
+                                         operand_bytes=kv_ob), kv_up)
+    up = np.where(q_compressed, gemm_s(*shapes[1], x, peak, eff, operand_bytes=ob),
+                  gemm_s(*shapes[2], x, peak, eff, operand_bytes=ob)) + kv_up
     return fwd, bwd, flops, up
 
 

@@ -154,17 +154,16 @@ def core(x: Mapping, b, heads, q_len, eff) -> dict:
     keys, d_qk, d_v = x["dsa_keys"], x["kv_lora"] + x["d_rope"], x["kv_lora"]
     peak16 = x["peak16_flops_per_s"]
     queries = b * q_len
-    per_head = 2.0 * queries * keys * (d_qk + d_v)
     attn_f, attn_b, target = sparse_kernels_s(x, queries, keys, heads)
     loss_on = trains(x)
     ih, idim = x["ih"], x["idim"]
-    # (the mean key counts as GEMM widths, rounded up to the tensor cores' alignment: an
-    # average of whole rows, not a misaligned operand)
+    # (the mean earlier tokens as a GEMM width, rounded up to the tensor cores' alignment:
+    # an average of whole rows, not a misaligned operand)
     scores = gemm_s(q_len, _aligned(s / 2.0), idim, x, peak16, eff, batch=b * ih, out_bytes=0.0)
     index_b = 3.0 * gemm_s(q_len, _aligned(x["dsa_topk_width"]), idim, x, peak16, eff,
                            batch=b * np.maximum(ih, HEAD_ALIGN), out_bytes=0.0)
     loss = target + index_b + np.where(x["idx_shared"] > 0, attn_f, 0.0)
-    attn_flops = heads * per_head
+    attn_flops = 2.0 * queries * keys * heads * (d_qk + d_v)
     index_flops = 2.0 * queries * ih * idim * s / 2.0
     loss_flops = 3.0 * 2.0 * queries * ih * idim * keys + 2.0 * heads * queries * keys * d_qk \
         + np.where(x["idx_shared"] > 0, attn_flops, 0.0)
