@@ -632,6 +632,12 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
                        f"FSDP=N, dp_shard=N)")
     if not zero[2]:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
+    optimizer = _optimizer(run, zero[0])
+    if optimizer:
+        job = dataclasses.replace(job, **optimizer)
+        assumptions.append("precision-aware optimizer" + (
+            ", bf16 moments (the DeepSeek-V3 recipe)" if len(optimizer) > 1 else
+            " (bf16 performance runs)"))
     layers_per_stage = int(np.ceil(job.n_layers / pp))
     recomputes, note = _recompute(v["recompute"] or stack.default_recompute, v,
                                   layers_per_stage, job.is_moe and job.moe_layer_step <= 1)
@@ -679,6 +685,22 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     if oom:
         return case  # compared on feasibility only
     return _metric(case, run)
+
+
+def _optimizer(run: Run, zero: int) -> dict:
+    """Adam's states as Megatron-Bridge's performance runs keep them: its scripts turn the
+    precision-aware optimizer on for bf16 runs (v0.1.0rc3 - rc4 run_script.py, v0.2.0
+    utils/helpers.py, v0.3.x utils/overrides.py: compute_dtype bf16 ->
+    use_precision_aware_optimizer = True; the recipes' fp32 states, master weights as
+    remainders) and off under Megatron FSDP (the same files); its DeepSeek-V3 recipe keeps
+    bf16 moments and main gradients at every precision (recipes/deepseek/deepseek_v3.py,
+    v0.1.0rc4 - v0.3.1: exp_avg_dtype = exp_avg_sq_dtype = main_grads_dtype = bfloat16)."""
+    if run.framework != "megatron-bridge" or zero == 3:
+        return {}
+    if run.model is not None and run.model.name == "deepseek_v3":
+        return {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16",
+                "exp_avg_sq_dtype": "bf16", "main_grads_dtype": "bf16"}
+    return {"precision_aware_optimizer": True} if run.dtype == "bf16" else {}
 
 
 def _experts(v: Mapping[str, str], run: Run, job: Job, fixed: Mapping[str, int],

@@ -193,6 +193,13 @@ _CHOICES = {
     # expert) or flex (DeepEP / HybridEP: one copy per destination GPU over NVLink and one per
     # destination NVLink domain over the NICs; Megatron-Core moe_token_dispatcher_type=flex)
     "moe_dispatcher": ("alltoall", "flex"),
+    # Adam's moments and master weights under Megatron-Core's precision-aware optimizer
+    # (optimizer_config.py exp_avg_dtype, exp_avg_sq_dtype, main_params_dtype; Transformer
+    # Engine FusedAdam: fp32, fp16, bf16 or fp8 moments, fp32 or fp16 master weights)
+    "exp_avg_dtype": ("fp32", "bf16", "fp16", "fp8"),
+    "exp_avg_sq_dtype": ("fp32", "bf16", "fp16", "fp8"),
+    "main_params_dtype": ("fp32", "fp16"),
+    "main_grads_dtype": ("fp32", "bf16"),
 }
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
@@ -242,6 +249,15 @@ _BOOL_FIELDS = {
                    "(the same recipe)",
     "index_loss": "DSA: the indexer is trained by its KL loss on the chosen keys (GLM-5's "
                   "use_sparse_loss); false: a loss coefficient of 0, the top-k under no_grad",
+    "precision_aware_optimizer": "Adam runs in Transformer Engine's FusedAdam with the "
+                                 "states' formats of exp_avg_dtype, exp_avg_sq_dtype and "
+                                 "main_params_dtype, reading the gradients in "
+                                 "main_grads_dtype (Megatron-Core "
+                                 "use_precision_aware_optimizer)",
+    "store_param_remainders": "with the precision-aware optimizer, an fp32 master weight of "
+                              "a bf16 parameter keeps only its 16 low bits, the bf16 "
+                              "parameter holding the high ones (Transformer Engine FusedAdam; "
+                              "Megatron-Core's default)",
 }
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
@@ -309,6 +325,13 @@ class Job:
     pp_overlap: bool = True  # interleaved pipelines overlap p2p with compute
     fused_loss: bool = False  # fused cross-entropy (no fp32 logits copy)
     grad_dtype: str = "fp32"  # gradients: fp32, bf16, or mixed (bf16 + fp32 accumulation)
+    # Adam's states' formats (Megatron-Core precision-aware optimizer; fp32 without it)
+    precision_aware_optimizer: bool = False
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    main_params_dtype: str = "fp32"
+    main_grads_dtype: str = "fp32"  # the gradients Adam reads (grad_dtype: those held)
+    store_param_remainders: bool = True
     training: bool = True  # false: forward-only inference
     buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
     zero3_live_params: float = 0.0  # ZeRO-3 gathered-parameter cap; 0: two whole layers
@@ -744,6 +767,7 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
                                           f"n_heads = {values['n_heads']}")
     _check_moe(values, source)
     _check_mla(values, source)
+    _check_optimizer(values, source)
     if values.get("full_attention_every") and not values.get("sliding_window"):
         raise _fail(source, "full_attention_every", "needs sliding_window (the other layers' "
                                                     "window)")
@@ -772,6 +796,21 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
     values["name"] = str(values.get("name", default_name) or default_name)
     values.pop("notes", None)
     return Job(**values)
+
+
+def _check_optimizer(values: dict[str, Any], source: str) -> None:
+    """Adam's states leave fp32 only under the precision-aware optimizer, which runs 16-bit
+    and low-precision jobs (Megatron-Core optimizer_config.py __post_init__: "exp_avg_dtype
+    can only be fp32 when not using precision-aware optimizer")."""
+    if values.get("precision_aware_optimizer"):
+        if values.get("dtype") == "fp32":
+            raise _fail(source, "precision_aware_optimizer", "needs a 16-bit or "
+                        "low-precision dtype (an fp32 job's weights are its master copy)")
+        return
+    for key in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype", "main_grads_dtype"):
+        if values.get(key, "fp32") != "fp32":
+            raise _fail(source, key, f"{values[key]} needs precision_aware_optimizer: true "
+                                     "(without it Adam's states are fp32)")
 
 
 def _check_moe(values: dict[str, Any], source: str) -> None:

@@ -31,6 +31,7 @@ from sweep.cli import main
 from sweep.engine.catalog import load_job
 from sweep.errors import SweepError
 from sweep.model.candidates import last_stage_layers
+from sweep.model.cost.calibrated import optimizer_bytes
 from sweep.model.schema import Recompute
 
 
@@ -181,6 +182,18 @@ def test_moe_rows_are_expressed_with_their_experts(moe):
     assert "ep = 64, etp = 1 do not fold" in str(express(moe["mb_273"]))
     assert str(express(dict(moe["mb_179"], ep=""))) == \
         "an MoE row needs its expert-parallel degree (column ep)"
+
+
+def test_megatron_bridge_rows_ran_with_the_precision_aware_optimizer(moe):
+    """Its perf scripts turn it on for bf16 runs (not under Megatron FSDP); its DeepSeek-V3
+    recipe keeps bf16 moments and main gradients at every precision."""
+    dsv3 = express(moe["mb_179"]).job  # DeepSeek-V3, MXFP8
+    assert optimizer_bytes(dsv3) == (8.0, 4.0, 22.0)
+    gpt_oss = express(moe["mb_183"]).job  # GPT-OSS-120B, BF16
+    assert gpt_oss.precision_aware_optimizer and gpt_oss.exp_avg_dtype == "fp32"
+    assert optimizer_bytes(gpt_oss)[0] == 10.0
+    assert not express(moe["mb_227"]).job.precision_aware_optimizer  # Qwen3-30B-A3B, MXFP8
+    assert not express(moe["sm_007"]).job.precision_aware_optimizer  # SimuMax (Megatron-LM)
 
 
 def test_a_source_that_measured_its_machine_is_expressed_on_it(moe):

@@ -260,6 +260,51 @@ SSD_KERNELS_B = 14.0
 ADAM_BYTES_PER_PARAM = 30.0
 #: fp32 master weights + Adam m and v (ZeRO, section 3.1: K = 12)
 OPTIMIZER_STATE_BYTES = 12.0
+#: bytes a value of an optimizer state's format (TE FusedAdam: fp8 is E4M3 with one fp32
+#: scale a tensor)
+STATE_VALUE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
+def optimizer_bytes(job: Job) -> tuple[float, float, float]:
+    """Adam's state held per parameter (master weights and moments; under ZeRO-3 the
+    moments alone, the fp32 shards being the master copy) and the bytes its step moves per
+    parameter, with Megatron-Core's precision-aware optimizer or without it."""
+    if not job.precision_aware_optimizer:
+        return OPTIMIZER_STATE_BYTES, 8.0, ADAM_BYTES_PER_PARAM
+    # Transformer Engine's FusedAdam keeps the master weights unless an fp32 master meets
+    # an fp8 recipe other than delayed scaling, whose fp32 main params Megatron-Core keeps
+    # (optimizer_config.py use_precision_aware_optimizer_no_fp8_or_ds_fp8; optimizer/
+    # __init__.py passes master_weights=True, use_decoupled_grad=True only then)
+    low = job.dtype in ("fp8", "mxfp8", "nvfp4")
+    te_master = (job.main_params_dtype != "fp32" or not low
+                 or (job.dtype == "fp8" and job.fp8_scaling == "delayed"))
+    # an fp32 master of a bf16 parameter as its 16 low bits ("Works only when param type is
+    # BF16 and master weight type is FP32": fused_adam.py store_param_remainders)
+    remainders = (te_master and job.store_param_remainders and job.main_params_dtype == "fp32"
+                  and (job.dtype == "bf16" or (job.dtype == "fp8" and not job.lp_params)))
+    master_b = 2.0 if remainders or job.main_params_dtype == "fp16" else 4.0
+    m_b, v_b = STATE_VALUE_BYTES[job.exp_avg_dtype], STATE_VALUE_BYTES[job.exp_avg_sq_dtype]
+    # the step (fused_adam.py step): TE reads the gradient in the main-gradient format
+    # (decoupled_grad), Megatron-Core's fp32 main params their fp32 copy
+    grad_b = 2.0 if te_master and job.main_grads_dtype == "bf16" else 4.0
+    if remainders:  # int16 remainders and the bf16 parameter, each read and written
+        master_step = 8.0
+    elif master_b == 4.0:  # fp32 master read and written, the 16-bit parameter written
+        master_step = 10.0
+    else:  # fp16 master: unscaled to fp32 and back (_apply_scale: aminmax, copy) + param
+        master_step = _scaled_state_step_bytes(2.0, amax=True) + 2.0
+    fused = job.exp_avg_dtype == job.exp_avg_sq_dtype == "bf16"  # (fuse_unscale)
+    moments = sum(2.0 * b if b == 4.0 or fused else
+                  _scaled_state_step_bytes(b, amax=dtype != "bf16")
+                  for b, dtype in ((m_b, job.exp_avg_dtype), (v_b, job.exp_avg_sq_dtype)))
+    return master_b + m_b + v_b, m_b + v_b, grad_b + master_step + moments
+
+
+def _scaled_state_step_bytes(value_b: float, amax: bool) -> float:
+    """A non-fp32 state the fused kernel cannot read (fused_adam.py get_unscaled_state,
+    _apply_scale): read and widened to fp32, read and written by the kernel, its absolute
+    maximum read (not for bf16, copied as is), read again and written narrow."""
+    return value_b + 4.0 + 8.0 + (4.0 if amax else 0.0) + 4.0 + value_b
 
 
 # ------------------------------------------------------------------------------ context
@@ -318,6 +363,7 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         kv_heads, d_attn = job.n_kv_heads, float(job.head_dim)
         w_qkv, w_o = (H + 2 * job.n_kv_heads) * job.head_dim, H * job.head_dim
         p_attn_rep = 0
+    opt_state_b, opt_state_z3_b, adam_step_b = optimizer_bytes(job)
     x = {
         # job
         "L": job.blocks, "e": job.hidden, "f": job.ffn_hidden, "H": H,
@@ -416,6 +462,9 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # bytes of gradient per parameter held, and sent by data-parallel collectives
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
+        # Adam's state per parameter (ZeRO 0 - 2; ZeRO-3) and its step's traffic
+        "opt_state_bytes": opt_state_b, "opt_state_z3_bytes": opt_state_z3_b,
+        "adam_step_bytes": adam_step_b,
         "grad_accum_bytes": job.grad_accum_bytes,
         "embedding_slots": float(job.embedding_slots),
         "pp_overlap": float(job.pp_overlap),
@@ -2154,13 +2203,13 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     dp_exp = np.where(training, dp_exp, 0.0)
     # optimizer step on this GPU's share of the states (ZeRO >= 1 shards them)
     p_opt = np.where(zero >= 1, p_stage / shard, p_stage)
-    t_opt = np.where(training, memory_s(ADAM_BYTES_PER_PARAM * (p_opt + p_exp_stage / exp_shard),
+    t_opt = np.where(training, memory_s(x["adam_step_bytes"] * (p_opt + p_exp_stage / exp_shard),
                                         x, 10.0), 0.0)
     # offload to the second memory tier (Calculon-style): optimizer states streamed in and
     # out every step; activations and weights per layer, hidden behind that layer's compute
     off = as_array(c["offload"])
     host_Bps = np.maximum(x["host_Bps"], 1.0)
-    opt_state = OPTIMIZER_STATE_BYTES * (p_opt + p_exp_stage / exp_shard)
+    opt_state = x["opt_state_bytes"] * (p_opt + p_exp_stage / exp_shard)
     t_off = np.where(off & 4, 2.0 * opt_state / host_Bps, 0.0)
     act_layer, layer_s = lay_mid["act_layer"], lay_mid["fwd"] + lay_mid["bwd"]
     t_off = t_off + np.where(off & 2, layers * m * np.maximum(
@@ -2577,7 +2626,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
                        + np.minimum(p_block, x["grad_bucket_params"]) * g_b],
                       p_stage * g_b)
     opt_shard = np.where(zero >= 1, shard, 1.0)
-    optimizer = np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_stage / opt_shard
+    opt_b = np.where(zero == 3, x["opt_state_z3_bytes"], x["opt_state_bytes"])
+    optimizer = opt_b * p_stage / opt_shard
     if moe_on:
         # routed experts (notes 6.1): the same ZeRO stage over the expert data-parallel group
         # (ZeRO-3: the fp32 shards, and the 16-bit experts gathered: the stage's under
@@ -2588,8 +2638,7 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         weights = weights + np.where(zero == 3, p_exp * 4.0 / exp_shard + exp_gathered,
                                      p_exp * w_b_exp)
         grads = grads + np.where((zero >= 2) & ~fsdp_pp, p_exp * g_b / exp_shard, p_exp * g_b)
-        optimizer = optimizer + np.where(zero == 3, 8.0, OPTIMIZER_STATE_BYTES) * p_exp \
-            / exp_shard
+        optimizer = optimizer + opt_b * p_exp / exp_shard
     grads = np.where(training, grads, 0.0)
     optimizer = np.where(training, optimizer, 0.0)
     # micro-batches in flight on pipeline rank k: its warm-up forward passes and the steady
