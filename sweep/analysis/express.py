@@ -632,7 +632,7 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
                        f"FSDP=N, dp_shard=N)")
     if not zero[2]:
         assumptions.append("distributed optimizer (ZeRO-1) assumed")
-    optimizer = _optimizer(run, zero[0])
+    optimizer = _optimizer(run)
     if optimizer:
         job = dataclasses.replace(job, **optimizer)
         assumptions.append("precision-aware optimizer" + (
@@ -687,19 +687,21 @@ def express(row: Mapping[str, str]) -> Case | Refusal:
     return _metric(case, run)
 
 
-def _optimizer(run: Run, zero: int) -> dict:
+def _optimizer(run: Run) -> dict:
     """Adam's states as Megatron-Bridge's performance runs keep them: its scripts turn the
     precision-aware optimizer on for bf16 runs (v0.1.0rc3 - rc4 run_script.py, v0.2.0
-    utils/helpers.py, v0.3.x utils/overrides.py: compute_dtype bf16 ->
+    utils/helpers.py L255, v0.3.x utils/overrides.py L421 / L437: compute_dtype bf16 ->
     use_precision_aware_optimizer = True; the recipes' fp32 states, master weights as
-    remainders) and off under Megatron FSDP (the same files); its DeepSeek-V3 recipe keeps
-    bf16 moments and main gradients at every precision (recipes/deepseek/deepseek_v3.py,
-    v0.1.0rc4 - v0.3.1: exp_avg_dtype = exp_avg_sq_dtype = main_grads_dtype = bfloat16)."""
-    if run.framework != "megatron-bridge" or zero == 3:
+    remainders), under Megatron FSDP too from v0.2.0 (rc3 - rc4 turned it off there after,
+    helpers.py L87; no shipped bf16 row runs FSDP); its DeepSeek-V3 recipe keeps bf16
+    moments (and main gradients: the 16-bit gradient buffer, grad_dtype bf16, as the stack
+    reduces them) at every precision (recipes/deepseek/deepseek_v3.py, v0.1.0rc4 - v0.3.1:
+    exp_avg_dtype = exp_avg_sq_dtype = main_grads_dtype = bfloat16)."""
+    if run.framework != "megatron-bridge":
         return {}
     if run.model is not None and run.model.name == "deepseek_v3":
         return {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16",
-                "exp_avg_sq_dtype": "bf16", "main_grads_dtype": "bf16"}
+                "exp_avg_sq_dtype": "bf16"}
     return {"precision_aware_optimizer": True} if run.dtype == "bf16" else {}
 
 

@@ -948,7 +948,7 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
     # absorbed_mla.py L171 - 173)
     axes = [_sp_axis(base, strategy == "1d", job.is_moe or job.dsa),
             _cp_comm_axis(base, not job.dsa),
-            _zero_axis(base, job.training)]
+            _zero_axis(base, job.training, job.precision_aware_optimizer)]
     if job.is_moe:
         axes.append(_expert_axis(base, job))
     if host_memory and job.training:
@@ -1013,10 +1013,13 @@ def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
     return InnerAxis.by_key(options, len(base), mesh * 2 + overlap_ok, rule)
 
 
-def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
+def _zero_axis(base: np.ndarray, training: bool, distributed_only: bool = False
+               ) -> InnerAxis:
     """(zero, shard_group): ZeRO 0-3 over the whole data x context group (when it has more
     than one GPU), and FSDP hybrid shard over groups of 2, 4, ... of the dp ranks (powers of
-    two dividing dp, below it). Forward-only jobs: ZeRO 0 only."""
+    two dividing dp, below it). Forward-only jobs: ZeRO 0 only. ``distributed_only`` (the
+    precision-aware optimizer: Megatron-Core optimizer/__init__.py "only supported with
+    distributed optimizer"): no ZeRO 0 where the group has more than one GPU."""
     dp_max = int(base["dp"].max()) if len(base) else 1
     groups = [g for g in (2 ** i for i in range(1, 31)) if g < dp_max]
     options = np.zeros(4 + len(groups), dtype=[("zero", "i4"), ("shard_group", "i4")])
@@ -1030,6 +1033,8 @@ def _zero_axis(base: np.ndarray, training: bool) -> InnerAxis:
     def rule(rows: np.ndarray) -> np.ndarray:
         valid = np.ones((len(rows), len(options)), dtype=bool)
         valid[:, 1:4] = training & (replicas[rows, None] > 1)
+        if training and distributed_only:
+            valid[:, 0] = replicas[rows] == 1
         valid[:, 4:] = training & (dp[rows, None] % g == 0) & (g < dp[rows, None])
         return valid
 

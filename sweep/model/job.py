@@ -199,7 +199,6 @@ _CHOICES = {
     "exp_avg_dtype": ("fp32", "bf16", "fp16", "fp8"),
     "exp_avg_sq_dtype": ("fp32", "bf16", "fp16", "fp8"),
     "main_params_dtype": ("fp32", "fp16"),
-    "main_grads_dtype": ("fp32", "bf16"),
 }
 _BOOL_FIELDS = {
     "causal": "causal (decoder) attention; false = full (encoder / ViT) attention",
@@ -251,9 +250,10 @@ _BOOL_FIELDS = {
                   "use_sparse_loss); false: a loss coefficient of 0, the top-k under no_grad",
     "precision_aware_optimizer": "Adam runs in Transformer Engine's FusedAdam with the "
                                  "states' formats of exp_avg_dtype, exp_avg_sq_dtype and "
-                                 "main_params_dtype, reading the gradients in "
-                                 "main_grads_dtype (Megatron-Core "
-                                 "use_precision_aware_optimizer)",
+                                 "main_params_dtype, reading the gradients as held "
+                                 "(grad_dtype: Megatron-Core's main_grads_dtype) "
+                                 "(Megatron-Core use_precision_aware_optimizer; it needs a "
+                                 "distributed optimizer: ZeRO >= 1)",
     "store_param_remainders": "with the precision-aware optimizer, an fp32 master weight of "
                               "a bf16 parameter keeps only its 16 low bits, the bf16 "
                               "parameter holding the high ones (Transformer Engine FusedAdam; "
@@ -330,7 +330,6 @@ class Job:
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
     main_params_dtype: str = "fp32"
-    main_grads_dtype: str = "fp32"  # the gradients Adam reads (grad_dtype: those held)
     store_param_remainders: bool = True
     training: bool = True  # false: forward-only inference
     buffers_GiB: float = 0.0  # fixed framework buffers (communication buckets), GiB
@@ -806,8 +805,21 @@ def _check_optimizer(values: dict[str, Any], source: str) -> None:
         if values.get("dtype") == "fp32":
             raise _fail(source, "precision_aware_optimizer", "needs a 16-bit or "
                         "low-precision dtype (an fp32 job's weights are its master copy)")
+        # fp8 weights under delayed scaling go through TE's fp8 Adam kernel, which takes an
+        # fp32 master and fp32 moments (transformer_engine/common/multi_tensor/adam.cu);
+        # their nominal dtype is bf16, so remainders would make the master int16
+        if values.get("dtype") == "fp8" and values.get("lp_params") \
+                and values.get("fp8_scaling", "delayed") == "delayed":
+            for key in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
+                if values.get(key, "fp32") != "fp32":
+                    raise _fail(source, key, "must be fp32 with fp8 weights (lp_params) under "
+                                             "delayed scaling: TE's fp8 Adam kernel")
+            if values.get("store_param_remainders", True):
+                raise _fail(source, "store_param_remainders", "must be false with fp8 weights "
+                            "(lp_params) under delayed scaling: TE's fp8 Adam kernel takes "
+                            "an fp32 master")
         return
-    for key in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype", "main_grads_dtype"):
+    for key in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
         if values.get(key, "fp32") != "fp32":
             raise _fail(source, key, f"{values[key]} needs precision_aware_optimizer: true "
                                      "(without it Adam's states are fp32)")

@@ -185,8 +185,9 @@ def test_moe_rows_are_expressed_with_their_experts(moe):
 
 
 def test_megatron_bridge_rows_ran_with_the_precision_aware_optimizer(moe):
-    """Its perf scripts turn it on for bf16 runs (not under Megatron FSDP); its DeepSeek-V3
-    recipe keeps bf16 moments and main gradients at every precision."""
+    """Its perf scripts turn it on for bf16 runs; its DeepSeek-V3 recipe keeps bf16 moments
+    at every precision (MXFP8: Megatron-Core's fp32 master and an fp32 copy of the
+    gradients: 4 + 10 + 8 bytes a step)."""
     dsv3 = express(moe["mb_179"]).job  # DeepSeek-V3, MXFP8
     assert optimizer_bytes(dsv3) == (8.0, 4.0, 22.0)
     gpt_oss = express(moe["mb_183"]).job  # GPT-OSS-120B, BF16
@@ -488,3 +489,25 @@ def test_megatron_bridges_nemotron_3_super_nvfp4_rows_run_its_16_bit_layers(tmp_
     assert "per-layer precision" in notes["sup_NVFP4"]
     assert "per-layer precision" not in notes["sup_MXFP8"]
     assert (mx.bf16_last_layers, mx.bf16_attention, mx.bf16_latent) == (0, False, False)
+
+
+def test_the_held_out_file_is_expressed_and_apart_from_the_data():
+    """docs/heldout: Megatron-Bridge's newer releases, every row expressed (its flags read),
+    none of them in the shipped files the calibration is fitted on."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "heldout" / \
+        "megatron-bridge-26.04-26.08.csv"
+    held = read_runs(path)
+    cases, refused = express_all(held)
+    assert len(held) == len(cases) == 154 and not refused
+    shipped = read_data(list(SHIPPED))
+    assert not {r["id"] for r in held} & {r["id"] for r in shipped}
+    with open(path, newline="") as fh:
+        raw = list(csv.DictReader(fh))
+    releases = set()
+    for shipped_path in SHIPPED:
+        with open(shipped_path, newline="") as fh:
+            releases |= {r.get("release") for r in csv.DictReader(fh)}
+    assert {r["release"] for r in raw}.isdisjoint(releases)
+    assert all("cfg=" in r["other_flags"] for r in raw)

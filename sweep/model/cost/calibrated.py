@@ -284,27 +284,31 @@ def optimizer_bytes(job: Job) -> tuple[float, float, float]:
                   and (job.dtype == "bf16" or (job.dtype == "fp8" and not job.lp_params)))
     master_b = 2.0 if remainders or job.main_params_dtype == "fp16" else 4.0
     m_b, v_b = STATE_VALUE_BYTES[job.exp_avg_dtype], STATE_VALUE_BYTES[job.exp_avg_sq_dtype]
-    # the step (fused_adam.py step): TE reads the gradient in the main-gradient format
-    # (decoupled_grad), Megatron-Core's fp32 main params their fp32 copy
-    grad_b = 2.0 if te_master and job.main_grads_dtype == "bf16" else 4.0
+    # the step (fused_adam.py step): TE reads the gradient buffer as it is held
+    # (decoupled_grad, a view: distrib_optimizer.py), Megatron-Core's fp32 main params an
+    # fp32 copy of it, as Adam does without the option (the copy's widening of 16-bit
+    # gradients, shard_model_grad.float(), 6 bytes, is counted on neither path: counted on
+    # both it moved the Hopper fit to gemm_eff 0.72, below its range: notes section 33)
+    grad_b = (2.0 if job.grad_dtype == "bf16" else 4.0) if te_master else 4.0
     if remainders:  # int16 remainders and the bf16 parameter, each read and written
         master_step = 8.0
     elif master_b == 4.0:  # fp32 master read and written, the 16-bit parameter written
         master_step = 10.0
-    else:  # fp16 master: unscaled to fp32 and back (_apply_scale: aminmax, copy) + param
-        master_step = _scaled_state_step_bytes(2.0, amax=True) + 2.0
+    else:  # fp16 master: scaled as a state, and the parameter written
+        master_step = SCALED_STATE_STEP_BYTES["fp16"] + 2.0
     fused = job.exp_avg_dtype == job.exp_avg_sq_dtype == "bf16"  # (fuse_unscale)
-    moments = sum(2.0 * b if b == 4.0 or fused else
-                  _scaled_state_step_bytes(b, amax=dtype != "bf16")
-                  for b, dtype in ((m_b, job.exp_avg_dtype), (v_b, job.exp_avg_sq_dtype)))
+    moments = sum(2.0 * STATE_VALUE_BYTES[d] if d == "fp32" or fused else
+                  SCALED_STATE_STEP_BYTES[d] for d in (job.exp_avg_dtype, job.exp_avg_sq_dtype))
     return master_b + m_b + v_b, m_b + v_b, grad_b + master_step + moments
 
 
-def _scaled_state_step_bytes(value_b: float, amax: bool) -> float:
-    """A non-fp32 state the fused kernel cannot read (fused_adam.py get_unscaled_state,
-    _apply_scale): read and widened to fp32, read and written by the kernel, its absolute
-    maximum read (not for bf16, copied as is), read again and written narrow."""
-    return value_b + 4.0 + 8.0 + (4.0 if amax else 0.0) + 4.0 + value_b
+#: a step's traffic for a non-fp32 state the fused kernel cannot read as it is, bytes a value
+#: (fused_adam.py get_unscaled_state, the fp32 kernel, _apply_scale): fp8 dequantized to fp32
+#: (1 + 4), read and written by the kernel (8), its absolute maximum (4), quantized back
+#: (4 + 1); fp16 widened (2 + 4) and multiplied by its scale (8), the kernel, aminmax, divided
+#: (8), narrowed (4 + 2); bf16 (both moments not bf16: no fuse_unscale) widened (2 + 4), the
+#: kernel, narrowed to a temporary (4 + 2) and copied (2 + 2)
+SCALED_STATE_STEP_BYTES = {"fp8": 22.0, "fp16": 40.0, "bf16": 24.0}
 
 
 # ------------------------------------------------------------------------------ context
