@@ -21,7 +21,7 @@ import numpy as np
 from ..engine.catalog import load_hardware
 from ..model.candidates import divisors, expert_ranks_per_domain, stage_layers
 from ..model.hardware import Hardware, apply_overrides
-from ..model.job import Job
+from ..model.job import OFFLOAD_MODULES, Job
 from ..model.schema import Recompute, empty_candidates
 from .measured import (
     FLOPS,
@@ -439,8 +439,11 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         and v["date"] >= stack.compiled_loss_since
     grad_dtype = _grad_dtype(v, stack)
     flags = v["other_flags"].lower()
-    # Megatron-Core activation offloading: cpu_offloading_num_layers=N
+    # Megatron-Core activation offloading: cpu_offloading_num_layers=N, or fine-grained
+    # (fine_grained_activation_offloading=True; offload_modules=['core_attn', ...])
     offload = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", flags)
+    modules_off = re.search(r"offload_modules\s*=\s*\[([^\]]*)\]", flags) if re.search(
+        r"fine_grained_activation_offloading\s*=\s*true", flags) else None
     moe = _moe_fields(run, shape, flags, stack, assumptions) if run.model is not None else {}
     modules = set(re.findall(r"[a-z_]+", v["recompute"])) if "recompute_modules" in \
         v["recompute"] else set()
@@ -521,6 +524,8 @@ def _job(run: Run, stack: Stack, assumptions: list[str]) -> Job:
         grad_accum_bytes=UNFUSED_ACCUM_BYTES.get(grad_dtype, 0.0) * stack.unfused_grad_accum,
         embedding_slots=slots,
         offload_act_layers=float(offload.group(1)) if offload else 0.0,
+        offload_modules="+".join(m for m in OFFLOAD_MODULES if modules_off and re.search(
+            rf"\b{m}\b", modules_off.group(1))),
         recompute_norms="layernorm" in modules, recompute_moe_act="moe_act" in modules,
         recompute_moe="moe" in modules and bool(moe.get("n_experts")),
         recompute_mla_up="mla_up_proj" in modules and moe.get("attention") in ("mla", "csa"),

@@ -259,11 +259,19 @@ _BOOL_FIELDS = {
                               "parameter holding the high ones (Transformer Engine FusedAdam; "
                               "Megatron-Core's default)",
 }
+#: Megatron-Core's offloadable module inputs (transformer_config.py offload_modules, less
+#: gdp_qkv: no GatedDeltaProduct mixer here), in its order
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
+                   "expert_fc1", "moe_act", "fused_group_mlp")
 _TEXT_FIELDS = {"name": "short id; default the file name", "source": "where the numbers come from",
                 "notes": "free text",
                 "hybrid_pattern": "a hybrid Mamba-2 / Transformer model's layers in order, one "
                                   "symbol each (Megatron-Core hybrid_override_pattern): M "
                                   "Mamba-2, * attention, - MLP, E MoE; n_layers is its length",
+                "offload_modules": "modules whose inputs go to host memory after the forward "
+                                   "and come back for the backward (Megatron-Core "
+                                   "fine_grained_activation_offloading, offload_modules), "
+                                   "joined by +: " + "+".join(OFFLOAD_MODULES),
                 "mtp_pattern": "a hybrid model's multi-token-prediction depth, in "
                                "hybrid_pattern's symbols with one MLP or MoE layer "
                                "(Megatron-Core mtp_hybrid_override_pattern: Nemotron 3 "
@@ -344,6 +352,7 @@ class Job:
     fp8_scaling: str = "delayed"  # fp8: delayed, current, rowwise or blockwise scaling
     mamba_out_dtype: str = ""  # a Mamba-2 out_proj's own format; "": the job's
     offload_act_layers: float = 0.0  # layers per stage whose activations live in host memory
+    offload_modules: str = ""  # module inputs offloaded (fine-grained), "+"-joined
     # cheap modules recomputed on top of the candidate's policy (Megatron recompute_modules)
     recompute_norms: bool = False
     recompute_moe_act: bool = False
@@ -729,6 +738,8 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         elif key in _BOOL_FIELDS:
             if not isinstance(value, bool):
                 raise _fail(source, key, f"expected true or false, got {brief(value)}")
+        elif key == "offload_modules":
+            value = _offload_modules(value, source)
         elif key in _TEXT_FIELDS:
             why = name_problem(value) if key == "name" else None
             if key.endswith("_pattern") and not isinstance(value, str):
@@ -786,6 +797,7 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
         raise _fail(source, "bf16_latent", "needs moe_latent_size (the latent projections)")
     if values.get("swiglu_clamp") and values.get("mlp", "gelu") != "swiglu":
         raise _fail(source, "swiglu_clamp", "needs mlp: swiglu")
+    _check_offload_modules(values, source)
     if values.get("offload_act_layers", 0.0) > values["n_layers"]:  # (per stage: at most all)
         raise _fail(source, "offload_act_layers", f"{values['offload_act_layers']:g} layers, "
                                                   f"more than n_layers = {values['n_layers']}")
@@ -795,6 +807,47 @@ def parse_job(raw: Mapping[str, Any], source: str, default_name: str = "") -> Jo
     values["name"] = str(values.get("name", default_name) or default_name)
     values.pop("notes", None)
     return Job(**values)
+
+
+def _offload_modules(value: Any, source: str) -> str:
+    """offload_modules as a YAML list or a "+"-joined text, in Megatron-Core's order."""
+    if isinstance(value, (list, tuple)):
+        names = [str(v) for v in value]
+    elif isinstance(value, str):
+        names = [v for v in value.replace(",", "+").split("+") if v.strip()]
+    else:
+        raise _fail(source, "offload_modules", f"expected a list of module names, got "
+                                               f"{brief(value)}")
+    names = [n.strip() for n in names]
+    unknown = [n for n in names if n not in OFFLOAD_MODULES]
+    if unknown:
+        raise _fail(source, "offload_modules", f"unknown module {unknown[0]!r}; choices: "
+                                               f"{', '.join(OFFLOAD_MODULES)}")
+    return "+".join(n for n in OFFLOAD_MODULES if n in names)
+
+
+def _check_offload_modules(values: dict[str, Any], source: str) -> None:
+    """Megatron-Core's rules for fine-grained activation offloading (transformer_config.py
+    __post_init__, d98e8a6)."""
+    mods = set(filter(None, values.get("offload_modules", "").split("+")))
+    if not mods:
+        return
+    key = "offload_modules"
+    if values.get("offload_act_layers"):
+        raise _fail(source, key, "cannot be combined with offload_act_layers "
+                                 "(fine_grained_activation_offloading with cpu_offloading)")
+    if "attn_proj" in mods and "core_attn" not in mods:
+        raise _fail(source, key, "attn_proj needs core_attn (its input is core attention's "
+                                 "output, which core attention's backward needs)")
+    expert = mods & {"expert_fc1", "moe_act", "fused_group_mlp"}
+    if "fused_group_mlp" in mods and expert - {"fused_group_mlp"}:
+        raise _fail(source, key, "fused_group_mlp offloads the whole grouped MLP: not with "
+                                 "expert_fc1 or moe_act")
+    if expert and not values.get("n_experts"):
+        raise _fail(source, key, f"{min(expert)} needs routed experts (n_experts)")
+    if expert and values.get("recompute_moe"):
+        raise _fail(source, key, f"{min(expert)} cannot be offloaded while "
+                                 "recompute_moe recomputes the whole MoE layer")
 
 
 def _check_optimizer(values: dict[str, Any], source: str) -> None:

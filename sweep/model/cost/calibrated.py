@@ -463,6 +463,11 @@ def make_context(job: Job, hw: Hardware, params: Mapping[str, float],
         # FP8 and MXFP8 recipes only)
         "lp_params": float(job.lp_params and job.dtype in ("fp8", "mxfp8")),
         "offload_act_layers": float(job.offload_act_layers),
+        # fine-grained activation offloading: which modules' inputs (offload_modules)
+        **{key: float(name in job.offload_modules.split("+")) for key, name in (
+            ("off_attn_norm", "attn_norm"), ("off_qkv", "qkv_linear"), ("off_core", "core_attn"),
+            ("off_proj", "attn_proj"), ("off_mlp_norm", "mlp_norm"), ("off_fc1", "expert_fc1"),
+            ("off_moe_act", "moe_act"), ("off_group_mlp", "fused_group_mlp"))},
         # bytes of gradient per parameter held, and sent by data-parallel collectives
         "grad_bytes": {"fp32": 4.0, "bf16": 2.0, "mixed": 6.0}[job.grad_dtype],
         "grad_comm_bytes": 2.0 if job.grad_dtype == "bf16" else 4.0,
@@ -1451,7 +1456,9 @@ def _block_terms(x, c, lo):
     lay.update(
         act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
         act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
-        act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL))
+        act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL),
+        act_offload=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"],
+                                                offloaded=True))
     if _has_moe(x):
         lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
     return lay
@@ -1510,7 +1517,9 @@ def _shared_block(x, c, lo):
         router_f=router_f, router_b=router_b, act_shared_mlp=shared_mlp,
         act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
         act_none=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE),
-        act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL))
+        act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL),
+        act_offload=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy,
+                                                offloaded=True))
     return lay
 
 
@@ -1544,6 +1553,8 @@ def _moe_block(x, c, lay, r):
                                               r["acts"] * (1.0 - x["rc_moe"])
                                               - x["rc_moe"] * lay["act_shared_mlp"]),
         act_none=lay["act_none"] + r["acts"],
+        act_offload=lay["act_offload"] + np.where(policy == Recompute.FULL, 0.0,
+                                                  r["acts_offload"] * (1.0 - x["rc_moe"])),
         # full recompute re-runs the whole block's forward: router, dispatch, experts and
         # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
         # included: transformer_block.py _checkpointed_forward); otherwise
@@ -2224,6 +2235,12 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     n_offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0))
     t_off = t_off + np.where(training, n_offloaded * m * np.maximum(
         2.0 * act_layer / host_Bps - layer_s, 0.0), 0.0)
+    # fine-grained activation offloading (offload_modules) likewise, per block of the stage
+    # (its mean block), every block's listed inputs but the last one's (the offload manager
+    # keeps the last group on the GPU: fine_grained_activation_offloading.md)
+    off_block = per("act_offload", layers, nm_mid, view=lay_mid) / np.maximum(layers, 1.0)
+    t_off = t_off + np.where(training, np.maximum(layers - 1.0, 0.0) * m * np.maximum(
+        2.0 * off_block / host_Bps - (fwd_avg + bwd_avg), 0.0), 0.0)
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
@@ -2430,9 +2447,10 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
 
 # ------------------------------------------------------------------------------ memory
 
-def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
+def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False):
     """Activations one layer keeps for its backward, per micro-batch, by recompute policy
-    (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways."""
+    (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways.
+    With ``offloaded``: the part of them fine-grained offloading moves to the host."""
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab, drop = x["act_bytes"], x["dropout"]
     # inputs of linear layers are kept in the GEMMs' low-precision format when the stack
@@ -2448,17 +2466,19 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     masks = drop * 2.0 * Ta * e
     # (MLA: also the latent vectors, inputs of the up-projections, on every TP rank)
     # (recompute_mla_up: the up-projected queries, keys and values are recomputed from them)
-    qkv = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"]) \
-        + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
+    core_in = T * x["w_qkv"] / t * ab * (1.0 - x["rc_mla_up"])  # (core attention's q, k, v)
+    qkv = core_in + Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
     attn_out = T * x["w_o"] / t * sb_attn  # the output projection's input
     dsa_core = 0.0
     if np.any(x["dsa"] > 0):  # (DeepSeek sparse attention's own: dsa.saved_bytes)
         kept = dsa.saved_bytes(x, T, Ta, t, cp)
         qkv = np.where(x["dsa"] > 0, kept["qkv"], qkv)
+        core_in = np.where(x["dsa"] > 0, kept["qkv"], core_in)  # (its kept q / k side)
         dsa_core = np.where(x["dsa"] > 0, kept["core"], 0.0)
     if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
         kept = csa.saved_bytes(dict(x, saved_in_bytes=sb_attn), T)
         qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)
+        core_in = np.where(x["csa"] > 0, kept["qkv"], core_in)
         attn_out = np.where(x["csa"] > 0, kept["out"], attn_out)
     batch = T / (s / cp) * H / t
     scores = batch * (s / cp) * s
@@ -2469,6 +2489,14 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
     mlp = T * f_up / t * ab + T * f / t * sb + x["mlp_drop"] * T * f / t
     full = norm_in + masks + gemm_in + gemm_in_attn + qkv + attn_out + core + mlp + dsa_core
     r = as_array(recompute)
+    # fine-grained activation offloading (Megatron-Core offload_modules: each listed module's
+    # input goes to the host after the forward; fine_grained_activation_offloading.md): the
+    # attention's and the MLP's input norms' inputs, QKV's input, core attention's q, k, v,
+    # the output projection's input
+    off_attn = x["off_attn_norm"] * Ta * e * ab + x["off_qkv"] * gemm_in_attn \
+        + x["off_core"] * core_in + x["off_proj"] * attn_out
+    off_mlp = x["off_mlp_norm"] * Ta * e * ab
+    offload = off_attn + off_mlp
     # the score matrix is recomputed (DSA: the core attention's own tensors)
     selective = full - np.where(flash, 0.0, core) - dsa_core
     checkpoint = Ta * e * ab  # full recompute keeps each layer's input
@@ -2495,6 +2523,7 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         full = n_sub / 2.0 * (norm_in + masks) + (n_sub - qa) * gemm_in + qa * (
             gemm_in_attn + qkv + attn_out + core) + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
+        offload = qa * off_attn + off_mlp  # (the Mamba-2 mixers' inputs are not offloaded)
     if np.any(as_array(x["hybrid"]) > 0):
         # (a hybrid's layers are checkpointed one by one: every layer's input, an MTP
         # depth of one attention and one FFN layer too - Megatron-Core checkpoints a depth's
@@ -2511,6 +2540,9 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute):
         streams = np.where(n > 0, 2.0 * (n + 1.0) * Ta * e * ab, 0.0)
         full, selective = full + streams, selective + streams
         checkpoint = np.where(n > 0, n * Ta * e * ab, checkpoint)
+    if offloaded:  # (a recomputed layer keeps its input alone: nothing offloaded)
+        return np.where((r == Recompute.NONE) | (r == Recompute.SELECTIVE)
+                        | (r == Recompute.FIRST_K), offload, 0.0)
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
@@ -2675,6 +2707,12 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the
     # last layer's stay, its backward starts at once
     offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0)) * act_layer
+    # fine-grained (offload_modules): the listed inputs of every kept block but the stage's
+    # last (first-k full recompute: of the blocks not recomputed)
+    off_block = lay["act_offload"]
+    if moe_on:
+        off_block = off_block * (1.0 - share) + lay[MOE_PREFIX + "act_offload"] * share
+    offloaded = offloaded + np.maximum(layers - k_full - 1.0, 0.0) * off_block
     stored = stored - offloaded + extra_acts
     # backward: the gradients of one layer's activations, and for recomputed layers the
     # recomputed activations themselves, which replace their checkpoint while they are live

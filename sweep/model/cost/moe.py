@@ -229,6 +229,12 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
            # the router's (T_l x h)(h x E) GEMM: forward, and dgrad + wgrad
            "flops_f": gemm_flops + 2.0 * T_l * E * h,
            "flops_b": 2.0 * gemm_flops + 4.0 * T_l * E * h, "acts": acts,
+           # of those, the inputs fine-grained offloading moves to the host (offload_modules:
+           # expert_fc1 the dispatched rows, moe_act fc1's output, fused_group_mlp the grouped
+           # MLP's inputs: both and fc2's)
+           "acts_offload": rows * (x["off_fc1"] * e * sb + x["off_moe_act"] * w1 * ab
+                                   + x["off_group_mlp"] * (e * sb + w1 * ab + w2 * sb * (
+                                       1.0 - x["rc_moe_act"]))),
            "latent_f": 0.0, "latent_b": 0.0}
     if latent is not None:
         for k in ("compute_f", "compute_b", "memory_f", "memory_b", "flops_f", "flops_b",
