@@ -222,7 +222,12 @@ def label_value(value: Any) -> str:
     """``value`` in a ``name[key=value,...]`` label: ``str(value)`` when parse_value reads it
     back as the value and it holds none of LABEL_SYNTAX, else a double-quoted YAML string (an
     MTP pattern ``*E`` would read as a YAML alias, an empty one as null, ``a,b`` as two
-    items)."""
+    items). A list of names, as a job's offload_modules, is written joined by ``+``, the
+    spelling the job reads back."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        joined = "+".join(value)
+        if not LABEL_SYNTAX & set(joined):
+            return joined
     text = str(value)
     try:
         if parse_value(text) == value and not LABEL_SYNTAX & set(text):

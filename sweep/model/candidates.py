@@ -952,7 +952,9 @@ def enumerate_calibrated(job: Job, n_gpus: int, nvlink_domain: int,
     if job.is_moe:
         axes.append(_expert_axis(base, job))
     if host_memory and job.training:
-        axes.append(_offload_axis(base))
+        # (whole-activation offload, bit 2, is cpu_offloading: Megatron-Core refuses it with
+        # fine-grained offloading, transformer_config.py)
+        axes.append(_offload_axis(base, fine_grained=bool(job.offload_modules)))
     groups = ("tp", "cp", "dp", "pp") if strategy == "1d" else ("tp", "tp2", "dp", "pp")
     # a job fills its NVLink domains in equal parts: 256 GPUs of NVL72 racks run as four
     # domains of 64 (the largest domain share dividing the GPU count; as sweep validate
@@ -998,8 +1000,12 @@ def _expert_axis(base: np.ndarray, job: Job) -> InnerAxis:
     width. The all-to-all overlap (overlap_moe_expert_parallel_comm) needs ep > 1, a
     training job, one stage or interleaved stages, and no full or first-k recompute
     (transformer_config.py __post_init__)."""
+    # (fine-grained offloading of the fused grouped MLP needs Transformer Engine's op
+    # fuser, which runs expert tensor parallelism 1 only: experts.py _is_fused_impl_supported)
+    etps = (1,) if "fused_group_mlp" in job.offload_modules else \
+        _divisors_tuple(job.moe_ffn_hidden)
     triples = [(a, b, o) for a in _divisors_tuple(job.n_experts)
-               for b in _divisors_tuple(job.moe_ffn_hidden) for o in (0, 1) if o == 0 or a > 1]
+               for b in etps for o in (0, 1) if o == 0 or a > 1]
     options = np.array(triples, dtype=[("ep", "i4"), ("etp", "i4"), ("a2a_overlap", "i4")])
     mesh = base["tp"].astype(np.int64) * base["cp"] * base["dp"]
     overlap_ok = job.training & ((base["pp"] == 1) | (base["vpp"] > 1)) & ~np.isin(
@@ -1041,12 +1047,14 @@ def _zero_axis(base: np.ndarray, training: bool, distributed_only: bool = False
     return InnerAxis.by_key(options, len(base), lambda: _row_key(base, ("dp", "cp")), rule)
 
 
-def _offload_axis(base: np.ndarray) -> InnerAxis:
-    """Offload bit masks 0-7 (1 weights, 2 activations, 4 optimizer state)."""
-    options = np.zeros(8, dtype=[("offload", "i4")])
-    options["offload"] = np.arange(8)
+def _offload_axis(base: np.ndarray, fine_grained: bool = False) -> InnerAxis:
+    """Offload bit masks 0-7 (1 weights, 2 activations, 4 optimizer state); with the job's
+    fine-grained activation offloading, no whole-activation offload (bit 2)."""
+    masks = [m for m in range(8) if not (fine_grained and m & 2)]
+    options = np.zeros(len(masks), dtype=[("offload", "i4")])
+    options["offload"] = masks
     return InnerAxis.by_key(options, len(base), np.zeros(len(base), np.int64),
-                            lambda rows: np.ones((len(rows), 8), dtype=bool))
+                            lambda rows: np.ones((len(rows), len(masks)), dtype=bool))
 
 
 def enumerate_space(profile: str, job: Job, n_gpus: int, strategy: str,

@@ -845,6 +845,13 @@ def _check_offload_modules(values: dict[str, Any], source: str) -> None:
                                  "expert_fc1 or moe_act")
     if expert and not values.get("n_experts"):
         raise _fail(source, key, f"{min(expert)} needs routed experts (n_experts)")
+    if "fused_group_mlp" in mods and values.get("mlp", "gelu") == "gelu":
+        raise _fail(source, key, "fused_group_mlp needs a fusable expert activation (swiglu "
+                                 "or relu2: Transformer Engine's op fuser)")
+    attention_side = mods & {"qkv_linear", "core_attn", "attn_proj"}
+    if attention_side and (values.get("index_topk") or values.get("attention") == "csa"):
+        raise _fail(source, key, f"{min(attention_side)}: offloading sparse (DSA / csa) "
+                                 "attention's tensors is not modelled")
     if expert and values.get("recompute_moe"):
         raise _fail(source, key, f"{min(expert)} cannot be offloaded while "
                                  "recompute_moe recomputes the whole MoE layer")

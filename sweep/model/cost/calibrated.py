@@ -1457,8 +1457,9 @@ def _block_terms(x, c, lo):
         act_layer=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"]),
         act_none=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.NONE),
         act_ckpt=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, Recompute.FULL),
-        act_offload=_activation_bytes_per_layer(x, T, Ta, t, sp, q_split, c["recompute"],
-                                                offloaded=True))
+    )
+    lay["act_offload"], lay["act_offload_copy"] = _activation_bytes_per_layer(
+        x, T, Ta, t, sp, q_split, c["recompute"], offloaded=True)
     if _has_moe(x):
         lay.update({SHARED_PREFIX + k: v for k, v in _shared_block(x, c, lo).items()})
     return lay
@@ -1518,8 +1519,9 @@ def _shared_block(x, c, lo):
         act_layer=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy),
         act_none=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.NONE),
         act_ckpt=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, Recompute.FULL),
-        act_offload=_activation_bytes_per_layer(xs, T, Ta, t, sp, q_split, policy,
-                                                offloaded=True))
+    )
+    lay["act_offload"], lay["act_offload_copy"] = _activation_bytes_per_layer(
+        xs, T, Ta, t, sp, q_split, policy, offloaded=True, moe_block=True)
     return lay
 
 
@@ -1555,6 +1557,8 @@ def _moe_block(x, c, lay, r):
         act_none=lay["act_none"] + r["acts"],
         act_offload=lay["act_offload"] + np.where(policy == Recompute.FULL, 0.0,
                                                   r["acts_offload"] * (1.0 - x["rc_moe"])),
+        act_offload_copy=lay["act_offload_copy"] + np.where(
+            policy == Recompute.FULL, 0.0, r["acts_offload"] * (1.0 - x["rc_moe"])),
         # full recompute re-runs the whole block's forward: router, dispatch, experts and
         # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
         # included: transformer_block.py _checkpointed_forward); otherwise
@@ -2235,12 +2239,17 @@ def _combine(x: Mapping, c: Mapping, lay: Mapping, routed=None
     n_offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0))
     t_off = t_off + np.where(training, n_offloaded * m * np.maximum(
         2.0 * act_layer / host_Bps - layer_s, 0.0), 0.0)
-    # fine-grained activation offloading (offload_modules) likewise, per block of the stage
-    # (its mean block), every block's listed inputs but the last one's (the offload manager
-    # keeps the last group on the GPU: fine_grained_activation_offloading.md)
-    off_block = per("act_offload", layers, nm_mid, view=lay_mid) / np.maximum(layers, 1.0)
-    t_off = t_off + np.where(training, np.maximum(layers - 1.0, 0.0) * m * np.maximum(
-        2.0 * off_block / host_Bps - (fwd_avg + bwd_avg), 0.0), 0.0)
+    # fine-grained activation offloading (offload_modules): the copies to the host never
+    # hold up compute (a slow one only delays freeing memory); each block's reload is waited
+    # for one group ahead of its backward (fine_grained_activation_offload.py: no inflight
+    # cap by default, the reload's wait per group), so what a block's copy back outlasts of
+    # the block's backward is exposed (the mean block of the stage; not the blocks fully
+    # recomputed, nor the one kept on the GPU)
+    copy_block = per("act_offload_copy", layers, nm_mid, view=lay_mid) / np.maximum(layers, 1.0)
+    fine_blocks = layers - np.where(r == Recompute.FIRST_K,
+                                    np.minimum(c["recompute_layers"], layers), 0.0) - 1.0
+    t_off = t_off + np.where(training, np.maximum(fine_blocks, 0.0) * m * np.maximum(
+        copy_block / host_Bps - bwd_avg, 0.0), 0.0)
     step = steady + bubble + p2p + dp_exp + t_opt + t_off
     # breakdown on the slowest stage: its m micro-batches split by kind; the rest is bubble
     per_layer_b = np.where(training, 1.0, 0.0)
@@ -2447,10 +2456,12 @@ def op_table(x: Mapping, c: Mapping) -> list[dict[str, np.ndarray]]:
 
 # ------------------------------------------------------------------------------ memory
 
-def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False):
+def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False,
+                                moe_block=False):
     """Activations one layer keeps for its backward, per micro-batch, by recompute policy
     (per-op accounting in the spirit of K22 table 2 and section 5); queries split cp ways.
-    With ``offloaded``: the part of them fine-grained offloading moves to the host."""
+    With ``offloaded``: (what fine-grained offloading takes off the GPU, what it copies) of
+    a dense block's or (``moe_block``) an MoE block's shared part."""
     e, f, H, Kv, d, s = x["e"], x["f"], x["H"], x["Kv"], x["d"], x["s"]
     ab, drop = x["act_bytes"], x["dropout"]
     # inputs of linear layers are kept in the GEMMs' low-precision format when the stack
@@ -2489,14 +2500,27 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False)
     mlp = T * f_up / t * ab + T * f / t * sb + x["mlp_drop"] * T * f / t
     full = norm_in + masks + gemm_in + gemm_in_attn + qkv + attn_out + core + mlp + dsa_core
     r = as_array(recompute)
-    # fine-grained activation offloading (Megatron-Core offload_modules: each listed module's
-    # input goes to the host after the forward; fine_grained_activation_offloading.md): the
-    # attention's and the MLP's input norms' inputs, QKV's input, core attention's q, k, v,
-    # the output projection's input
-    off_attn = x["off_attn_norm"] * Ta * e * ab + x["off_qkv"] * gemm_in_attn \
-        + x["off_core"] * core_in + x["off_proj"] * attn_out
-    off_mlp = x["off_mlp_norm"] * Ta * e * ab
-    offload = off_attn + off_mlp
+    # fine-grained activation offloading (Megatron-Core offload_modules; every tensor autograd
+    # saves inside a listed module goes to the host after the forward:
+    # fine_grained_activation_offload.py, fine_grained_activation_offloading.md). attn_norm
+    # and mlp_norm are separate modules only where the norm is not fused into the next linear
+    # (Transformer Engine's LayerNormLinear: gpt_layer_specs.py, hybrid_layer_specs.py; the
+    # norms are IdentityOp otherwise): before MLA's down-projections and before an MoE
+    # layer. qkv_linear: a fused norm's input and output (layernorm_linear.py inputmat,
+    # ln_out), or MLA's down-projections' input and latents. core_attn: q, k, v and the
+    # softmax statistics (or scores), and a copy of its output, which stays on the GPU unless
+    # attn_proj, whose input it is, goes too; under selective recompute core attention is
+    # checkpointed, nothing of it offloaded (attention.py _checkpointed_attention_forward)
+    mla = x["kv_lora"] > 0
+    norm_in_1 = Ta * e * ab
+    latents = Ta * (x["q_lora"] + x["kv_lora"] + x["d_rope"]) * ab
+    core_kept = core_in + core
+    o_16 = T * x["w_o"] / t * ab
+    off_attn = x["off_attn_norm"] * np.where(mla, norm_in_1, 0.0) \
+        + x["off_qkv"] * (gemm_in_attn + np.where(mla, latents, norm_in_1))
+    off_mlp = x["off_mlp_norm"] * norm_in_1 * float(moe_block)
+    core_mem, core_copy = x["off_core"] * core_kept, x["off_core"] * (core_kept + o_16)
+    proj = x["off_proj"] * attn_out
     # the score matrix is recomputed (DSA: the core attention's own tensors)
     selective = full - np.where(flash, 0.0, core) - dsa_core
     checkpoint = Ta * e * ab  # full recompute keeps each layer's input
@@ -2523,7 +2547,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False)
         full = n_sub / 2.0 * (norm_in + masks) + (n_sub - qa) * gemm_in + qa * (
             gemm_in_attn + qkv + attn_out + core) + mlp + qm * mamba
         selective = full - qa * np.where(flash, 0.0, core)
-        offload = qa * off_attn + off_mlp  # (the Mamba-2 mixers' inputs are not offloaded)
+        # (a hybrid's attention layers fuse their norm; the Mamba-2 mixers are not offloaded)
+        off_attn = x["off_qkv"] * (gemm_in_attn + norm_in_1)
+        off_attn, core_mem, core_copy, proj = (qa * v for v in (off_attn, core_mem,
+                                                                core_copy, proj))
     if np.any(as_array(x["hybrid"]) > 0):
         # (a hybrid's layers are checkpointed one by one: every layer's input, an MTP
         # depth of one attention and one FFN layer too - Megatron-Core checkpoints a depth's
@@ -2541,8 +2568,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False)
         full, selective = full + streams, selective + streams
         checkpoint = np.where(n > 0, n * Ta * e * ab, checkpoint)
     if offloaded:  # (a recomputed layer keeps its input alone: nothing offloaded)
-        return np.where((r == Recompute.NONE) | (r == Recompute.SELECTIVE)
-                        | (r == Recompute.FIRST_K), offload, 0.0)
+        kept = (r == Recompute.NONE) | (r == Recompute.FIRST_K)
+        rest = off_attn + off_mlp + proj
+        return (np.where(kept, rest + core_mem, np.where(r == Recompute.SELECTIVE, rest, 0.0)),
+                np.where(kept, rest + core_copy, np.where(r == Recompute.SELECTIVE, rest, 0.0)))
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
@@ -2707,18 +2736,22 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
     # forward and back before their backward (Megatron-Core cpu_offloading_num_layers); the
     # last layer's stay, its backward starts at once
     offloaded = np.minimum(x["offload_act_layers"], np.maximum(layers - 1.0, 0.0)) * act_layer
-    # fine-grained (offload_modules): the listed inputs of every kept block but the stage's
-    # last (first-k full recompute: of the blocks not recomputed)
+    stored = stored - offloaded + extra_acts
+    # fine-grained (offload_modules): the listed modules' tensors of every block not fully
+    # recomputed, of every micro-batch in flight, but one group of each module kept on the
+    # GPU an iteration, and on the last pipeline stage one a micro-batch (the offload
+    # manager's post_warmup_callback and should_bulk_offload)
     off_block = lay["act_offload"]
     if moe_on:
         off_block = off_block * (1.0 - share) + lay[MOE_PREFIX + "act_offload"] * share
-    offloaded = offloaded + np.maximum(layers - k_full - 1.0, 0.0) * off_block
-    stored = stored - offloaded + extra_acts
+    kept_blocks = np.maximum(layers - k_full, 0.0)
+    fine_off = off_block * np.maximum(
+        kept_blocks * in_flight - (in_flight if last_stage else 1.0), 0.0)
     # backward: the gradients of one layer's activations, and for recomputed layers the
     # recomputed activations themselves, which replace their checkpoint while they are live
     working = none_layer + np.where((r == Recompute.FULL) | (r == Recompute.FIRST_K),
                                     none_layer - ckpt_layer, 0.0) + lay["kv_gathered"]
-    acts = np.where(training, stored * in_flight + working, none_layer)
+    acts = np.where(training, stored * in_flight - fine_off + working, none_layer)
     # logits of the last stage while the loss runs: fp32 softmax and its gradient, or with a
     # fused cross-entropy the 16-bit logits and their in-place gradient; an MTP depth's loss
     # is computed in the forward and kept for the backward (Megatron-Core
@@ -2730,7 +2763,8 @@ def _memory(x, c, T, t, layers, m, p_layer, p_stage, shard, lay, vocab_stage, nm
         logit_bytes + (heads - 1.0) * saved_bytes), 0.0)
     off = as_array(c["offload"])
     host = np.where(off & 4, optimizer, 0.0) + np.where(off & 2, acts, 0.0) \
-        + np.where(off & 1, weights, 0.0) + np.where(training, offloaded * in_flight, 0.0)
+        + np.where(off & 1, weights, 0.0) \
+        + np.where(training, offloaded * in_flight + fine_off, 0.0)
     optimizer = np.where(off & 4, 0.0, optimizer)
     acts = np.where(off & 2, 2 * act_layer, acts)
     weights = np.where(off & 1, 2 * p_block * ab, weights)

@@ -219,7 +219,11 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
     # kept for the backward (no recompute): router scores, the dispatched rows (fc1 input),
     # fc1 output, fc2 input (activation output), probabilities (notes 6.2)
     # (recompute_moe_act: the activation output, fc2's input, is recomputed from fc1's)
-    acts = ROUTER_BYTES_PER_SCORE * T_l * E + rows * (e * sb + w1 * ab
+    # (offloading expert_fc1 under per-tensor fp8, fc1 keeps its 16-bit input instead of
+    # a quantized copy: experts.py set_save_original_input, "to avoid ... multiple d2h
+    # copies"; MXFP8 and NVFP4 keep theirs)
+    fc1_b = np.where((x["off_fc1"] > 0) & (x["fp8"] > 0) & (x["block_scaled"] == 0), ab, sb)
+    acts = ROUTER_BYTES_PER_SCORE * T_l * E + rows * (e * fc1_b + w1 * ab
                                                       + w2 * sb * (1.0 - x["rc_moe_act"]) + 4.0)
     h = x["e"]  # (the router reads the model-wide tokens)
     out = {"compute_f": gemm_f, "compute_b": gemm_b, "memory_f": memory_f,
@@ -232,7 +236,7 @@ def routed_experts(x: Mapping, c: Mapping, lay: Mapping, peak) -> dict:
            # of those, the inputs fine-grained offloading moves to the host (offload_modules:
            # expert_fc1 the dispatched rows, moe_act fc1's output, fused_group_mlp the grouped
            # MLP's inputs: both and fc2's)
-           "acts_offload": rows * (x["off_fc1"] * e * sb + x["off_moe_act"] * w1 * ab
+           "acts_offload": rows * (x["off_fc1"] * e * fc1_b + x["off_moe_act"] * w1 * ab
                                    + x["off_group_mlp"] * (e * sb + w1 * ab + w2 * sb * (
                                        1.0 - x["rc_moe_act"]))),
            "latent_f": 0.0, "latent_b": 0.0}
