@@ -814,11 +814,11 @@ def _offload_modules(value: Any, source: str) -> str:
     if isinstance(value, (list, tuple)):
         names = [str(v) for v in value]
     elif isinstance(value, str):
-        names = [v for v in value.replace(",", "+").split("+") if v.strip()]
+        names = value.replace(",", "+").split("+")
     else:
         raise _fail(source, "offload_modules", f"expected a list of module names, got "
                                                f"{brief(value)}")
-    names = [n.strip() for n in names]
+    names = [n.strip() for n in names if n.strip()]
     unknown = [n for n in names if n not in OFFLOAD_MODULES]
     if unknown:
         raise _fail(source, "offload_modules", f"unknown module {unknown[0]!r}; choices: "

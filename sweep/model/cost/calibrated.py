@@ -263,6 +263,13 @@ OPTIMIZER_STATE_BYTES = 12.0
 #: bytes a value of an optimizer state's format (TE FusedAdam: fp8 is E4M3 with one fp32
 #: scale a tensor)
 STATE_VALUE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+#: a step's traffic for a non-fp32 state the fused kernel cannot read as it is, bytes a value
+#: (fused_adam.py get_unscaled_state, the fp32 kernel, _apply_scale): fp8 dequantized to fp32
+#: (1 + 4), read and written by the kernel (8), its absolute maximum (4), quantized back
+#: (4 + 1); fp16 widened (2 + 4) and multiplied by its scale (8), the kernel, aminmax, divided
+#: (8), narrowed (4 + 2); bf16 (both moments not bf16: no fuse_unscale) widened (2 + 4), the
+#: kernel, narrowed to a temporary (4 + 2) and copied (2 + 2)
+SCALED_STATE_STEP_BYTES = {"fp8": 22.0, "fp16": 40.0, "bf16": 24.0}
 
 
 def optimizer_bytes(job: Job) -> tuple[float, float, float]:
@@ -300,15 +307,6 @@ def optimizer_bytes(job: Job) -> tuple[float, float, float]:
     moments = sum(2.0 * STATE_VALUE_BYTES[d] if d == "fp32" or fused else
                   SCALED_STATE_STEP_BYTES[d] for d in (job.exp_avg_dtype, job.exp_avg_sq_dtype))
     return master_b + m_b + v_b, m_b + v_b, grad_b + master_step + moments
-
-
-#: a step's traffic for a non-fp32 state the fused kernel cannot read as it is, bytes a value
-#: (fused_adam.py get_unscaled_state, the fp32 kernel, _apply_scale): fp8 dequantized to fp32
-#: (1 + 4), read and written by the kernel (8), its absolute maximum (4), quantized back
-#: (4 + 1); fp16 widened (2 + 4) and multiplied by its scale (8), the kernel, aminmax, divided
-#: (8), narrowed (4 + 2); bf16 (both moments not bf16: no fuse_unscale) widened (2 + 4), the
-#: kernel, narrowed to a temporary (4 + 2) and copied (2 + 2)
-SCALED_STATE_STEP_BYTES = {"fp8": 22.0, "fp16": 40.0, "bf16": 24.0}
 
 
 # ------------------------------------------------------------------------------ context
@@ -1540,6 +1538,8 @@ def _moe_block(x, c, lay, r):
     fwd = lay["fwd"] + lay["router_f"] + r["compute_f"] + r["memory_f"] + ep_f
     bwd = lay["bwd"] + lay["router_b"] + r["compute_b"] + r["memory_b"] + ep_b
     policy = as_array(c["recompute"])
+    # the experts' offloaded tensors (offload_modules), moved as they are kept
+    routed_off = np.where(policy == Recompute.FULL, 0.0, r["acts_offload"] * (1.0 - x["rc_moe"]))
     out = dict(lay)
     out.update(
         fwd=fwd, bwd=bwd, recompute_full=fwd, compute_f=comp_f, compute_b=comp_b,
@@ -1555,10 +1555,8 @@ def _moe_block(x, c, lay, r):
                                               r["acts"] * (1.0 - x["rc_moe"])
                                               - x["rc_moe"] * lay["act_shared_mlp"]),
         act_none=lay["act_none"] + r["acts"],
-        act_offload=lay["act_offload"] + np.where(policy == Recompute.FULL, 0.0,
-                                                  r["acts_offload"] * (1.0 - x["rc_moe"])),
-        act_offload_copy=lay["act_offload_copy"] + np.where(
-            policy == Recompute.FULL, 0.0, r["acts_offload"] * (1.0 - x["rc_moe"])),
+        act_offload=lay["act_offload"] + routed_off,
+        act_offload_copy=lay["act_offload_copy"] + routed_off,
         # full recompute re-runs the whole block's forward: router, dispatch, experts and
         # combine too (Megatron-Core checkpoints whole TransformerLayers, MoE layer
         # included: transformer_block.py _checkpointed_forward); otherwise
@@ -2484,12 +2482,10 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False,
     if np.any(x["dsa"] > 0):  # (DeepSeek sparse attention's own: dsa.saved_bytes)
         kept = dsa.saved_bytes(x, T, Ta, t, cp)
         qkv = np.where(x["dsa"] > 0, kept["qkv"], qkv)
-        core_in = np.where(x["dsa"] > 0, kept["qkv"], core_in)  # (its kept q / k side)
         dsa_core = np.where(x["dsa"] > 0, kept["core"], 0.0)
     if np.any(x["csa"] > 0):  # (compressed sparse attention's own: csa.saved_bytes)
         kept = csa.saved_bytes(dict(x, saved_in_bytes=sb_attn), T)
         qkv = np.where(x["csa"] > 0, kept["qkv"], qkv)
-        core_in = np.where(x["csa"] > 0, kept["qkv"], core_in)
         attn_out = np.where(x["csa"] > 0, kept["out"], attn_out)
     batch = T / (s / cp) * H / t
     scores = batch * (s / cp) * s
@@ -2568,10 +2564,9 @@ def _activation_bytes_per_layer(x, T, Ta, t, sp, cp, recompute, offloaded=False,
         full, selective = full + streams, selective + streams
         checkpoint = np.where(n > 0, n * Ta * e * ab, checkpoint)
     if offloaded:  # (a recomputed layer keeps its input alone: nothing offloaded)
-        kept = (r == Recompute.NONE) | (r == Recompute.FIRST_K)
-        rest = off_attn + off_mlp + proj
-        return (np.where(kept, rest + core_mem, np.where(r == Recompute.SELECTIVE, rest, 0.0)),
-                np.where(kept, rest + core_copy, np.where(r == Recompute.SELECTIVE, rest, 0.0)))
+        with_core = np.where((r == Recompute.NONE) | (r == Recompute.FIRST_K), 1.0, 0.0)
+        rest = np.where(r == Recompute.SELECTIVE, 1.0, with_core) * (off_attn + off_mlp + proj)
+        return rest + with_core * core_mem, rest + with_core * core_copy
     return np.select([r == Recompute.NONE, r == Recompute.SELECTIVE, r == Recompute.FULL,
                       r == Recompute.OP_SAC], [full, selective, checkpoint, op_sac], full)
 
